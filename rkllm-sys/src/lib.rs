@@ -1,0 +1,24 @@
+//! The C ABI of Rockchip's RKLLM runtime (`librkllmrt.so`), versions 1.3.0
+//! and 1.2.1–1.2.3, loaded at run time.
+//!
+//! * [`v1_2`], [`v1_3`], [`common`]: `repr(C)` types, layouts asserted in `tests/layout.rs`;
+//! * [`sniff`]: the library's version read from its file before loading;
+//! * [`loader`]: finding and `dlopen`ing the library into a function [`abi::Table`];
+//! * [`model`]: the safe layer — one handle on one thread, runs as event streams.
+
+pub mod abi;
+mod capture;
+pub mod common;
+pub mod loader;
+mod marshal;
+pub mod model;
+pub mod sniff;
+pub mod utf8;
+pub mod v1_2;
+pub mod v1_3;
+
+pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
+pub use capture::capture_output;
+pub use loader::{find_library, LoadError, Origin, Runtime};
+pub use model::{Event, Finish, InitConfig, Model, ModelError, Role, RunControl, RunRequest, SamplingParams, Token};
+pub use sniff::{sniff_file, SniffError, Sniffed};

@@ -1,0 +1,555 @@
+//! The safe layer: one runtime handle, owned by one dedicated OS thread.
+//!
+//! It lives in `rkllm-sys` (not in the daemon) because it is the only way to
+//! use the binding correctly and is tested here against the simulated runtime
+//! through the same C ABI; the daemon's `engine` adds policy on top (queue,
+//! limits, sampling choices) and never touches FFI types.
+//!
+//! * Every handle operation (init, run, KV cache, templates, destroy) runs on
+//!   the thread that owns the handle; `rkllm_abort` is the only call made from
+//!   other threads ([`RunControl::abort`]).
+//! * A run's events ([`Event`]) go to the caller's channel: `Started` just
+//!   before `rkllm_run`, one `Token` per generated token (NORMAL and WAITING),
+//!   and always a last `Finished` once `rkllm_run` has returned.
+//! * The result callback copies bytes, stamps the time, reassembles UTF-8 and
+//!   sends; it never blocks, never takes a lock and never unwinds.
+
+use crate::abi::{Abi, Functions, Table};
+use crate::capture::capture_output;
+use crate::common::*;
+use crate::marshal::Marshal;
+use crate::utf8::Utf8Assembler;
+use crate::Runtime;
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+use tokio::sync::{mpsc::UnboundedSender, oneshot};
+
+/// Sampling fields, the same set in `RKLLMParam` and `RKLLMSamplingParam`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SamplingParams {
+    pub top_k: i32,
+    pub top_p: f32,
+    pub temperature: f32,
+    pub repeat_penalty: f32,
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    pub mirostat: i32,
+    pub mirostat_tau: f32,
+    pub mirostat_eta: f32,
+}
+
+impl SamplingParams {
+    /// "RKLLM default sampling": what the vendor's demos always set, since
+    /// `rkllm_createDefaultParam()`'s own values are undocumented.
+    pub const RKLLM_DEFAULTS: SamplingParams = SamplingParams {
+        top_k: 1,
+        top_p: 0.9,
+        temperature: 0.8,
+        repeat_penalty: 1.1,
+        frequency_penalty: 0.0,
+        presence_penalty: 0.0,
+        mirostat: 0,
+        mirostat_tau: 5.0,
+        mirostat_eta: 0.1,
+    };
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self::RKLLM_DEFAULTS
+    }
+}
+
+/// Everything set on `RKLLMParam` before `rkllm_init`. Every field is set
+/// explicitly over `rkllm_createDefaultParam()`; `n_batch` is always 1.
+#[derive(Debug, Clone)]
+pub struct InitConfig {
+    pub model_path: String,
+    pub max_context_len: i32,
+    pub max_new_tokens: i32,
+    pub n_keep: i32,
+    pub sampling: SamplingParams,
+    pub skip_special_token: bool,
+    /// 1 is the fix for "failed to malloc npu memory" on some boards.
+    pub base_domain_id: i32,
+    pub embed_flash: bool,
+    /// 0 = let the runtime choose the CPUs.
+    pub enabled_cpus_num: i8,
+    pub enabled_cpus_mask: u32,
+}
+
+impl InitConfig {
+    /// The vendor demos' values for a model file.
+    pub fn new(model_path: impl Into<String>) -> Self {
+        InitConfig {
+            model_path: model_path.into(),
+            max_context_len: 4096,
+            max_new_tokens: 2048,
+            n_keep: -1,
+            sampling: SamplingParams::RKLLM_DEFAULTS,
+            skip_special_token: true,
+            base_domain_id: 0,
+            embed_flash: false,
+            enabled_cpus_num: 0,
+            enabled_cpus_mask: 0,
+        }
+    }
+}
+
+/// Which role the run's input has (the only two the runtime accepts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    User,
+    Tool,
+}
+
+impl Role {
+    fn as_cstr(self) -> &'static CStr {
+        match self {
+            Role::User => c"user",
+            Role::Tool => c"tool",
+        }
+    }
+}
+
+/// One generation.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub prompt: String,
+    pub role: Role,
+    pub enable_thinking: bool,
+    pub keep_history: bool,
+    /// Per-run limit (ABI 1.3 only; `None` = the init value).
+    pub max_new_tokens: Option<i32>,
+    /// Per-run sampling (ABI 1.3 only; `None` = the init values).
+    pub sampling: Option<SamplingParams>,
+}
+
+impl RunRequest {
+    /// A stateless user prompt with the init parameters.
+    pub fn prompt(prompt: impl Into<String>) -> Self {
+        RunRequest {
+            prompt: prompt.into(),
+            role: Role::User,
+            enable_thinking: false,
+            keep_history: false,
+            max_new_tokens: None,
+            sampling: None,
+        }
+    }
+}
+
+/// One generated token as the callback delivered it.
+#[derive(Debug, Clone)]
+pub struct Token {
+    /// Text completed by this token (may be empty while a character is split).
+    pub text: String,
+    /// The raw bytes the runtime passed for this token.
+    pub bytes: Vec<u8>,
+    pub token_id: i32,
+    /// The callback state was WAITING (an incomplete character).
+    pub waiting: bool,
+    pub at: Instant,
+}
+
+/// How a run ended; always the last event of a run.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    /// When `rkllm_run` returned (or when the run was skipped).
+    pub at: Instant,
+    /// False when the run was aborted before `rkllm_run` was called.
+    pub started: bool,
+    /// The return value of `rkllm_run`.
+    pub code: i32,
+    /// The callback reported the ERROR state.
+    pub runtime_error: bool,
+    /// `abort` was called for this run.
+    pub aborted: bool,
+    /// The runtime's perf stats from the FINISH callback.
+    pub perf: Option<RKLLMPerfStat>,
+    /// Bytes that never completed a character, as U+FFFD ("" normally).
+    pub tail: String,
+}
+
+impl Finish {
+    pub fn is_error(&self) -> bool {
+        self.started && (self.runtime_error || self.code != 0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Event {
+    /// `rkllm_run` is about to be called (the request's `admitted` instant).
+    Started { at: Instant },
+    Token(Token),
+    Finished(Finish),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("model path contains a NUL byte")]
+    BadPath,
+    #[error("rkllm_init failed with code {code}{}", log_suffix(.log))]
+    Init { code: i32, log: String },
+    #[error("the runtime thread has stopped")]
+    ThreadGone,
+    #[error("{call} returned {code}")]
+    Call { call: &'static str, code: i32 },
+    #[error("text for {0} contains a NUL byte")]
+    Nul(&'static str),
+}
+
+fn log_suffix(log: &str) -> String {
+    if log.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; runtime said: {}", log.trim())
+    }
+}
+
+/// Lets any thread abort one particular run.
+#[derive(Clone)]
+pub struct RunControl {
+    id: u64,
+    cancelled: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+impl RunControl {
+    /// Aborts this run: skipped if it has not started, `rkllm_abort` if it is
+    /// running, nothing if it has finished (so a late abort never hits the
+    /// next run on the handle).
+    pub fn abort(&self) {
+        let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
+        self.cancelled.store(true, Ordering::SeqCst);
+        if *active == Some(self.id) {
+            // SAFETY: the handle is alive while a run is active (it is destroyed
+            // only after the runtime thread leaves its loop).
+            unsafe { (self.shared.abort)(self.shared.handle) };
+        }
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+}
+
+/// State shared between the runtime thread and [`RunControl`]s.
+struct Shared {
+    handle: LLMHandle,
+    abort: unsafe extern "C" fn(LLMHandle) -> c_int,
+    /// The id of the run inside `rkllm_run`, if any. Held while calling
+    /// `rkllm_abort` so the run cannot end and another begin in between.
+    active: Mutex<Option<u64>>,
+    /// Bumped by the runtime thread on every command and token: a liveness signal.
+    heartbeat: AtomicU64,
+}
+
+// SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
+// on from any thread; every other use stays on the runtime thread.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
+
+type Reply<T> = oneshot::Sender<Result<T, ModelError>>;
+
+enum Command {
+    Run { req: RunRequest, id: u64, cancelled: Arc<AtomicBool>, events: UnboundedSender<Event> },
+    ClearKvCache { keep_system_prompt: bool, reply: Reply<()> },
+    KvCacheSize { reply: Reply<Vec<i32>> },
+    SetChatTemplate { parts: [CString; 3], reply: Reply<()> },
+    SetFunctionTools { parts: [CString; 3], reply: Reply<()> },
+}
+
+/// A loaded model: the runtime thread and its handle. Dropping it aborts a
+/// running generation, stops the thread and destroys the handle.
+pub struct Model {
+    commands: Option<mpsc::Sender<Command>>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    abi: Abi,
+    init_log: String,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Model {
+    /// Starts the runtime thread and initialises the model on it. Blocks
+    /// until `rkllm_init` has returned. What the runtime printed during init
+    /// is captured and kept ([`Model::init_log`]); on failure it is in the error.
+    pub fn load(runtime: Arc<Runtime>, cfg: InitConfig) -> Result<Model, ModelError> {
+        let path = CString::new(cfg.model_path.clone()).map_err(|_| ModelError::BadPath)?;
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (cmd_tx, cmd_rx) = mpsc::channel();
+        let abi = runtime.abi();
+        let thread = std::thread::Builder::new()
+            .name("rkllm-runtime".into())
+            .spawn(move || match *runtime.table() {
+                Table::V1_2(fns) => runtime_thread(fns, &cfg, &path, ready_tx, cmd_rx),
+                Table::V1_3(fns) => runtime_thread(fns, &cfg, &path, ready_tx, cmd_rx),
+            })
+            .map_err(|_| ModelError::ThreadGone)?;
+        match ready_rx.recv() {
+            Ok(Ok((shared, init_log))) => Ok(Model {
+                commands: Some(cmd_tx),
+                shared,
+                next_id: AtomicU64::new(1),
+                abi,
+                init_log,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(ModelError::ThreadGone)
+            }
+        }
+    }
+
+    pub fn abi(&self) -> Abi {
+        self.abi
+    }
+
+    /// What the runtime printed while `rkllm_init` ran.
+    pub fn init_log(&self) -> &str {
+        &self.init_log
+    }
+
+    /// A counter the runtime thread bumps whenever it does anything; stuck
+    /// only if the thread is stuck inside the runtime.
+    pub fn heartbeat(&self) -> u64 {
+        self.shared.heartbeat.load(Ordering::Relaxed)
+    }
+
+    /// Whether a run is inside `rkllm_run` now.
+    pub fn is_running(&self) -> bool {
+        self.shared.active.lock().map(|a| a.is_some()).unwrap_or(false)
+    }
+
+    /// Queues a run on the runtime thread. Its events go to `events`; the
+    /// returned control aborts it from any thread.
+    pub fn submit(&self, req: RunRequest, events: UnboundedSender<Event>) -> Result<RunControl, ModelError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        self.send(Command::Run { req, id, cancelled: cancelled.clone(), events })?;
+        Ok(RunControl { id, cancelled, shared: self.shared.clone() })
+    }
+
+    /// `rkllm_clear_kv_cache(h, keep_system_prompt, NULL, NULL)`.
+    pub fn clear_kv_cache(&self, keep_system_prompt: bool) -> oneshot::Receiver<Result<(), ModelError>> {
+        self.request(|reply| Command::ClearKvCache { keep_system_prompt, reply })
+    }
+
+    /// `rkllm_get_kv_cache_size`: tokens in the KV cache per batch slot.
+    pub fn kv_cache_size(&self) -> oneshot::Receiver<Result<Vec<i32>, ModelError>> {
+        self.request(|reply| Command::KvCacheSize { reply })
+    }
+
+    /// `rkllm_set_chat_template`; empty strings disable the runtime's template.
+    pub fn set_chat_template(&self, system: &str, prefix: &str, postfix: &str) -> oneshot::Receiver<Result<(), ModelError>> {
+        match cstrings([system, prefix, postfix], "the chat template") {
+            Ok(parts) => self.request(|reply| Command::SetChatTemplate { parts, reply }),
+            Err(e) => ready(Err(e)),
+        }
+    }
+
+    /// `rkllm_set_function_tools`.
+    pub fn set_function_tools(&self, system: &str, tools_json: &str, tool_response_tag: &str) -> oneshot::Receiver<Result<(), ModelError>> {
+        match cstrings([system, tools_json, tool_response_tag], "the function tools") {
+            Ok(parts) => self.request(|reply| Command::SetFunctionTools { parts, reply }),
+            Err(e) => ready(Err(e)),
+        }
+    }
+
+    fn send(&self, cmd: Command) -> Result<(), ModelError> {
+        self.commands.as_ref().ok_or(ModelError::ThreadGone)?.send(cmd).map_err(|_| ModelError::ThreadGone)
+    }
+
+    fn request<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> oneshot::Receiver<Result<T, ModelError>> {
+        let (tx, rx) = oneshot::channel();
+        // If the thread is gone, the dropped reply sender makes the receiver fail.
+        let _ = self.send(make(tx));
+        rx
+    }
+}
+
+fn ready<T>(value: Result<T, ModelError>) -> oneshot::Receiver<Result<T, ModelError>> {
+    let (tx, rx) = oneshot::channel();
+    let _ = tx.send(value);
+    rx
+}
+
+fn cstrings(parts: [&str; 3], what: &'static str) -> Result<[CString; 3], ModelError> {
+    let [a, b, c] = parts.map(CString::new);
+    Ok([a.map_err(|_| ModelError::Nul(what))?, b.map_err(|_| ModelError::Nul(what))?, c.map_err(|_| ModelError::Nul(what))?])
+}
+
+impl Drop for Model {
+    fn drop(&mut self) {
+        {
+            let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
+            if active.is_some() {
+                // SAFETY: a run is active, so the handle is alive.
+                unsafe { (self.shared.abort)(self.shared.handle) };
+            }
+        }
+        // Closing the command channel ends the thread's loop after the
+        // current command; it then destroys the handle.
+        self.commands.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+type Ready = mpsc::Sender<Result<(Arc<Shared>, String), ModelError>>;
+
+fn runtime_thread<A: Marshal>(fns: Functions<A>, cfg: &InitConfig, path: &CString, ready: Ready, commands: mpsc::Receiver<Command>) {
+    // SAFETY: calling the runtime's own constructor for its param struct.
+    let mut param = unsafe { (fns.create_default_param)() };
+    A::apply_config(&mut param, cfg, path.as_ptr());
+    let mut storage = A::callback_storage(on_result);
+    let mut handle: LLMHandle = std::ptr::null_mut();
+    // SAFETY: param and storage outlive the handle (they live on this frame
+    // until after rkllm_destroy); the path CString outlives init.
+    let (code, log) = capture_output(|| unsafe { A::init(&fns, &mut handle, &mut param, &mut storage) });
+    if code != 0 || handle.is_null() {
+        let _ = ready.send(Err(ModelError::Init { code, log }));
+        return;
+    }
+    let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None), heartbeat: AtomicU64::new(0) });
+    if ready.send(Ok((shared.clone(), log))).is_err() {
+        // SAFETY: the handle was initialised above and is not used after this.
+        unsafe { (fns.destroy)(handle) };
+        return;
+    }
+    while let Ok(cmd) = commands.recv() {
+        shared.heartbeat.fetch_add(1, Ordering::Relaxed);
+        match cmd {
+            Command::Run { req, id, cancelled, events } => run_one(&fns, &shared, req, id, &cancelled, events),
+            Command::ClearKvCache { keep_system_prompt, reply } => {
+                // SAFETY: valid handle; NULL range pointers are allowed.
+                let code = unsafe { (fns.clear_kv_cache)(handle, c_int::from(keep_system_prompt), std::ptr::null_mut(), std::ptr::null_mut()) };
+                let _ = reply.send(checked("rkllm_clear_kv_cache", code));
+            }
+            Command::KvCacheSize { reply } => {
+                // One entry per batch slot; n_batch is always 1, room for more anyway.
+                let mut sizes = vec![0 as c_int; 8];
+                // SAFETY: valid handle; the buffer holds more than n_batch entries.
+                let code = unsafe { (fns.get_kv_cache_size)(handle, sizes.as_mut_ptr()) };
+                sizes.truncate(1);
+                let _ = reply.send(checked("rkllm_get_kv_cache_size", code).map(|_| sizes));
+            }
+            Command::SetChatTemplate { parts: [a, b, c], reply } => {
+                // SAFETY: valid handle and NUL-terminated strings.
+                let code = unsafe { (fns.set_chat_template)(handle, a.as_ptr(), b.as_ptr(), c.as_ptr()) };
+                let _ = reply.send(checked("rkllm_set_chat_template", code));
+            }
+            Command::SetFunctionTools { parts: [a, b, c], reply } => {
+                // SAFETY: valid handle and NUL-terminated strings.
+                let code = unsafe { (fns.set_function_tools)(handle, a.as_ptr(), b.as_ptr(), c.as_ptr()) };
+                let _ = reply.send(checked("rkllm_set_function_tools", code));
+            }
+        }
+    }
+    // SAFETY: no run is active and no command can arrive any more.
+    unsafe { (fns.destroy)(handle) };
+}
+
+fn checked(call: &'static str, code: c_int) -> Result<(), ModelError> {
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(ModelError::Call { call, code })
+    }
+}
+
+/// What the callback works with during one run (its `userdata`).
+struct RunContext {
+    events: UnboundedSender<Event>,
+    utf8: Utf8Assembler,
+    perf: Option<RKLLMPerfStat>,
+    runtime_error: bool,
+    shared: Arc<Shared>,
+}
+
+fn run_one<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, req: RunRequest, id: u64, cancelled: &AtomicBool, events: UnboundedSender<Event>) {
+    let skipped = |at| Finish { at, started: false, code: 0, runtime_error: false, aborted: true, perf: None, tail: String::new() };
+    {
+        let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
+        if cancelled.load(Ordering::SeqCst) {
+            let _ = events.send(Event::Finished(skipped(Instant::now())));
+            return;
+        }
+        *active = Some(id);
+    }
+    let prompt = CString::new(req.prompt.replace('\0', "")).unwrap_or_default();
+    let mut input = A::prompt_input(req.role.as_cstr().as_ptr(), prompt.as_ptr(), req.enable_thinking);
+    let mut sampling = req.sampling.map(SamplingParams::to_ffi);
+    let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
+    let mut infer = A::infer_param(req.keep_history, req.max_new_tokens, sampling_ptr);
+    let mut ctx = RunContext { events, utf8: Utf8Assembler::new(), perf: None, runtime_error: false, shared: shared.clone() };
+    let _ = ctx.events.send(Event::Started { at: Instant::now() });
+    // SAFETY: every pointer (input, prompt, sampling, infer, ctx) outlives the
+    // blocking call; the callback only uses ctx through this userdata.
+    let code = unsafe { (fns.run)(shared.handle, &mut input, &mut infer, &mut ctx as *mut RunContext as *mut c_void) };
+    let at = Instant::now();
+    *shared.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let finish = Finish {
+        at,
+        started: true,
+        code,
+        runtime_error: ctx.runtime_error,
+        aborted: cancelled.load(Ordering::SeqCst),
+        perf: ctx.perf,
+        tail: ctx.utf8.finish(),
+    };
+    let _ = ctx.events.send(Event::Finished(finish));
+}
+
+/// The result callback registered at init for both ABIs.
+unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, state: c_int) -> c_int {
+    let at = Instant::now();
+    if userdata.is_null() {
+        return callback_return::CONTINUE;
+    }
+    // Never unwind into the runtime: a panic here is swallowed (and the
+    // run's events simply stop).
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: userdata is the RunContext passed to rkllm_run, alive and
+        // used by no one else while the run lasts.
+        let ctx = unsafe { &mut *(userdata as *mut RunContext) };
+        // SAFETY: the runtime passes a valid result (or NULL) for the call's duration.
+        let result = unsafe { result.as_ref() };
+        ctx.on_callback(result, state, at);
+    }));
+    callback_return::CONTINUE
+}
+
+impl RunContext {
+    fn on_callback(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) {
+        self.shared.heartbeat.fetch_add(1, Ordering::Relaxed);
+        match state {
+            call_state::NORMAL | call_state::WAITING => {
+                let Some(result) = result else { return };
+                let bytes = if result.text.is_null() {
+                    Vec::new()
+                } else {
+                    // SAFETY: `text` is NUL-terminated for the call's duration.
+                    unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
+                };
+                let text = self.utf8.push(&bytes);
+                let token = Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at };
+                let _ = self.events.send(Event::Token(token));
+            }
+            call_state::FINISH => self.perf = result.map(|r| r.perf),
+            call_state::ERROR => self.runtime_error = true,
+            _ => {}
+        }
+    }
+}
