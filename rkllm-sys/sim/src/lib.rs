@@ -1,1 +1,187 @@
+//! A simulated `librkllmrt.so`: Rockchip's RKLLM runtime C functions,
+//! implemented in Rust with `rkllm-sys`'s `repr(C)` types, for both ABIs
+//! (1.2.1–1.2.3 and 1.3.0). There is no model: replies are deterministic
+//! text, delivered at the pace of a published RK3588 model.
+//!
+//! # Two ways in
+//! * **In-process** (the daemon's mock backend): [`runtime`]`(abi)` gives a
+//!   [`rkllm_sys::Runtime`] whose [`table`] holds this crate's functions by
+//!   address. Both ABIs are offered; the 1.2 version reports `1.2.3`.
+//! * **As a shared library**: the cdylib `librkllm_sim.so` exports the real
+//!   symbol names (`rkllm_init`, `rkllm_run`, …) with ABI 1.3.0 only and
+//!   embeds `RKLLM SDK (version: 1.3.0 simulated)`, so
+//!   `rkllm_sys::sniff_file` and `Runtime::load` treat it as a 1.3.0
+//!   runtime. One exported `rkllm_createDefaultParam` cannot return two
+//!   struct sizes, hence no 1.2 cdylib. `rkllm_load_lora`,
+//!   `rkllm_load_prompt_cache`, `rkllm_release_prompt_cache` and
+//!   `rkllm_run_async` exist and return -1.
+//!
+//! Interposition: only the named exports (module `exports`) carry `rkllm_*`
+//! names, and they are thin wrappers; the table points at the unnamed
+//! functions behind them. An executable linking this crate does not export
+//! those names dynamically, so loading a real runtime next to it is safe.
+//!
+//! # Configuration: the `model_path` given to `rkllm_init`
+//! * `sim:PROFILE?key=value&key=value` — a simulated model with a timing
+//!   [`Profile`] (`sim:` alone or `sim:?…` uses the default profile).
+//! * a path to an existing file — profile from `RKLLM_SIM_PROFILE`, else
+//!   [`DEFAULT_PROFILE`].
+//! * anything else fails like the vendor runtime: it prints
+//!   `E rkllm: failed to open model file: PATH` and `E rkllm: invalid rkllm model!`
+//!   and `rkllm_init` returns -1 with the handle left NULL.
+//!
+//! Every key can also come from the environment as `RKLLM_SIM_<KEY>`
+//! (upper case; an empty variable counts as unset); a key in the path wins.
+//! An unknown key in the path, or a bad value, fails init with a line naming it.
+//! Values are taken literally (no percent-decoding) and cannot contain `&`.
+//!
+//! | key | value | effect |
+//! |---|---|---|
+//! | `time_scale` | number 0–1000, default 1 | multiplies every delay (0: no delays) |
+//! | `reply_tokens` | integer | reply length in generated tokens (default: 16–48, from the prompt's hash) |
+//! | `seed` | integer, default 0 | mixed into the reply's randomness |
+//! | `fail_init` | `npu_memory` (any other value too), `driver`, `platform`, `magic`, `tensors` | init fails with that board failure's line, e.g. `E rkllm: failed to malloc npu memory!` |
+//! | `error_after` | N | after N generated tokens of a reply the callback gets ERROR and `rkllm_run` returns -1 (a reply that ends first finishes normally) |
+//! | `prefill_extra_ms` | number | added to every prefill: a very slow prefill |
+//! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
+//! | `record` | path | appends one JSON line per call received (see below) |
+//!
+//! Init also checks what the vendor runtime checks: `extend_param.n_batch`
+//! outside 1..=100 prints `E rkllm: The n_batch must be between 1 and 100, but got N`;
+//! `max_context_len` must be positive. On success it prints the runtime's
+//! `I rkllm: rkllm-runtime version: …` and `I rkllm: rkllm-toolkit version: …` lines.
+//! All lines go straight to the process's stderr, where callers capture them.
+//!
+//! # Timing
+//! A run sleeps `prefill = (base_ms + per_token_ms × prefilled tokens + prefill_extra_ms) × time_scale`,
+//! then delivers the first token, then one token every `decode_ms × time_scale`,
+//! all against deadlines from the run's start (sleeps do not add up drift).
+//! The sleeping happens on the thread that called `rkllm_run`.
+//!
+//! [`PROFILES`] are Rockchip's published RK3588 figures (runtime 1.3.0, w8a8,
+//! time to first token at a 128-token prompt). Each TTFT is split like the
+//! Qwen2.5-1.5B field measurement (104 ms + 2.14 ms/token = 378 ms):
+//! `base_ms = TTFT × 104/378`, `per_token_ms = TTFT × (274/378)/128`.
+//!
+//! | profile | TTFT @128 | tok/s | base_ms | per_token_ms | decode_ms | memory |
+//! |---|---|---|---|---|---|---|
+//! | `instant` | 0 | ∞ | 0 | 0 | 0 | — |
+//! | `qwen2-0.5b` | 146 ms | 41.6 | 40.2 | 0.827 | 24.0 | 670 MB |
+//! | `qwen3-0.6b` | 199 ms | 32.9 | 54.8 | 1.127 | 30.4 | 791 MB |
+//! | `tinyllama-1.1b` | 244 ms | 24.4 | 67.1 | 1.382 | 41.0 | 1.09 GB |
+//! | `qwen2.5-1.5b` (default) | 378 ms | 16.7 | 104.0 | 2.141 | 59.9 | 1.69 GB |
+//! | `phi3-3.8b` | 1017 ms | 7.45 | 279.8 | 5.759 | 134.2 | 3.76 GB |
+//! | `chatglm3-6b` | 1353 ms | 4.98 | 372.3 | 7.662 | 200.8 | 5.99 GB |
+//!
+//! The FINISH callback's `perf` is measured, not copied from the profile:
+//! `prefill_time_ms` run start → first token, `generate_time_ms` first token
+//! → finish, `prefill_tokens` the tokens prefilled by this run,
+//! `generate_tokens` the token callbacks made (NORMAL and WAITING),
+//! `memory_usage_mb` the process's VmHWM.
+//!
+//! # Tokens
+//! Prompts are counted with [`tokenize`]. A run prefills
+//! `tokens(system)` (only when the KV cache is empty) `+ tokens(prefix + prompt + postfix)`
+//! of the chat template. The built-in template is ChatML
+//! ([`DEFAULT_SYSTEM`], [`DEFAULT_PREFIX`], [`DEFAULT_POSTFIX`]): a first
+//! prompt `p` prefills `62 + tokens(p)` tokens, a follow-up in a kept
+//! history `30 + tokens(p)`. `rkllm_set_chat_template` replaces the three
+//! parts (three empty strings: the prompt alone) and clears the KV cache.
+//! The role and `enable_thinking` do not change the count.
+//!
+//! Replies are deterministic for a prompt, seed and sampling setting
+//! (greedy `top_k` 1, the RKLLM default, ignores the sampling values).
+//! Generated text comes from a small vocabulary with multi-byte words
+//! (` café`, ` 日本`, ` 🚀`, ` 👍🏽`, …); scripted text is split with
+//! [`tokenize`]. A token containing a multi-byte character is delivered as
+//! two callbacks, both counted as generated tokens: WAITING with its bytes
+//! up to one byte into that character, then NORMAL with the rest. A
+//! piece's `token_id` is the FNV-1a hash of its bytes modulo 151936
+//! (Qwen2.5's vocabulary size).
+//!
+//! # Runs
+//! * The reply ends with FINISH (text NULL, `perf` filled) and `rkllm_run`
+//!   returns 0. `max_new_tokens` (init, or per run on 1.3 when > 0; ≤ 0: no
+//!   limit) and the room left in `max_context_len` cut it short the same way;
+//!   with `ignore_eos_token` (1.3) it continues up to that limit.
+//! * A prompt that does not fit in `max_context_len` (with the KV cache)
+//!   prints `E rkllm: … exceeds max context length …`, calls back ERROR and returns -1.
+//! * `keep_history = 1` keeps the prompt and generated tokens in the KV
+//!   cache, and the next run prefills only its own turn; `keep_history = 0`
+//!   empties the cache after the run. There is no automatic prefix reuse.
+//!   `rkllm_clear_kv_cache(h, 1, …)` keeps the system prompt's tokens,
+//!   `(h, 0, …)` nothing; the position ranges are not simulated.
+//!   `rkllm_get_kv_cache_size` writes the cache's token count to `sizes[0]`.
+//! * `rkllm_abort` from any thread stops a run at its next token boundary
+//!   (also while it waits for the next token); the prefill cannot be
+//!   interrupted. An aborted run gets FINISH with `perf` and returns 0.
+//!   An abort while no run is in progress does nothing.
+//! * A callback returning 1 pauses: no more callbacks, `rkllm_run` returns
+//!   0 without FINISH. The next `rkllm_run` resumes that reply, ignoring its
+//!   own input and parameters (its first token comes one decode interval
+//!   after the call). Clearing the cache or setting a template drops a paused reply.
+//! * A second `rkllm_run` on a handle that is running returns -1 at once
+//!   with an `E rkllm:` line and no callbacks. Clearing the cache, setting a
+//!   template or tools, and destroying are refused the same way during a run.
+//! * `rkllm_set_function_tools` is recorded only.
+//! * Only prompt input in GENERATE mode is simulated; anything else, or a
+//!   LoRA adapter name, gets ERROR and -1.
+//! * The callback gets `rkllm_run`'s `userdata`, or on 1.3 when that is NULL
+//!   the `result_userdata` given at init (the `RKLLMCallback` struct is copied).
+//! * NULL or unknown handles get -1; no call panics across the C boundary.
+//!
+//! # The record file
+//! One JSON object per line with `"call"`: `init` (every `RKLLMParam` field,
+//! `extend_param` nested, `abi`), `run` (`role`, `enable_thinking`,
+//! `input_type`, `prompt`, `mode`, `keep_history`, `lora_adapter`,
+//! `prompt_cache`, and on 1.3 `max_new_tokens` and `sampling` (object or
+//! null)), `run_end` (`code`, `end`: `eos`/`length`/`abort`/`pause`/`error`/`refused`,
+//! `prefill_tokens`, `generate_tokens`), `abort`, `clear_kv_cache`,
+//! `set_chat_template`, `set_function_tools`, `destroy`.
 
+mod call;
+mod config;
+mod engine;
+mod exports;
+mod ffi;
+mod gate;
+mod generate;
+mod handles;
+mod log;
+mod profile;
+mod record;
+mod run;
+mod script;
+mod template;
+mod tokenizer;
+
+pub use config::{KEYS, SCHEME};
+pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
+pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
+pub use tokenizer::tokenize;
+
+use rkllm_sys::{Abi, Runtime, Table, V1_2, V1_3};
+
+/// The name the in-process runtime reports as its origin.
+pub const NAME: &str = "rkllm-sim";
+
+/// The runtime version the simulator reports for an ABI.
+pub fn version(abi: Abi) -> &'static str {
+    match abi {
+        Abi::V1_2 => "1.2.3",
+        Abi::V1_3 => "1.3.0",
+    }
+}
+
+/// The simulator's functions for one ABI, by address.
+pub fn table(abi: Abi) -> Table {
+    match abi {
+        Abi::V1_2 => Table::V1_2(ffi::functions::<V1_2>()),
+        Abi::V1_3 => Table::V1_3(ffi::functions::<V1_3>()),
+    }
+}
+
+/// The simulated runtime, in-process, for one ABI.
+pub fn runtime(abi: Abi) -> Runtime {
+    Runtime::in_process(table(abi), version(abi), NAME)
+}

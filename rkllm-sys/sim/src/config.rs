@@ -1,0 +1,168 @@
+//! The simulator's configuration, read from the `model_path` given to
+//! `rkllm_init` and from `RKLLM_SIM_*` environment variables.
+
+use crate::profile::{self, Profile, DEFAULT_PROFILE};
+use std::path::{Path, PathBuf};
+
+/// A `model_path` starting with this selects a simulated model by profile.
+pub const SCHEME: &str = "sim:";
+
+/// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
+pub const KEYS: [&str; 8] =
+    ["time_scale", "reply_tokens", "seed", "fail_init", "error_after", "prefill_extra_ms", "script", "record"];
+
+/// Largest accepted `time_scale`, so that every delay fits a `Duration`.
+const MAX_TIME_SCALE: f64 = 1000.0;
+/// Largest accepted `prefill_extra_ms` (one hour).
+const MAX_PREFILL_EXTRA_MS: f64 = 3_600_000.0;
+
+#[derive(Debug, Clone)]
+pub(crate) struct SimConfig {
+    pub profile: Profile,
+    pub time_scale: f64,
+    pub reply_tokens: Option<usize>,
+    pub seed: u64,
+    /// Which init failure to simulate (see `fail_init_line`).
+    pub fail_init: Option<String>,
+    pub error_after: Option<usize>,
+    pub prefill_extra_ms: f64,
+    pub script: Option<PathBuf>,
+    pub record: Option<PathBuf>,
+}
+
+#[derive(Debug)]
+pub(crate) enum ConfigError {
+    /// A plain path that is not a file: fails like the vendor runtime.
+    NoModelFile(String),
+    /// Anything else, as the text after `E rkllm: `.
+    Invalid(String),
+}
+
+/// Reads the configuration. `env` looks up an environment variable (an
+/// empty value counts as unset); a key in the path wins over the variable.
+pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> Result<SimConfig, ConfigError> {
+    let env = |name: &str| env(name).filter(|v| !v.is_empty());
+    let (profile_name, spec) = match model_path.strip_prefix(SCHEME) {
+        Some(rest) => {
+            let (name, query) = rest.split_once('?').unwrap_or((rest, ""));
+            (Some(name).filter(|n| !n.is_empty()).map(str::to_owned), parse_query(query)?)
+        }
+        None if Path::new(model_path).is_file() => (None, Vec::new()),
+        None => return Err(ConfigError::NoModelFile(model_path.to_owned())),
+    };
+    let profile_name = profile_name.or_else(|| env("RKLLM_SIM_PROFILE")).unwrap_or_else(|| DEFAULT_PROFILE.to_owned());
+    let profile = profile::profile(&profile_name).ok_or_else(|| {
+        ConfigError::Invalid(format!("simulator: unknown profile \"{profile_name}\" (known: {})", profile::names()))
+    })?;
+    let value = |key: &str| {
+        let from_spec = spec.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        from_spec.or_else(|| env(&format!("RKLLM_SIM_{}", key.to_ascii_uppercase())))
+    };
+    Ok(SimConfig {
+        profile,
+        time_scale: number(&value, "time_scale", 1.0, MAX_TIME_SCALE)?,
+        reply_tokens: optional(&value, "reply_tokens")?,
+        seed: optional(&value, "seed")?.unwrap_or(0),
+        fail_init: value("fail_init"),
+        error_after: optional(&value, "error_after")?,
+        prefill_extra_ms: number(&value, "prefill_extra_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
+        script: value("script").map(PathBuf::from),
+        record: value("record").map(PathBuf::from),
+    })
+}
+
+/// `key=value&key=value`; values are taken literally (no percent-decoding),
+/// so they cannot contain `&`.
+fn parse_query(query: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if KEYS.contains(&key) {
+                Ok((key.to_owned(), value.to_owned()))
+            } else {
+                Err(ConfigError::Invalid(format!(
+                    "simulator: unknown key \"{key}\" in model path (known: {})",
+                    KEYS.join(", ")
+                )))
+            }
+        })
+        .collect()
+}
+
+fn invalid(key: &str, value: &str, expected: &str) -> ConfigError {
+    ConfigError::Invalid(format!("simulator: {key}={value:?} is not {expected}"))
+}
+
+fn optional<T: std::str::FromStr>(
+    value: &impl Fn(&str) -> Option<String>,
+    key: &str,
+) -> Result<Option<T>, ConfigError> {
+    value(key).map(|v| v.trim().parse().map_err(|_| invalid(key, &v, "a non-negative integer"))).transpose()
+}
+
+fn number(value: &impl Fn(&str) -> Option<String>, key: &str, default: f64, max: f64) -> Result<f64, ConfigError> {
+    let Some(v) = value(key) else {
+        return Ok(default);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(n) if (0.0..=max).contains(&n) => Ok(n),
+        _ => Err(invalid(key, &v, &format!("a number from 0 to {max}"))),
+    }
+}
+
+/// The line `rkllm_init` prints for `fail_init=KIND`: one of the failures
+/// users meet on boards, `npu_memory` for any unknown kind.
+pub(crate) fn fail_init_line(kind: &str) -> &'static str {
+    match kind {
+        "driver" => "E rkllm: Your rknpu driver version is too low, please upgrade to 0.9.7",
+        "platform" => "E rkllm: Platform error: must be either RK3588, RK3576, RV1126B, or RK3562",
+        "magic" => "E rkllm: invalid rknn llm model magic",
+        "tensors" => "E rkllm: wrong number of tensors",
+        _ => "E rkllm: failed to malloc npu memory!",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn sim_path_with_keys() {
+        let c = parse("sim:qwen2-0.5b?time_scale=0.5&reply_tokens=7&seed=3", no_env).unwrap();
+        assert_eq!(c.profile.name, "qwen2-0.5b");
+        assert_eq!((c.time_scale, c.reply_tokens, c.seed), (0.5, Some(7), 3));
+    }
+
+    #[test]
+    fn spec_wins_over_env_and_env_fills_the_rest() {
+        let env = |k: &str| match k {
+            "RKLLM_SIM_SEED" => Some("9".to_owned()),
+            "RKLLM_SIM_REPLY_TOKENS" => Some("5".to_owned()),
+            "RKLLM_SIM_PROFILE" => Some("instant".to_owned()),
+            _ => None,
+        };
+        let c = parse("sim:?seed=1", env).unwrap();
+        assert_eq!((c.seed, c.reply_tokens, c.profile.name), (1, Some(5), "instant"));
+        let c = parse("sim:phi3-3.8b", env).unwrap();
+        assert_eq!(c.profile.name, "phi3-3.8b");
+    }
+
+    #[test]
+    fn bad_keys_values_and_paths() {
+        let err = |p: &str| match parse(p, no_env) {
+            Err(ConfigError::Invalid(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(err("sim:instant?colour=red").contains("\"colour\""));
+        assert!(err("sim:instant?time_scale=-1").contains("time_scale"));
+        assert!(err("sim:instant?seed=x").contains("seed"));
+        assert!(err("sim:gpt-5").contains("unknown profile"));
+        assert!(matches!(parse("/no/such/model.rkllm", no_env), Err(ConfigError::NoModelFile(_))));
+    }
+}

@@ -1,0 +1,190 @@
+//! One simulated model behind a handle: what `rkllm_init` set up, the KV
+//! cache and template state, and every handle operation but the run itself
+//! (which is in `run`).
+
+use crate::call::InitParams;
+use crate::config::{self, ConfigError, SimConfig};
+use crate::gate::RunGate;
+use crate::generate::Piece;
+use crate::log;
+use crate::record::{self, Recorder};
+use crate::script::Script;
+use crate::template::ChatTemplate;
+use rkllm_sys::common::LLMResultCallback;
+use serde_json::json;
+use std::ffi::{c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+/// Where results go: the callback and the `userdata` used when `rkllm_run`
+/// is given none (`result_userdata` on ABI 1.3, NULL on 1.2).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Callback {
+    pub function: Option<LLMResultCallback>,
+    /// A pointer kept as an address: the runtime never dereferences it.
+    pub userdata: usize,
+}
+
+impl Callback {
+    pub fn new(function: Option<LLMResultCallback>, userdata: *mut c_void) -> Self {
+        Callback { function, userdata: userdata as usize }
+    }
+}
+
+/// A reply being delivered, kept across a pause.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub pieces: Vec<Piece>,
+    /// Index of the next piece to deliver.
+    pub next: usize,
+    /// `max_new_tokens` or the context size cut the reply short.
+    pub truncated: bool,
+    pub keep_history: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    /// Tokens in the KV cache (prompts and generated tokens kept).
+    pub kv_tokens: usize,
+    /// How many of those are the template's system part at its start.
+    pub kv_system_tokens: usize,
+    pub template: ChatTemplate,
+    /// A reply whose run was paused by its callback.
+    pub paused: Option<Reply>,
+}
+
+impl State {
+    /// Empties the KV cache, or all but the system prompt at its start, and
+    /// drops a paused reply (whose context that was).
+    pub fn clear(&mut self, keep_system_prompt: bool) {
+        self.paused = None;
+        if keep_system_prompt {
+            self.kv_tokens = self.kv_system_tokens.min(self.kv_tokens);
+        } else {
+            self.kv_tokens = 0;
+        }
+        self.kv_system_tokens = self.kv_tokens;
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct SimModel {
+    pub params: InitParams,
+    pub config: SimConfig,
+    pub script: Option<Script>,
+    pub recorder: Recorder,
+    pub callback: Callback,
+    pub gate: RunGate,
+    pub state: Mutex<State>,
+}
+
+/// Prints the lines of a failed init; `rkllm_init` returns -1.
+fn failed(lines: &[&str]) -> c_int {
+    lines.iter().for_each(|l| log::line(l));
+    -1
+}
+
+impl SimModel {
+    /// `rkllm_init`: reads the configuration from the model path, checks the
+    /// parameters like the vendor runtime, prints its banner lines.
+    pub fn init(params: InitParams, callback: Callback) -> Result<SimModel, c_int> {
+        log::line(&format!(
+            "I rkllm: rkllm-runtime version: {} (simulated), rknpu driver version: 0.9.8, platform: RK3588",
+            crate::version(params.abi)
+        ));
+        let path = params.model_path.as_deref().unwrap_or("(null)");
+        let config = config::parse(path, |name| std::env::var(name).ok()).map_err(|e| match e {
+            ConfigError::NoModelFile(path) => {
+                failed(&[&format!("E rkllm: failed to open model file: {path}"), "E rkllm: invalid rkllm model!"])
+            }
+            ConfigError::Invalid(message) => failed(&[&format!("E rkllm: {message}")]),
+        })?;
+        let recorder = Recorder::open(config.record.as_deref()).map_err(|m| failed(&[&format!("E rkllm: {m}")]))?;
+        recorder.write(record::init(&params, callback.function.is_some()));
+        let n_batch = params.extend.n_batch;
+        if !(1..=100).contains(&n_batch) {
+            return Err(failed(&[&format!("E rkllm: The n_batch must be between 1 and 100, but got {n_batch}")]));
+        }
+        if params.max_context_len <= 0 {
+            return Err(failed(&[&format!(
+                "E rkllm: max_context_len must be greater than 0, but got {}",
+                params.max_context_len
+            )]));
+        }
+        if let Some(kind) = &config.fail_init {
+            return Err(failed(&[config::fail_init_line(kind)]));
+        }
+        let script =
+            config.script.as_deref().map(Script::load).transpose().map_err(|m| failed(&[&format!("E rkllm: {m}")]))?;
+        log::line(&format!(
+            "I rkllm: rkllm-toolkit version: simulated, max_context_limit: {}, npu_core_num: 3, target_platform: RK3588, model_dtype: W8A8",
+            params.max_context_len
+        ));
+        Ok(SimModel { params, config, script, recorder, callback, gate: RunGate::default(), state: Mutex::default() })
+    }
+
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Handle operations other than abort are refused during a run: the
+    /// vendor runtime leaves them undefined, and a caller doing that has a bug.
+    fn refuse_if_running(&self, call: &str) -> Result<(), c_int> {
+        if self.gate.is_running() {
+            log::line(&format!("E rkllm: {call} called while rkllm_run is in progress on this handle"));
+            return Err(-1);
+        }
+        Ok(())
+    }
+
+    pub fn abort(&self) -> c_int {
+        self.recorder.write(json!({"call": "abort", "running": self.gate.is_running()}));
+        self.gate.abort();
+        0
+    }
+
+    /// The KV cache is cleared as a whole (or down to the system prompt);
+    /// the optional position ranges of the C call are not simulated.
+    pub fn clear_kv_cache(&self, keep_system_prompt: bool) -> c_int {
+        self.recorder.write(json!({"call": "clear_kv_cache", "keep_system_prompt": keep_system_prompt}));
+        if let Err(code) = self.refuse_if_running("rkllm_clear_kv_cache") {
+            return code;
+        }
+        self.state().clear(keep_system_prompt);
+        0
+    }
+
+    pub fn kv_cache_size(&self) -> usize {
+        self.state().kv_tokens
+    }
+
+    /// Takes effect at once and clears the whole KV cache, as on the vendor runtime.
+    pub fn set_chat_template(&self, parts: [Option<String>; 3]) -> c_int {
+        self.recorder.write(record::strings("set_chat_template", ["system", "prefix", "postfix"], &parts));
+        if let Err(code) = self.refuse_if_running("rkllm_set_chat_template") {
+            return code;
+        }
+        let [system, prefix, postfix] = parts.map(Option::unwrap_or_default);
+        let mut state = self.state();
+        state.template = ChatTemplate::new(&system, &prefix, &postfix);
+        state.clear(false);
+        0
+    }
+
+    /// Recorded only: the simulated model neither sees tools nor calls them.
+    pub fn set_function_tools(&self, parts: [Option<String>; 3]) -> c_int {
+        self.recorder.write(record::strings("set_function_tools", ["system", "tools", "tool_response_tag"], &parts));
+        if let Err(code) = self.refuse_if_running("rkllm_set_function_tools") {
+            return code;
+        }
+        0
+    }
+
+    /// Whether the handle may be destroyed now (not while a run is in progress).
+    pub fn destroy(&self) -> c_int {
+        self.recorder.write(json!({"call": "destroy"}));
+        match self.refuse_if_running("rkllm_destroy") {
+            Ok(()) => 0,
+            Err(code) => code,
+        }
+    }
+}

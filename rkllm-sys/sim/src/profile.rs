@@ -1,0 +1,67 @@
+//! Timing profiles: how long a simulated model takes to prefill and decode.
+//!
+//! The figures are Rockchip's published RK3588 numbers (runtime 1.3.0, w8a8,
+//! 128-token prompt). Time to first token is split into a fixed part and a
+//! per-prompt-token part in the proportion measured on Qwen2.5-1.5B
+//! (104 ms + 2.14 ms/token = 378 ms at 128 tokens), so a longer prompt takes
+//! longer to prefill the way it does on a board.
+
+/// The timing of one simulated model. All times are before `time_scale`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Profile {
+    pub name: &'static str,
+    /// Fixed part of the prefill, ms.
+    pub base_ms: f64,
+    /// Prefill time per prompt token, ms.
+    pub per_token_ms: f64,
+    /// Time between two generated tokens, ms (1000 / tokens per second).
+    pub decode_ms: f64,
+    /// Published memory use, MB (informational: `perf.memory_usage_mb`
+    /// reports this process's real peak instead).
+    pub memory_mb: f64,
+}
+
+impl Profile {
+    /// Prefill time for `tokens` prompt tokens, ms.
+    pub fn prefill_ms(&self, tokens: usize) -> f64 {
+        self.base_ms + self.per_token_ms * tokens as f64
+    }
+}
+
+/// The Qwen2.5-1.5B field measurement, as shares of its 378 ms TTFT.
+const BASE_SHARE: f64 = 104.0 / 378.0;
+const PER_TOKEN_SHARE: f64 = (274.0 / 378.0) / 128.0;
+
+const fn published(name: &'static str, ttft_ms: f64, tokens_per_s: f64, memory_mb: f64) -> Profile {
+    Profile {
+        name,
+        base_ms: ttft_ms * BASE_SHARE,
+        per_token_ms: ttft_ms * PER_TOKEN_SHARE,
+        decode_ms: 1000.0 / tokens_per_s,
+        memory_mb,
+    }
+}
+
+/// The profile used when none is named.
+pub const DEFAULT_PROFILE: &str = "qwen2.5-1.5b";
+
+/// Every profile: `instant` (no delays at all) and one per published model.
+pub const PROFILES: [Profile; 7] = [
+    Profile { name: "instant", base_ms: 0.0, per_token_ms: 0.0, decode_ms: 0.0, memory_mb: 0.0 },
+    published("qwen2-0.5b", 146.0, 41.6, 670.0),
+    published("qwen3-0.6b", 199.0, 32.9, 791.0),
+    published("tinyllama-1.1b", 244.0, 24.4, 1090.0),
+    published("qwen2.5-1.5b", 378.0, 16.7, 1690.0),
+    published("phi3-3.8b", 1017.0, 7.45, 3760.0),
+    published("chatglm3-6b", 1353.0, 4.98, 5990.0),
+];
+
+/// The profile with this name (ASCII case ignored).
+pub fn profile(name: &str) -> Option<Profile> {
+    PROFILES.iter().find(|p| p.name.eq_ignore_ascii_case(name)).copied()
+}
+
+/// The profile names, for error messages.
+pub(crate) fn names() -> String {
+    PROFILES.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,70 @@
+//! The cdylib as a drop-in `librkllmrt.so`: found, sniffed and loaded the
+//! way the daemon loads the vendor library, then paced like its profile.
+
+mod common;
+
+use common::{collect, first_turn_tokens, median};
+use rkllm_sys::{sniff_file, Abi, InitConfig, Model, RunRequest, Runtime};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Cargo puts the cdylib into `target/<profile>/deps/` (next to this test
+/// executable) and a copy into `target/<profile>/`.
+fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("executable directory");
+    [deps, deps.parent().unwrap_or(deps)]
+        .iter()
+        .map(|dir| dir.join("librkllm_sim.so"))
+        .find(|p| p.is_file())
+        .expect("librkllm_sim.so is built next to the tests")
+}
+
+#[test]
+fn loads_as_runtime_1_3_and_paces_like_its_profile() {
+    let path = cdylib();
+    let sniffed = sniff_file(&path, None).expect("version marker found");
+    assert_eq!(sniffed.version.as_deref(), Some("1.3.0"));
+    assert_eq!(sniffed.abi, Abi::V1_3);
+
+    let runtime = Arc::new(Runtime::load(&path, None).expect("dlopen and every symbol"));
+    assert_eq!(runtime.abi(), Abi::V1_3);
+    let scale = 0.2;
+    let model = Model::load(runtime, InitConfig::new(format!("sim:qwen2.5-1.5b?time_scale={scale}&reply_tokens=12")))
+        .expect("init");
+    assert!(model.init_log().contains("rkllm-runtime version: 1.3.0 (simulated)"), "{}", model.init_log());
+    assert!(model.init_log().contains("max_context_limit: 4096"), "{}", model.init_log());
+
+    let prompt = "Tell me about the NPU in the RK3588, please.";
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    model.submit(RunRequest::prompt(prompt), tx).expect("submitted");
+    let out = collect(&mut rx);
+
+    assert_eq!(out.finish.code, 0);
+    assert!(!out.finish.is_error());
+    assert_eq!(out.tokens.len(), 12);
+    let perf = out.perf();
+    assert_eq!(perf.generate_tokens as usize, out.tokens.len());
+    let prefill_tokens = first_turn_tokens(prompt);
+    assert_eq!(perf.prefill_tokens as usize, prefill_tokens);
+
+    let profile = rkllm_sim::profile("qwen2.5-1.5b").expect("profile");
+    let prefill = Duration::from_secs_f64(profile.prefill_ms(prefill_tokens) * scale / 1000.0);
+    let decode = Duration::from_secs_f64(profile.decode_ms * scale / 1000.0);
+    // The prefill is slept in full: never shorter, seen from either side.
+    assert!(
+        out.tokens[0].at - out.started >= prefill,
+        "first token after {:?}, prefill {prefill:?}",
+        out.tokens[0].at - out.started
+    );
+    assert!(f64::from(perf.prefill_time_ms) >= prefill.as_secs_f64() * 1000.0 - 0.01, "{perf:?} vs {prefill:?}");
+    // Pacing: median gap within ±50 % of the decode interval (shared machine).
+    let gap = median(out.gaps());
+    assert!(gap >= decode / 2 && gap <= decode * 3 / 2, "median gap {gap:?}, decode interval {decode:?}");
+    // Measured, not copied: generation spans the 11 intervals after the
+    // first token (less the first token's wake-up lateness: one interval of
+    // tolerance).
+    assert!(f64::from(perf.generate_time_ms) >= (decode * 10).as_secs_f64() * 1000.0, "{perf:?}");
+    assert!(perf.memory_usage_mb > 0.0, "VmHWM read: {perf:?}");
+}
