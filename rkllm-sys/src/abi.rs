@@ -93,10 +93,8 @@ pub struct Functions<A: AbiTypes> {
     pub destroy: unsafe extern "C" fn(LLMHandle) -> c_int,
     pub clear_kv_cache: unsafe extern "C" fn(LLMHandle, c_int, *mut c_int, *mut c_int) -> c_int,
     pub get_kv_cache_size: unsafe extern "C" fn(LLMHandle, *mut c_int) -> c_int,
-    pub set_chat_template:
-        unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
-    pub set_function_tools:
-        unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
+    pub set_chat_template: unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
+    pub set_function_tools: unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
 }
 
 impl<A: AbiTypes> Clone for Functions<A> {

@@ -93,7 +93,12 @@ impl Runtime {
             Abi::V1_2 => Table::V1_2(resolve::<V1_2>(&library, &shown)?),
             Abi::V1_3 => Table::V1_3(resolve::<V1_3>(&library, &shown)?),
         };
-        Ok(Runtime { table, version: sniffed.version, origin: Origin::Library(path.to_owned()), _library: Some(library) })
+        Ok(Runtime {
+            table,
+            version: sniffed.version,
+            origin: Origin::Library(path.to_owned()),
+            _library: Some(library),
+        })
     }
 
     pub fn table(&self) -> &Table {
@@ -119,9 +124,7 @@ fn resolve<A: AbiTypes>(library: &Library, path: &str) -> Result<Functions<A>, L
         let mut name = symbol.as_bytes().to_vec();
         name.push(0);
         // SAFETY: `T` is the exact C signature of `symbol` for the sniffed ABI.
-        unsafe { library.get::<T>(&name) }
-            .map(|s| *s)
-            .map_err(|_| LoadError::Symbol { path: path.to_owned(), symbol })
+        unsafe { library.get::<T>(&name) }.map(|s| *s).map_err(|_| LoadError::Symbol { path: path.to_owned(), symbol })
     }
     let [create_default_param, init, run, abort, is_running, destroy, clear_kv_cache, get_kv_cache_size, set_chat_template, set_function_tools] =
         SYMBOLS;

@@ -184,7 +184,9 @@ impl Finish {
 #[derive(Debug, Clone)]
 pub enum Event {
     /// `rkllm_run` is about to be called (the request's `admitted` instant).
-    Started { at: Instant },
+    Started {
+        at: Instant,
+    },
     Token(Token),
     Finished(Finish),
 }
@@ -351,7 +353,12 @@ impl Model {
     }
 
     /// `rkllm_set_chat_template`; empty strings disable the runtime's template.
-    pub fn set_chat_template(&self, system: &str, prefix: &str, postfix: &str) -> oneshot::Receiver<Result<(), ModelError>> {
+    pub fn set_chat_template(
+        &self,
+        system: &str,
+        prefix: &str,
+        postfix: &str,
+    ) -> oneshot::Receiver<Result<(), ModelError>> {
         match cstrings([system, prefix, postfix], "the chat template") {
             Ok(parts) => self.request(|reply| Command::SetChatTemplate { parts, reply }),
             Err(e) => ready(Err(e)),
@@ -359,7 +366,12 @@ impl Model {
     }
 
     /// `rkllm_set_function_tools`.
-    pub fn set_function_tools(&self, system: &str, tools_json: &str, tool_response_tag: &str) -> oneshot::Receiver<Result<(), ModelError>> {
+    pub fn set_function_tools(
+        &self,
+        system: &str,
+        tools_json: &str,
+        tool_response_tag: &str,
+    ) -> oneshot::Receiver<Result<(), ModelError>> {
         match cstrings([system, tools_json, tool_response_tag], "the function tools") {
             Ok(parts) => self.request(|reply| Command::SetFunctionTools { parts, reply }),
             Err(e) => ready(Err(e)),
@@ -386,18 +398,28 @@ fn ready<T>(value: Result<T, ModelError>) -> oneshot::Receiver<Result<T, ModelEr
 
 fn cstrings(parts: [&str; 3], what: &'static str) -> Result<[CString; 3], ModelError> {
     let [a, b, c] = parts.map(CString::new);
-    Ok([a.map_err(|_| ModelError::Nul(what))?, b.map_err(|_| ModelError::Nul(what))?, c.map_err(|_| ModelError::Nul(what))?])
+    Ok([
+        a.map_err(|_| ModelError::Nul(what))?,
+        b.map_err(|_| ModelError::Nul(what))?,
+        c.map_err(|_| ModelError::Nul(what))?,
+    ])
+}
+
+impl Model {
+    /// Aborts whatever run is inside `rkllm_run` now (shutdown); runs still
+    /// queued on the thread are not affected.
+    pub fn abort_active(&self) {
+        let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
+        if active.is_some() {
+            // SAFETY: a run is active, so the handle is alive.
+            unsafe { (self.shared.abort)(self.shared.handle) };
+        }
+    }
 }
 
 impl Drop for Model {
     fn drop(&mut self) {
-        {
-            let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
-            if active.is_some() {
-                // SAFETY: a run is active, so the handle is alive.
-                unsafe { (self.shared.abort)(self.shared.handle) };
-            }
-        }
+        self.abort_active();
         // Closing the command channel ends the thread's loop after the
         // current command; it then destroys the handle.
         self.commands.take();
@@ -409,7 +431,13 @@ impl Drop for Model {
 
 type Ready = mpsc::Sender<Result<(Arc<Shared>, String), ModelError>>;
 
-fn runtime_thread<A: Marshal>(fns: Functions<A>, cfg: &InitConfig, path: &CString, ready: Ready, commands: mpsc::Receiver<Command>) {
+fn runtime_thread<A: Marshal>(
+    fns: Functions<A>,
+    cfg: &InitConfig,
+    path: &CString,
+    ready: Ready,
+    commands: mpsc::Receiver<Command>,
+) {
     // SAFETY: calling the runtime's own constructor for its param struct.
     let mut param = unsafe { (fns.create_default_param)() };
     A::apply_config(&mut param, cfg, path.as_ptr());
@@ -434,7 +462,14 @@ fn runtime_thread<A: Marshal>(fns: Functions<A>, cfg: &InitConfig, path: &CStrin
             Command::Run { req, id, cancelled, events } => run_one(&fns, &shared, req, id, &cancelled, events),
             Command::ClearKvCache { keep_system_prompt, reply } => {
                 // SAFETY: valid handle; NULL range pointers are allowed.
-                let code = unsafe { (fns.clear_kv_cache)(handle, c_int::from(keep_system_prompt), std::ptr::null_mut(), std::ptr::null_mut()) };
+                let code = unsafe {
+                    (fns.clear_kv_cache)(
+                        handle,
+                        c_int::from(keep_system_prompt),
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                    )
+                };
                 let _ = reply.send(checked("rkllm_clear_kv_cache", code));
             }
             Command::KvCacheSize { reply } => {
@@ -476,10 +511,30 @@ struct RunContext {
     perf: Option<RKLLMPerfStat>,
     runtime_error: bool,
     shared: Arc<Shared>,
+    /// The run's abort flag: an abort that arrived between marking the run
+    /// active and the runtime entering it may have been ignored by the
+    /// runtime, so the first token re-issues it.
+    cancelled: Arc<AtomicBool>,
+    reissued_abort: bool,
 }
 
-fn run_one<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, req: RunRequest, id: u64, cancelled: &AtomicBool, events: UnboundedSender<Event>) {
-    let skipped = |at| Finish { at, started: false, code: 0, runtime_error: false, aborted: true, perf: None, tail: String::new() };
+fn run_one<A: Marshal>(
+    fns: &Functions<A>,
+    shared: &Arc<Shared>,
+    req: RunRequest,
+    id: u64,
+    cancelled: &Arc<AtomicBool>,
+    events: UnboundedSender<Event>,
+) {
+    let skipped = |at| Finish {
+        at,
+        started: false,
+        code: 0,
+        runtime_error: false,
+        aborted: true,
+        perf: None,
+        tail: String::new(),
+    };
     {
         let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
         if cancelled.load(Ordering::SeqCst) {
@@ -493,7 +548,15 @@ fn run_one<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, req: RunRequest
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);
     let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
     let mut infer = A::infer_param(req.keep_history, req.max_new_tokens, sampling_ptr);
-    let mut ctx = RunContext { events, utf8: Utf8Assembler::new(), perf: None, runtime_error: false, shared: shared.clone() };
+    let mut ctx = RunContext {
+        events,
+        utf8: Utf8Assembler::new(),
+        perf: None,
+        runtime_error: false,
+        shared: shared.clone(),
+        cancelled: cancelled.clone(),
+        reissued_abort: false,
+    };
     let _ = ctx.events.send(Event::Started { at: Instant::now() });
     // SAFETY: every pointer (input, prompt, sampling, infer, ctx) outlives the
     // blocking call; the callback only uses ctx through this userdata.
@@ -546,6 +609,11 @@ impl RunContext {
                 let text = self.utf8.push(&bytes);
                 let token = Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at };
                 let _ = self.events.send(Event::Token(token));
+                if !self.reissued_abort && self.cancelled.load(Ordering::SeqCst) {
+                    self.reissued_abort = true;
+                    // SAFETY: called during the run, so the handle is alive.
+                    unsafe { (self.shared.abort)(self.shared.handle) };
+                }
             }
             call_state::FINISH => self.perf = result.map(|r| r.perf),
             call_state::ERROR => self.runtime_error = true,

@@ -18,21 +18,13 @@ pub const SUPPORTED: &str = "1.3.x (ABI 1.3) and 1.2.1-1.2.3 (ABI 1.2)";
 #[derive(Debug, thiserror::Error)]
 pub enum SniffError {
     #[error("cannot read runtime library {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("runtime library {path} is version {version}, which rkllmd cannot drive: supported are {SUPPORTED}. Install a supported librkllmrt.so")]
     Unsupported { path: String, version: String },
     #[error("runtime library {path} carries no \"RKLLM SDK (version: …\" marker, so its ABI is unknown. Set runtime_abi = \"1.3\" or \"1.2\" in the config (or --runtime-abi / RKLLMD_RUNTIME_ABI) to the version of the library you installed")]
     NoMarker { path: String },
     #[error("runtime library {path} says version {version} (ABI {found}) but runtime_abi is set to {configured}; remove runtime_abi or install the library you meant")]
-    Conflict {
-        path: String,
-        version: String,
-        found: Abi,
-        configured: Abi,
-    },
+    Conflict { path: String, version: String, found: Abi, configured: Abi },
 }
 
 /// What sniffing found: the version text (if the marker was there) and the ABI to use.
@@ -46,10 +38,7 @@ pub struct Sniffed {
 pub fn find_version(bytes: &[u8]) -> Option<String> {
     let start = memchr::memmem::find(bytes, VERSION_MARKER)? + VERSION_MARKER.len();
     let tail = &bytes[start..bytes.len().min(start + 32)];
-    let end = tail
-        .iter()
-        .position(|b| !(b.is_ascii_digit() || *b == b'.'))
-        .unwrap_or(tail.len());
+    let end = tail.iter().position(|b| !(b.is_ascii_digit() || *b == b'.')).unwrap_or(tail.len());
     let version = std::str::from_utf8(&tail[..end]).ok()?.trim_end_matches('.');
     (!version.is_empty()).then(|| version.to_owned())
 }
@@ -76,12 +65,9 @@ pub fn sniff_bytes(path: &str, bytes: &[u8], configured: Option<Abi>) -> Result<
         return Err(SniffError::Unsupported { path: path.into(), version });
     };
     match configured {
-        Some(configured) if configured != found => Err(SniffError::Conflict {
-            path: path.into(),
-            version,
-            found,
-            configured,
-        }),
+        Some(configured) if configured != found => {
+            Err(SniffError::Conflict { path: path.into(), version, found, configured })
+        }
         _ => Ok(Sniffed { version: Some(version), abi: found }),
     }
 }

@@ -20,15 +20,9 @@ fn check(ty: &str, rows: &[(String, usize, usize)]) {
     let wrong: Vec<String> = rows
         .iter()
         .filter(|(_, actual, documented)| actual != documented)
-        .map(|(what, actual, documented)| {
-            format!("  {what}: is {actual}, the doc says {documented}")
-        })
+        .map(|(what, actual, documented)| format!("  {what}: is {actual}, the doc says {documented}"))
         .collect();
-    assert!(
-        wrong.is_empty(),
-        "layout of {ty} differs from shared/rkllm-runtime.md:\n{}",
-        wrong.join("\n")
-    );
+    assert!(wrong.is_empty(), "layout of {ty} differs from shared/rkllm-runtime.md:\n{}", wrong.join("\n"));
 }
 
 /// `assert_layout!(Type, size S, align A, { field @ offset: FieldType, ... })`
@@ -95,11 +89,7 @@ fn pointers_size_t_bool_and_int_have_the_documented_sizes() {
             ("size of size_t".into(), size_of::<usize>(), 8),
             ("size of bool".into(), size_of::<bool>(), 1),
             ("size of int".into(), size_of::<c_int>(), 4),
-            (
-                "size of a callback pointer".into(),
-                size_of::<Option<LLMResultCallback>>(),
-                8,
-            ),
+            ("size of a callback pointer".into(), size_of::<Option<LLMResultCallback>>(), 8),
         ],
     );
 }
@@ -108,10 +98,7 @@ fn pointers_size_t_bool_and_int_have_the_documented_sizes() {
 fn input_type_enum() {
     check(
         "RKLLMInputType",
-        &[
-            ("size".into(), size_of::<RKLLMInputType>(), 4),
-            ("align".into(), align_of::<RKLLMInputType>(), 4),
-        ],
+        &[("size".into(), size_of::<RKLLMInputType>(), 4), ("align".into(), align_of::<RKLLMInputType>(), 4)],
     );
     assert_eq!(RKLLMInputType::Prompt as i32, 0);
     assert_eq!(RKLLMInputType::Token as i32, 1);
@@ -123,10 +110,7 @@ fn input_type_enum() {
 fn infer_mode_enum() {
     check(
         "RKLLMInferMode",
-        &[
-            ("size".into(), size_of::<RKLLMInferMode>(), 4),
-            ("align".into(), align_of::<RKLLMInferMode>(), 4),
-        ],
+        &[("size".into(), size_of::<RKLLMInferMode>(), 4), ("align".into(), align_of::<RKLLMInferMode>(), 4)],
     );
     assert_eq!(RKLLMInferMode::Generate as i32, 0);
     assert_eq!(RKLLMInferMode::GetLastHiddenLayer as i32, 1);
@@ -423,36 +407,12 @@ fn abi_markers_use_their_own_layouts() {
     check(
         "AbiTypes",
         &[
-            (
-                "size of V1_2::Param".into(),
-                size_of::<<V1_2 as AbiTypes>::Param>(),
-                208,
-            ),
-            (
-                "size of V1_2::Input".into(),
-                size_of::<<V1_2 as AbiTypes>::Input>(),
-                64,
-            ),
-            (
-                "size of V1_2::InferParam".into(),
-                size_of::<<V1_2 as AbiTypes>::InferParam>(),
-                32,
-            ),
-            (
-                "size of V1_3::Param".into(),
-                size_of::<<V1_3 as AbiTypes>::Param>(),
-                184,
-            ),
-            (
-                "size of V1_3::Input".into(),
-                size_of::<<V1_3 as AbiTypes>::Input>(),
-                160,
-            ),
-            (
-                "size of V1_3::InferParam".into(),
-                size_of::<<V1_3 as AbiTypes>::InferParam>(),
-                40,
-            ),
+            ("size of V1_2::Param".into(), size_of::<<V1_2 as AbiTypes>::Param>(), 208),
+            ("size of V1_2::Input".into(), size_of::<<V1_2 as AbiTypes>::Input>(), 64),
+            ("size of V1_2::InferParam".into(), size_of::<<V1_2 as AbiTypes>::InferParam>(), 32),
+            ("size of V1_3::Param".into(), size_of::<<V1_3 as AbiTypes>::Param>(), 184),
+            ("size of V1_3::Input".into(), size_of::<<V1_3 as AbiTypes>::Input>(), 160),
+            ("size of V1_3::InferParam".into(), size_of::<<V1_3 as AbiTypes>::InferParam>(), 40),
         ],
     );
     // 1.2 passes the callback itself to rkllm_init, 1.3 a pointer to RKLLMCallback.

@@ -6,12 +6,9 @@
 //! `find_library_follows_the_search_order` reads or sets them.
 
 use rkllm_sys::abi::Abi;
-use rkllm_sys::loader::{
-    find_library, search_paths, LoadError, Runtime, LIBRARY_NAME, SYSTEM_DIRS,
-};
+use rkllm_sys::loader::{find_library, search_paths, LoadError, Runtime, LIBRARY_NAME, SYSTEM_DIRS};
 use rkllm_sys::sniff::{
-    abi_of_version, find_version, sniff_bytes, sniff_file, SniffError, Sniffed, SUPPORTED,
-    VERSION_MARKER,
+    abi_of_version, find_version, sniff_bytes, sniff_file, SniffError, Sniffed, SUPPORTED, VERSION_MARKER,
 };
 use std::path::{Path, PathBuf};
 
@@ -46,10 +43,7 @@ fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 fn ok(version: &str, abi: Abi) -> Sniffed {
-    Sniffed {
-        version: Some(version.to_owned()),
-        abi,
-    }
+    Sniffed { version: Some(version.to_owned()), abi }
 }
 
 // ---------------------------------------------------------------------------
@@ -65,31 +59,16 @@ fn marker_constant_is_the_documented_text() {
 fn find_version_reads_the_version_after_the_marker() {
     assert_eq!(find_version(&marked("1.3.0")).as_deref(), Some("1.3.0"));
     assert_eq!(find_version(&marked("1.2.3)\0")).as_deref(), Some("1.2.3"));
-    assert_eq!(
-        find_version(&marked("1.2.1, built 2025-04-01)")).as_deref(),
-        Some("1.2.1")
-    );
+    assert_eq!(find_version(&marked("1.2.1, built 2025-04-01)")).as_deref(), Some("1.2.1"));
     assert_eq!(find_version(&marked("1.1.4 ")).as_deref(), Some("1.1.4"));
-    assert_eq!(
-        find_version(&marked("1.2.3.")).as_deref(),
-        Some("1.2.3"),
-        "a trailing dot is not part of it"
-    );
+    assert_eq!(find_version(&marked("1.2.3.")).as_deref(), Some("1.2.3"), "a trailing dot is not part of it");
 }
 
 #[test]
 fn find_version_without_a_version_after_the_marker() {
     assert_eq!(find_version(b""), None);
-    assert_eq!(
-        find_version(b"rkllm-runtime version: 1.3.0"),
-        None,
-        "not the marker"
-    );
-    assert_eq!(
-        find_version(b"RKLLM SDK (version: "),
-        None,
-        "marker at the very end"
-    );
+    assert_eq!(find_version(b"rkllm-runtime version: 1.3.0"), None, "not the marker");
+    assert_eq!(find_version(b"RKLLM SDK (version: "), None, "marker at the very end");
     assert_eq!(find_version(&marked("unknown)")), None);
     assert_eq!(find_version(&marked(".)")), None);
 }
@@ -103,11 +82,7 @@ fn find_version_in_binary_junk_at_any_offset() {
         let mut insert = marked("1.2.3");
         insert.push(0);
         let bytes = with_at(&base, offset, &insert);
-        assert_eq!(
-            find_version(&bytes).as_deref(),
-            Some("1.2.3"),
-            "marker at offset {offset}"
-        );
+        assert_eq!(find_version(&bytes).as_deref(), Some("1.2.3"), "marker at offset {offset}");
     }
 }
 
@@ -125,9 +100,7 @@ fn abi_of_supported_versions() {
 
 #[test]
 fn abi_of_unsupported_versions() {
-    for version in [
-        "1.2.0", "1.1.4", "1.1.0", "1.0.1", "0.9.8", "2.0.0", "1.2", "1", "", "x.y.z",
-    ] {
+    for version in ["1.2.0", "1.1.4", "1.1.0", "1.0.1", "0.9.8", "2.0.0", "1.2", "1", "", "x.y.z"] {
         assert_eq!(abi_of_version(version), None, "version {version:?}");
     }
 }
@@ -138,57 +111,28 @@ fn abi_of_unsupported_versions() {
 
 #[test]
 fn marker_decides_the_abi() {
-    assert_eq!(
-        sniff_bytes("lib.so", &marked("1.3.0"), None).unwrap(),
-        ok("1.3.0", Abi::V1_3)
-    );
-    assert_eq!(
-        sniff_bytes("lib.so", &marked("1.2.3"), None).unwrap(),
-        ok("1.2.3", Abi::V1_2)
-    );
-    assert_eq!(
-        sniff_bytes("lib.so", &marked("1.2.1"), None).unwrap(),
-        ok("1.2.1", Abi::V1_2)
-    );
+    assert_eq!(sniff_bytes("lib.so", &marked("1.3.0"), None).unwrap(), ok("1.3.0", Abi::V1_3));
+    assert_eq!(sniff_bytes("lib.so", &marked("1.2.3"), None).unwrap(), ok("1.2.3", Abi::V1_2));
+    assert_eq!(sniff_bytes("lib.so", &marked("1.2.1"), None).unwrap(), ok("1.2.1", Abi::V1_2));
 }
 
 #[test]
 fn marker_and_matching_override_agree() {
-    assert_eq!(
-        sniff_bytes("lib.so", &marked("1.3.0"), Some(Abi::V1_3)).unwrap(),
-        ok("1.3.0", Abi::V1_3)
-    );
-    assert_eq!(
-        sniff_bytes("lib.so", &marked("1.2.2"), Some(Abi::V1_2)).unwrap(),
-        ok("1.2.2", Abi::V1_2)
-    );
+    assert_eq!(sniff_bytes("lib.so", &marked("1.3.0"), Some(Abi::V1_3)).unwrap(), ok("1.3.0", Abi::V1_3));
+    assert_eq!(sniff_bytes("lib.so", &marked("1.2.2"), Some(Abi::V1_2)).unwrap(), ok("1.2.2", Abi::V1_2));
 }
 
 #[test]
 fn old_versions_are_refused_naming_found_and_supported_versions() {
     for version in ["1.1.4", "1.2.0"] {
         let err = sniff_bytes("/opt/librkllmrt.so", &marked(version), None).unwrap_err();
-        assert!(
-            matches!(&err, SniffError::Unsupported { version: v, .. } if v == version),
-            "{version}: {err:?}"
-        );
+        assert!(matches!(&err, SniffError::Unsupported { version: v, .. } if v == version), "{version}: {err:?}");
         let message = err.to_string();
-        assert!(
-            message.contains(version),
-            "names the version found: {message}"
-        );
-        assert!(
-            message.contains("/opt/librkllmrt.so"),
-            "names the file: {message}"
-        );
-        assert!(
-            message.contains(SUPPORTED),
-            "names the supported versions: {message}"
-        );
+        assert!(message.contains(version), "names the version found: {message}");
+        assert!(message.contains("/opt/librkllmrt.so"), "names the file: {message}");
+        assert!(message.contains(SUPPORTED), "names the supported versions: {message}");
     }
-    assert!(
-        SUPPORTED.contains("1.3") && SUPPORTED.contains("1.2.1") && SUPPORTED.contains("1.2.3")
-    );
+    assert!(SUPPORTED.contains("1.3") && SUPPORTED.contains("1.2.1") && SUPPORTED.contains("1.2.3"));
 }
 
 #[test]
@@ -202,17 +146,11 @@ fn an_override_does_not_make_an_old_version_acceptable() {
 #[test]
 fn no_marker_is_refused_saying_how_to_set_runtime_abi() {
     let err = sniff_bytes("/opt/librkllmrt.so", b"\x7fELF no version here", None).unwrap_err();
-    assert!(
-        matches!(&err, SniffError::NoMarker { path } if path == "/opt/librkllmrt.so"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, SniffError::NoMarker { path } if path == "/opt/librkllmrt.so"), "{err:?}");
     let message = err.to_string();
     assert!(message.contains("/opt/librkllmrt.so"), "{message}");
     assert!(message.contains("runtime_abi"), "{message}");
-    assert!(
-        message.contains("\"1.3\"") && message.contains("\"1.2\""),
-        "{message}"
-    );
+    assert!(message.contains("\"1.3\"") && message.contains("\"1.2\""), "{message}");
 }
 
 #[test]
@@ -229,37 +167,16 @@ fn no_marker_is_accepted_with_an_override() {
 fn marker_and_conflicting_override_is_an_error() {
     let err = sniff_bytes("/opt/librkllmrt.so", &marked("1.3.0"), Some(Abi::V1_2)).unwrap_err();
     match &err {
-        SniffError::Conflict {
-            version,
-            found,
-            configured,
-            ..
-        } => {
-            assert_eq!(
-                (version.as_str(), *found, *configured),
-                ("1.3.0", Abi::V1_3, Abi::V1_2)
-            );
+        SniffError::Conflict { version, found, configured, .. } => {
+            assert_eq!((version.as_str(), *found, *configured), ("1.3.0", Abi::V1_3, Abi::V1_2));
         }
         other => panic!("expected Conflict, got {other:?}"),
     }
     let message = err.to_string();
-    assert!(
-        message.contains("1.3.0") && message.contains("runtime_abi is set to 1.2"),
-        "{message}"
-    );
+    assert!(message.contains("1.3.0") && message.contains("runtime_abi is set to 1.2"), "{message}");
 
     let err = sniff_bytes("lib.so", &marked("1.2.3"), Some(Abi::V1_3)).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            SniffError::Conflict {
-                found: Abi::V1_2,
-                configured: Abi::V1_3,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, SniffError::Conflict { found: Abi::V1_2, configured: Abi::V1_3, .. }), "{err:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -270,58 +187,29 @@ fn marker_and_conflicting_override_is_an_error() {
 fn sniff_file_finds_the_marker_in_a_binary_file() {
     let dir = tempfile::tempdir().unwrap();
     let base = junk(3 << 20, 2);
-    let cases = [
-        ("1.3.0", Abi::V1_3, 1_000_003),
-        ("1.2.3", Abi::V1_2, 17),
-        ("1.2.1", Abi::V1_2, 2_097_151),
-    ];
+    let cases = [("1.3.0", Abi::V1_3, 1_000_003), ("1.2.3", Abi::V1_2, 17), ("1.2.1", Abi::V1_2, 2_097_151)];
     for (version, abi, offset) in cases {
         let mut insert = marked(version);
         insert.extend_from_slice(b")\0");
-        let path = write_file(
-            dir.path(),
-            &format!("librkllmrt-{version}.so"),
-            &with_at(&base, offset, &insert),
-        );
-        assert_eq!(
-            sniff_file(&path, None).unwrap(),
-            ok(version, abi),
-            "{version} at offset {offset}"
-        );
+        let path = write_file(dir.path(), &format!("librkllmrt-{version}.so"), &with_at(&base, offset, &insert));
+        assert_eq!(sniff_file(&path, None).unwrap(), ok(version, abi), "{version} at offset {offset}");
     }
 }
 
 #[test]
 fn sniff_file_refuses_old_and_unmarked_libraries() {
     let dir = tempfile::tempdir().unwrap();
-    let old = write_file(
-        dir.path(),
-        "old.so",
-        &with_at(&junk(65536, 5), 999, &marked("1.1.4)")),
-    );
+    let old = write_file(dir.path(), "old.so", &with_at(&junk(65536, 5), 999, &marked("1.1.4)")));
     let err = sniff_file(&old, None).unwrap_err();
     assert!(matches!(err, SniffError::Unsupported { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains(&old.display().to_string()),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&old.display().to_string()), "{err}");
 
     let unmarked = write_file(dir.path(), "unmarked.so", &junk(65536, 7));
     let err = sniff_file(&unmarked, None).unwrap_err();
     assert!(matches!(err, SniffError::NoMarker { .. }), "{err:?}");
-    assert_eq!(
-        sniff_file(&unmarked, Some(Abi::V1_3)).unwrap(),
-        Sniffed {
-            version: None,
-            abi: Abi::V1_3
-        }
-    );
+    assert_eq!(sniff_file(&unmarked, Some(Abi::V1_3)).unwrap(), Sniffed { version: None, abi: Abi::V1_3 });
 
-    let marked_13 = write_file(
-        dir.path(),
-        "marked.so",
-        &with_at(&junk(65536, 5), 5, &marked("1.3.0")),
-    );
+    let marked_13 = write_file(dir.path(), "marked.so", &with_at(&junk(65536, 5), 5, &marked("1.3.0")));
     let err = sniff_file(&marked_13, Some(Abi::V1_2)).unwrap_err();
     assert!(matches!(err, SniffError::Conflict { .. }), "{err:?}");
 }
@@ -347,10 +235,7 @@ fn sniff_file_of_an_unreadable_file_is_a_read_error_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let err = sniff_file(dir.path(), None).unwrap_err();
     let shown = dir.path().display().to_string();
-    assert!(
-        matches!(&err, SniffError::Read { path, .. } if *path == shown),
-        "{err:?}"
-    );
+    assert!(matches!(&err, SniffError::Read { path, .. } if *path == shown), "{err:?}");
     assert!(err.to_string().contains(&shown), "{err}");
 }
 
@@ -363,48 +248,28 @@ fn load_of_a_missing_file_says_it_does_not_exist() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join(LIBRARY_NAME);
     let err = Runtime::load(&missing, Some(Abi::V1_3)).unwrap_err();
-    assert!(
-        matches!(&err, LoadError::Missing(p) if *p == missing.display().to_string()),
-        "{err:?}"
-    );
+    assert!(matches!(&err, LoadError::Missing(p) if *p == missing.display().to_string()), "{err:?}");
 }
 
 #[test]
 fn load_refuses_before_loading_when_sniffing_refuses() {
     // Not ELF files: had they been passed to dlopen, the error would be Open.
     let dir = tempfile::tempdir().unwrap();
-    let old = write_file(
-        dir.path(),
-        "old.so",
-        &with_at(&junk(4096, 5), 100, &marked("1.2.0)")),
-    );
+    let old = write_file(dir.path(), "old.so", &with_at(&junk(4096, 5), 100, &marked("1.2.0)")));
     let err = Runtime::load(&old, None).unwrap_err();
-    assert!(
-        matches!(err, LoadError::Sniff(SniffError::Unsupported { .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err, LoadError::Sniff(SniffError::Unsupported { .. })), "{err:?}");
 
     let unmarked = write_file(dir.path(), "unmarked.so", &junk(4096, 3));
     let err = Runtime::load(&unmarked, None).unwrap_err();
-    assert!(
-        matches!(err, LoadError::Sniff(SniffError::NoMarker { .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err, LoadError::Sniff(SniffError::NoMarker { .. })), "{err:?}");
 }
 
 #[test]
 fn load_of_a_marked_file_that_is_no_library_is_an_open_error() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = write_file(
-        dir.path(),
-        LIBRARY_NAME,
-        &with_at(&junk(4096, 5), 100, &marked("1.3.0)")),
-    );
+    let fake = write_file(dir.path(), LIBRARY_NAME, &with_at(&junk(4096, 5), 100, &marked("1.3.0)")));
     let err = Runtime::load(&fake, None).unwrap_err();
-    assert!(
-        matches!(&err, LoadError::Open { path, .. } if *path == fake.display().to_string()),
-        "{err:?}"
-    );
+    assert!(matches!(&err, LoadError::Open { path, .. } if *path == fake.display().to_string()), "{err:?}");
 }
 
 // ---------------------------------------------------------------------------
@@ -414,15 +279,8 @@ fn load_of_a_marked_file_that_is_no_library_is_an_open_error() {
 #[test]
 fn an_explicit_path_is_returned_as_given() {
     // Returned even if it does not exist, so that loading reports it missing.
-    for given in [
-        "/nonexistent/librkllmrt.so",
-        "relative/lib.so",
-        "librkllmrt.so",
-    ] {
-        assert_eq!(
-            find_library(Some(Path::new(given))).unwrap(),
-            PathBuf::from(given)
-        );
+    for given in ["/nonexistent/librkllmrt.so", "relative/lib.so", "librkllmrt.so"] {
+        assert_eq!(find_library(Some(Path::new(given))).unwrap(), PathBuf::from(given));
     }
 }
 
@@ -453,20 +311,10 @@ fn find_library_follows_the_search_order() {
     let found_dir = tempfile::tempdir().unwrap();
     let empty_dir = tempfile::tempdir().unwrap();
     let in_ld_path = write_file(found_dir.path(), LIBRARY_NAME, b"not really a library");
-    let system: Vec<PathBuf> = SYSTEM_DIRS
-        .iter()
-        .map(|d| Path::new(d).join(LIBRARY_NAME))
-        .collect();
+    let system: Vec<PathBuf> = SYSTEM_DIRS.iter().map(|d| Path::new(d).join(LIBRARY_NAME)).collect();
 
     // search_paths: each LD_LIBRARY_PATH directory (empty entries skipped), then the system directories.
-    std::env::set_var(
-        "LD_LIBRARY_PATH",
-        format!(
-            "{}::{}",
-            empty_dir.path().display(),
-            found_dir.path().display()
-        ),
-    );
+    std::env::set_var("LD_LIBRARY_PATH", format!("{}::{}", empty_dir.path().display(), found_dir.path().display()));
     let mut expected = vec![empty_dir.path().join(LIBRARY_NAME), in_ld_path.clone()];
     expected.extend(system.iter().cloned());
     assert_eq!(search_paths(), expected);
@@ -475,14 +323,7 @@ fn find_library_follows_the_search_order() {
 
     // Without RKLLM_LIB: the first search path holding the file.
     std::env::remove_var("RKLLM_LIB");
-    std::env::set_var(
-        "LD_LIBRARY_PATH",
-        format!(
-            "{}:{}",
-            empty_dir.path().display(),
-            found_dir.path().display()
-        ),
-    );
+    std::env::set_var("LD_LIBRARY_PATH", format!("{}:{}", empty_dir.path().display(), found_dir.path().display()));
     assert_eq!(find_library(None).unwrap(), in_ld_path);
 
     // An empty RKLLM_LIB counts as unset.
@@ -491,16 +332,10 @@ fn find_library_follows_the_search_order() {
 
     // RKLLM_LIB is returned as given (even if missing), before the search.
     std::env::set_var("RKLLM_LIB", "/nonexistent/from-env.so");
-    assert_eq!(
-        find_library(None).unwrap(),
-        PathBuf::from("/nonexistent/from-env.so")
-    );
+    assert_eq!(find_library(None).unwrap(), PathBuf::from("/nonexistent/from-env.so"));
 
     // An explicit path wins over RKLLM_LIB.
-    assert_eq!(
-        find_library(Some(Path::new("/explicit.so"))).unwrap(),
-        PathBuf::from("/explicit.so")
-    );
+    assert_eq!(find_library(Some(Path::new("/explicit.so"))).unwrap(), PathBuf::from("/explicit.so"));
 
     // Nothing found: the error lists where it looked and how to point at the file.
     std::env::remove_var("RKLLM_LIB");
@@ -509,14 +344,8 @@ fn find_library_follows_the_search_order() {
         let err = find_library(None).unwrap_err();
         assert!(matches!(err, LoadError::NotFound(_)), "{err:?}");
         let message = err.to_string();
-        assert!(
-            message.contains(&empty_dir.path().join(LIBRARY_NAME).display().to_string()),
-            "{message}"
-        );
+        assert!(message.contains(&empty_dir.path().join(LIBRARY_NAME).display().to_string()), "{message}");
         assert!(message.contains("/usr/lib/librkllmrt.so"), "{message}");
-        assert!(
-            message.contains("--lib") && message.contains("RKLLM_LIB"),
-            "{message}"
-        );
+        assert!(message.contains("--lib") && message.contains("RKLLM_LIB"), "{message}");
     }
 }
