@@ -1,0 +1,35 @@
+//! `POST /v1/chat/completions`.
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::ApiJson;
+use super::request::ChatCompletionRequest;
+use super::respond::{respond, Shape};
+use super::response::ChatCompletion;
+use super::AppState;
+use axum::extract::State;
+use axum::response::Response;
+use std::time::Instant;
+
+/// Creates a chat completion (`stream: true` for server-sent events).
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "completions",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "A chat.completion, or with `stream: true` a text/event-stream of chat.completion.chunk", body = ChatCompletion),
+        (status = 400, description = "Invalid request", body = ErrorEnvelope),
+        (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 429, description = "Queue full", body = ErrorEnvelope),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let meta = state.meta("chatcmpl", &req.common.model)?;
+    let validated = req.validate(&meta.id, state.engine()?.limits().max_new_tokens, received)?;
+    respond(&state, validated, Shape::Chat, meta).await
+}

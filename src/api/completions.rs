@@ -1,0 +1,36 @@
+//! `POST /v1/completions` (legacy text completions).
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::ApiJson;
+use super::request::CompletionRequest;
+use super::respond::{respond, Shape};
+use super::response::TextCompletion;
+use super::AppState;
+use axum::extract::State;
+use axum::response::Response;
+use std::time::Instant;
+
+/// Creates a text completion of a raw prompt (no chat template);
+/// `max_tokens` defaults to 16 as in OpenAI's API.
+#[utoipa::path(
+    post,
+    path = "/v1/completions",
+    tag = "completions",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "A text_completion, or with `stream: true` a text/event-stream of them", body = TextCompletion),
+        (status = 400, description = "Invalid request", body = ErrorEnvelope),
+        (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 429, description = "Queue full", body = ErrorEnvelope),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<CompletionRequest>,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let meta = state.meta("cmpl", &req.common.model)?;
+    let validated = req.validate(&meta.id, state.engine()?.limits().max_new_tokens, received)?;
+    respond(&state, validated, Shape::Text, meta).await
+}

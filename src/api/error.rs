@@ -1,0 +1,148 @@
+//! The OpenAI error envelope: every rejection the daemon makes, including
+//! the web framework's own, goes out as
+//! `{"error":{"message","type","param","code"}}` through this one type.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+    /// Seconds for `Retry-After` (429/503).
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct ErrorBody {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            body: ErrorBody { message: message.into(), kind, param: None, code: None },
+            retry_after: None,
+        }
+    }
+
+    fn code(mut self, code: &'static str) -> Self {
+        self.body.code = Some(code);
+        self
+    }
+
+    pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
+        e.body.param = param.map(str::to_owned);
+        e
+    }
+
+    pub fn invalid_value(param: &str, message: impl Into<String>) -> Self {
+        Self::bad_request(Some(param), message).code("invalid_value")
+    }
+
+    pub fn model_not_found(model: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("The model `{model}` does not exist; GET /v1/models lists the served models."),
+        )
+        .code("model_not_found");
+        e.body.param = Some("model".into());
+        e
+    }
+
+    pub fn route_not_found(path: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("No route for {path}")).code("not_found")
+    }
+
+    pub fn method_not_allowed() -> Self {
+        Self::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "Method not allowed for this path")
+            .code("method_not_allowed")
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "invalid_request_error",
+            "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
+        )
+        .code("invalid_api_key")
+    }
+
+    pub fn unsupported_media_type() -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            "Expected a JSON body with `Content-Type: application/json`.",
+        )
+        .code("unsupported_media_type")
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("The request body exceeds the limit of {limit} bytes."),
+        )
+        .code("payload_too_large")
+    }
+
+    pub fn queue_full(retry_after: u64) -> Self {
+        let mut e =
+            Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "The request queue is full; retry later.")
+                .code("queue_full");
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    pub fn loading() -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The model is still loading.")
+            .code("model_loading");
+        e.retry_after = Some(5);
+        e
+    }
+
+    pub fn shutting_down() -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("shutting_down")
+    }
+
+    pub fn runtime(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("runtime_error")
+    }
+
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message).code("timeout")
+    }
+
+    pub fn envelope(&self) -> ErrorEnvelope {
+        ErrorEnvelope { error: self.body.clone() }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.envelope())).into_response();
+        let headers = response.headers_mut();
+        if let Some(secs) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        // The SDK retries 5xx; a runtime error for this input will not go away.
+        if self.status == StatusCode::INTERNAL_SERVER_ERROR {
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        response
+    }
+}

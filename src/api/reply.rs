@@ -1,0 +1,78 @@
+//! Turning a [`Generation`] into reply text: stop sequences, finish reason,
+//! usage and timings. Both the SSE writer and the non-stream collector read
+//! this one stream, so the two response shapes cannot disagree.
+
+use super::error::ApiError;
+use super::response::Usage;
+use crate::conversation::StopMatcher;
+use crate::engine::{EndReason, GenEvent, Generation};
+use crate::metrics::Timings;
+use futures_util::{Stream, StreamExt};
+
+pub enum Piece {
+    /// The reply text released by one runtime token (may be empty).
+    Text(String),
+    /// The generation ended normally; always the last piece.
+    Finished(Box<Finished>),
+    /// The generation failed (possibly after some text); always the last piece.
+    Failed(Box<ApiError>),
+}
+
+pub struct Finished {
+    /// `stop` or `length`.
+    pub finish_reason: &'static str,
+    pub usage: Usage,
+    pub timings: Timings,
+}
+
+pub fn pieces(mut generation: Generation, stops: Vec<String>) -> impl Stream<Item = Piece> {
+    async_stream::stream! {
+        let mut matcher = StopMatcher::new(stops);
+        let mut matched = false;
+        while let Some(event) = generation.next().await {
+            match event {
+                GenEvent::Token { text } => {
+                    if matched {
+                        continue;
+                    }
+                    let pushed = matcher.push(&text);
+                    if pushed.matched {
+                        matched = true;
+                        generation.stop();
+                    }
+                    yield Piece::Text(pushed.release);
+                }
+                GenEvent::Done(outcome) => {
+                    if !matched {
+                        let rest = matcher.finish() + &outcome.tail;
+                        if !rest.is_empty() {
+                            yield Piece::Text(rest);
+                        }
+                    }
+                    let finish_reason = match outcome.reason {
+                        EndReason::Eos | EndReason::Stopped => "stop",
+                        EndReason::Length => "length",
+                        EndReason::Timeout(which) => {
+                            yield Piece::Failed(Box::new(ApiError::timeout(format!("The {which} time-out expired; the generation was aborted."))));
+                            break;
+                        }
+                        EndReason::RuntimeError(message) => {
+                            yield Piece::Failed(Box::new(ApiError::runtime(message)));
+                            break;
+                        }
+                        EndReason::ShuttingDown => {
+                            yield Piece::Failed(Box::new(ApiError::shutting_down()));
+                            break;
+                        }
+                    };
+                    let timings = Timings::derive(&outcome.timeline, outcome.perf);
+                    let prompt_tokens = timings.prompt_n;
+                    let completion_tokens = outcome.timeline.tokens;
+                    let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens.map(|p| p + i64::from(completion_tokens)) };
+                    yield Piece::Finished(Box::new(Finished { finish_reason, usage, timings }));
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The part both completion endpoints share: submit the job, then answer as
+//! an SSE stream or as one JSON body.
+
+use super::error::ApiError;
+use super::reply::{pieces, Finished, Piece};
+use super::request::Validated;
+use super::response::*;
+use super::AppState;
+use crate::engine::EngineError;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use std::convert::Infallible;
+use std::time::Duration;
+
+/// Which endpoint is answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Chat,
+    Text,
+}
+
+/// What every chunk and body of one response repeats.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    pub fingerprint: String,
+}
+
+const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
+
+pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -> Result<Response, ApiError> {
+    let engine = state.engine()?;
+    let generation = engine.submit(v.job).map_err(|e| match e {
+        EngineError::QueueFull => ApiError::queue_full(2),
+        other => ApiError::runtime(other.to_string()),
+    })?;
+    let ignored = generation.ignored_params.join(",");
+    if !ignored.is_empty() {
+        tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
+    }
+    let pieces = pieces(generation, v.stops);
+    let mut response = if v.stream {
+        stream(pieces, shape, meta, v.include_usage, state.config.keepalive_secs).into_response()
+    } else {
+        collect(pieces, shape, meta).await?
+    };
+    if !ignored.is_empty() {
+        if let Ok(value) = HeaderValue::from_str(&ignored) {
+            response.headers_mut().insert(IGNORED_PARAMS, value);
+        }
+    }
+    Ok(response)
+}
+
+async fn collect(
+    pieces: impl futures_util::Stream<Item = Piece>,
+    shape: Shape,
+    meta: Meta,
+) -> Result<Response, ApiError> {
+    let mut pieces = std::pin::pin!(pieces);
+    let mut text = String::new();
+    while let Some(piece) = pieces.next().await {
+        match piece {
+            Piece::Text(t) => text.push_str(&t),
+            Piece::Failed(e) => return Err(*e),
+            Piece::Finished(finished) => {
+                let Finished { finish_reason, usage, timings } = *finished;
+                let finish_reason = Some(finish_reason);
+                let Meta { id, created, model, fingerprint } = meta;
+                let body = match shape {
+                    Shape::Chat => serde_json::to_value(ChatCompletion {
+                        id,
+                        object: "chat.completion",
+                        created,
+                        model,
+                        system_fingerprint: fingerprint,
+                        choices: vec![ChatChoice {
+                            index: 0,
+                            message: AssistantMessage { role: "assistant", content: text },
+                            finish_reason,
+                            logprobs: None,
+                        }],
+                        usage,
+                        timings,
+                    }),
+                    Shape::Text => serde_json::to_value(TextCompletion {
+                        id,
+                        object: "text_completion",
+                        created,
+                        model,
+                        system_fingerprint: fingerprint,
+                        choices: vec![TextChoice { index: 0, text, finish_reason, logprobs: None }],
+                        usage,
+                        timings,
+                    }),
+                };
+                return Ok(axum::Json(body.map_err(|e| ApiError::runtime(e.to_string()))?).into_response());
+            }
+        }
+    }
+    Err(ApiError::runtime("the generation ended without a result"))
+}
+
+fn stream(
+    pieces: impl futures_util::Stream<Item = Piece> + Send + 'static,
+    shape: Shape,
+    meta: Meta,
+    include_usage: bool,
+    keepalive_secs: u64,
+) -> impl IntoResponse {
+    let events = async_stream::stream! {
+        let mut pieces = std::pin::pin!(pieces);
+        let mut first = true;
+        while let Some(piece) = pieces.next().await {
+            match piece {
+                Piece::Text(text) => {
+                    yield chunk(&meta, shape, Some(text), first, None, None, None);
+                    first = false;
+                }
+                Piece::Failed(e) => {
+                    yield json_event(&e.envelope());
+                    yield Event::default().data("[DONE]");
+                }
+                Piece::Finished(finished) => {
+                    let Finished { finish_reason, usage, timings } = *finished;
+                    let finish_reason = Some(finish_reason);
+                    // The last chunk before [DONE] carries usage and timings in every stream.
+                    if include_usage {
+                        yield chunk(&meta, shape, None, false, finish_reason, None, None);
+                        yield usage_chunk(&meta, shape, usage, timings);
+                    } else {
+                        yield chunk(&meta, shape, None, false, finish_reason, Some(usage), Some(timings));
+                    }
+                    yield Event::default().data("[DONE]");
+                }
+            }
+        }
+    };
+    let sse = Sse::new(events.map(Ok::<_, Infallible>))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(keepalive_secs)).text("keep-alive"));
+    ([(HeaderName::from_static("x-accel-buffering"), "no")], sse)
+}
+
+fn json_event(value: &impl serde::Serialize) -> Event {
+    Event::default()
+        .data(serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":{{\"message\":\"{e}\"}}}}")))
+}
+
+/// A content chunk (`text: Some`) or the finish chunk (`finish_reason: Some`).
+fn chunk(
+    meta: &Meta,
+    shape: Shape,
+    text: Option<String>,
+    first: bool,
+    finish_reason: Option<&'static str>,
+    usage: Option<Usage>,
+    timings: Option<crate::metrics::Timings>,
+) -> Event {
+    let Meta { id, created, model, fingerprint } = meta.clone();
+    match shape {
+        Shape::Chat => {
+            let delta = Delta { role: first.then_some("assistant"), content: text };
+            json_event(&Chunk {
+                id,
+                object: "chat.completion.chunk",
+                created,
+                model,
+                system_fingerprint: fingerprint,
+                choices: vec![ChunkChoice { index: 0, delta, finish_reason, logprobs: None }],
+                usage,
+                timings,
+            })
+        }
+        Shape::Text => json_event(&Chunk {
+            id,
+            object: "text_completion",
+            created,
+            model,
+            system_fingerprint: fingerprint,
+            choices: vec![TextChoice { index: 0, text: text.unwrap_or_default(), finish_reason, logprobs: None }],
+            usage,
+            timings,
+        }),
+    }
+}
+
+/// The `include_usage` chunk: no choices, usage and timings.
+fn usage_chunk(meta: &Meta, shape: Shape, usage: Usage, timings: crate::metrics::Timings) -> Event {
+    let Meta { id, created, model, fingerprint } = meta.clone();
+    let object = match shape {
+        Shape::Chat => "chat.completion.chunk",
+        Shape::Text => "text_completion",
+    };
+    json_event(&Chunk::<ChunkChoice> {
+        id,
+        object,
+        created,
+        model,
+        system_fingerprint: fingerprint,
+        choices: vec![],
+        usage: Some(usage),
+        timings: Some(timings),
+    })
+}

@@ -1,0 +1,345 @@
+//! One `Config`, assembled as: defaults < TOML file < `RKLLMD_*` environment
+//! < command-line flags, and validated once at start.
+//!
+//! clap reads each flag and its `RKLLMD_*` variable into [`Overrides`] (a flag
+//! beats its variable); the file is read into the same shape; both are laid
+//! over the defaults in that order. Unknown keys in the file are an error
+//! that names them.
+
+use clap::{Args, ValueEnum};
+use rkllm_sys::{Abi, SamplingParams};
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The real runtime if a library is found and loads, else the simulated one.
+    Auto,
+    /// The real runtime or fail.
+    Rkllm,
+    /// The simulated runtime.
+    Sim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Sampling defaults applied at `rkllm_init` and used for every field a
+/// request omits. Unset fields keep RKLLM's defaults.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SamplingConfig {
+    pub top_k: Option<i32>,
+    pub top_p: Option<f32>,
+    pub temperature: Option<f32>,
+    pub repeat_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub mirostat: Option<i32>,
+    pub mirostat_tau: Option<f32>,
+    pub mirostat_eta: Option<f32>,
+}
+
+impl SamplingConfig {
+    pub fn resolve(&self) -> SamplingParams {
+        let d = SamplingParams::RKLLM_DEFAULTS;
+        SamplingParams {
+            top_k: self.top_k.unwrap_or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            temperature: self.temperature.unwrap_or(d.temperature),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
+            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
+            mirostat: self.mirostat.unwrap_or(d.mirostat),
+            mirostat_tau: self.mirostat_tau.unwrap_or(d.mirostat_tau),
+            mirostat_eta: self.mirostat_eta.unwrap_or(d.mirostat_eta),
+        }
+    }
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Config {
+    pub host: IpAddr,
+    pub port: u16,
+    /// A `.rkllm` file, or with the simulated backend a `sim:PROFILE?…` spec.
+    pub model: Option<String>,
+    pub model_id: Option<String>,
+    pub lib: Option<PathBuf>,
+    pub backend: Backend,
+    /// Only for libraries without a version marker.
+    pub runtime_abi: Option<String>,
+    pub api_key: Option<String>,
+    pub queue_depth: usize,
+    pub max_new_tokens: u32,
+    pub max_context_len: u32,
+    pub sim_profile: String,
+    pub cors_origins: Vec<String>,
+    pub body_limit_bytes: usize,
+    pub keepalive_secs: u64,
+    pub first_token_timeout_secs: u64,
+    pub first_token_timeout_ms_per_kib: u64,
+    pub request_timeout_secs: u64,
+    pub shutdown_grace_secs: u64,
+    pub base_domain_id: i32,
+    pub log_format: LogFormat,
+    pub sampling: SamplingConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: IpAddr::from([127, 0, 0, 1]),
+            port: 8080,
+            model: None,
+            model_id: None,
+            lib: None,
+            backend: Backend::Auto,
+            runtime_abi: None,
+            api_key: None,
+            queue_depth: 16,
+            max_new_tokens: 2048,
+            max_context_len: 4096,
+            sim_profile: "qwen2.5-1.5b".into(),
+            cors_origins: Vec::new(),
+            body_limit_bytes: 8 * 1024 * 1024,
+            keepalive_secs: 10,
+            first_token_timeout_secs: 120,
+            // Prefill runs at ~6–15 ms per token on RK3588; a KiB of prompt is
+            // ~250 tokens, so allow 4 s per KiB on top of the base.
+            first_token_timeout_ms_per_kib: 4000,
+            request_timeout_secs: 1800,
+            shutdown_grace_secs: 30,
+            base_domain_id: 0,
+            log_format: LogFormat::Text,
+            sampling: SamplingConfig::default(),
+        }
+    }
+}
+
+/// Settings given by the file, the environment or flags; `None` = not given.
+/// The same struct is the TOML file's schema and clap's argument group.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Overrides {
+    /// Address to listen on.
+    #[arg(long, env = "RKLLMD_HOST")]
+    pub host: Option<IpAddr>,
+    /// Port to listen on (0 = any free port).
+    #[arg(long, env = "RKLLMD_PORT")]
+    pub port: Option<u16>,
+    /// Model file (.rkllm); with the simulated backend also `sim:PROFILE?key=value&…`.
+    #[arg(long, env = "RKLLMD_MODEL")]
+    pub model: Option<String>,
+    /// Id the model is served as (default: the file's stem, or `sim-PROFILE`).
+    #[arg(long, env = "RKLLMD_MODEL_ID")]
+    pub model_id: Option<String>,
+    /// Path of librkllmrt.so (default: RKLLM_LIB, then the usual library directories).
+    #[arg(long, env = "RKLLMD_LIB")]
+    pub lib: Option<PathBuf>,
+    /// auto: real runtime when it loads, else simulated; rkllm: real or fail; sim: simulated.
+    #[arg(long, env = "RKLLMD_BACKEND", value_enum)]
+    pub backend: Option<Backend>,
+    /// ABI of a library without a version marker: "1.3" or "1.2".
+    #[arg(long, env = "RKLLMD_RUNTIME_ABI")]
+    pub runtime_abi: Option<String>,
+    /// Require `Authorization: Bearer KEY` on the API (health checks stay public).
+    #[arg(long, env = "RKLLMD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Requests that may wait while one runs; more are refused with 429.
+    #[arg(long, env = "RKLLMD_QUEUE_DEPTH")]
+    pub queue_depth: Option<usize>,
+    /// Upper limit and default for generated tokens per request.
+    #[arg(long, env = "RKLLMD_MAX_NEW_TOKENS")]
+    pub max_new_tokens: Option<u32>,
+    /// Context length given to the runtime.
+    #[arg(long, env = "RKLLMD_MAX_CONTEXT_LEN")]
+    pub max_context_len: Option<u32>,
+    /// Timing profile of the simulated runtime (e.g. instant, qwen2.5-1.5b).
+    #[arg(long, env = "RKLLMD_SIM_PROFILE")]
+    pub sim_profile: Option<String>,
+    /// Origins allowed by CORS (comma-separated; "*" for any). Default: CORS off.
+    #[arg(long, env = "RKLLMD_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Option<Vec<String>>,
+    /// Largest accepted request body.
+    #[arg(long, env = "RKLLMD_BODY_LIMIT_BYTES")]
+    pub body_limit_bytes: Option<usize>,
+    /// Seconds between keep-alive comments on a quiet stream.
+    #[arg(long, env = "RKLLMD_KEEPALIVE_SECS")]
+    pub keepalive_secs: Option<u64>,
+    /// Base time allowed from admission to the first token.
+    #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_SECS")]
+    pub first_token_timeout_secs: Option<u64>,
+    /// Extra first-token time per KiB of prompt (prefill scales with length).
+    #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_MS_PER_KIB")]
+    pub first_token_timeout_ms_per_kib: Option<u64>,
+    /// Time allowed for a whole generation after admission.
+    #[arg(long, env = "RKLLMD_REQUEST_TIMEOUT_SECS")]
+    pub request_timeout_secs: Option<u64>,
+    /// On SIGTERM/SIGINT, how long a running generation may go on before it is aborted.
+    #[arg(long, env = "RKLLMD_SHUTDOWN_GRACE_SECS")]
+    pub shutdown_grace_secs: Option<u64>,
+    /// NPU memory domain (1 fixes "failed to malloc npu memory" on some boards).
+    #[arg(long, env = "RKLLMD_BASE_DOMAIN_ID")]
+    pub base_domain_id: Option<i32>,
+    /// Log format.
+    #[arg(long, env = "RKLLMD_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Sampling defaults (file only: a [sampling] table).
+    #[arg(skip)]
+    pub sampling: Option<SamplingConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Defaults, then the file (if any), then env/flags.
+    pub fn assemble(file: Option<&Path>, cli: Overrides) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        if let Some(path) = file {
+            let shown = path.display().to_string();
+            let text =
+                std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+            let from_file: Overrides =
+                toml::from_str(&text).map_err(|e| ConfigError::Parse { path: shown, message: e.to_string() })?;
+            config.apply(from_file);
+        }
+        config.apply(cli);
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply(&mut self, o: Overrides) {
+        macro_rules! set {
+            ($($field:ident),*) => { $( if let Some(v) = o.$field { self.$field = v; } )* };
+        }
+        macro_rules! set_opt {
+            ($($field:ident),*) => { $( if o.$field.is_some() { self.$field = o.$field; } )* };
+        }
+        set!(
+            host,
+            port,
+            backend,
+            queue_depth,
+            max_new_tokens,
+            max_context_len,
+            sim_profile,
+            cors_origins,
+            body_limit_bytes,
+            keepalive_secs,
+            first_token_timeout_secs,
+            first_token_timeout_ms_per_kib,
+            request_timeout_secs,
+            shutdown_grace_secs,
+            base_domain_id,
+            log_format,
+            sampling
+        );
+        set_opt!(model, model_id, lib, runtime_abi, api_key);
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if let Some(abi) = &self.runtime_abi {
+            abi.parse::<Abi>().map_err(ConfigError::Invalid)?;
+        }
+        if self.max_new_tokens == 0 {
+            return invalid("max_new_tokens must be at least 1".into());
+        }
+        if self.max_context_len == 0 || self.max_context_len > i32::MAX as u32 {
+            return invalid("max_context_len must be between 1 and 2^31-1".into());
+        }
+        if self.max_new_tokens > self.max_context_len {
+            return invalid(format!(
+                "max_new_tokens ({}) exceeds max_context_len ({})",
+                self.max_new_tokens, self.max_context_len
+            ));
+        }
+        if self.keepalive_secs == 0 {
+            return invalid("keepalive_secs must be at least 1".into());
+        }
+        if self.api_key.as_deref() == Some("") {
+            return invalid("api_key is empty; remove it to disable authentication".into());
+        }
+        let s = self.sampling.resolve();
+        if !(0.0..=2.0).contains(&s.temperature) || !(0.0..=1.0).contains(&s.top_p) || s.top_k < 0 {
+            return invalid("sampling: temperature must be 0..2, top_p 0..1, top_k >= 0".into());
+        }
+        Ok(())
+    }
+
+    pub fn runtime_abi(&self) -> Option<Abi> {
+        self.runtime_abi.as_deref().and_then(|a| a.parse().ok())
+    }
+
+    /// The effective configuration as TOML, API key masked.
+    pub fn to_toml(&self) -> String {
+        let mut shown = self.clone();
+        if shown.api_key.is_some() {
+            shown.api_key = Some("<set>".into());
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn file_then_flags_in_that_order() {
+        let f = write("port = 9000\nqueue_depth = 3\n[sampling]\ntop_k = 20\n");
+        let cli = Overrides { port: Some(9100), ..Default::default() };
+        let c = Config::assemble(Some(f.path()), cli).unwrap();
+        assert_eq!(c.port, 9100, "flag beats file");
+        assert_eq!(c.queue_depth, 3, "file beats default");
+        assert_eq!(c.sampling.resolve().top_k, 20);
+        assert_eq!(c.sampling.resolve().top_p, SamplingParams::RKLLM_DEFAULTS.top_p);
+        assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let f = write("prot = 9000\n");
+        let err = Config::assemble(Some(f.path()), Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("prot"), "{err}");
+        let f = write("[sampling]\ntopk = 1\n");
+        let err = Config::assemble(Some(f.path()), Overrides::default()).unwrap_err().to_string();
+        assert!(err.contains("topk"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        for (text, needle) in [
+            ("runtime_abi = \"1.1\"\n", "1.1"),
+            ("max_new_tokens = 0\n", "max_new_tokens"),
+            ("max_new_tokens = 9000\n", "exceeds"),
+            ("api_key = \"\"\n", "api_key"),
+        ] {
+            let f = write(text);
+            let err = Config::assemble(Some(f.path()), Overrides::default()).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! Stop sequences matched across token boundaries with the minimum holdback.
+//!
+//! Text that may still be the beginning of a stop string is held; it is
+//! released as soon as it cannot be, and text that cannot begin one is never
+//! held at all.
+
+#[derive(Debug, Default)]
+pub struct StopMatcher {
+    stops: Vec<String>,
+    held: String,
+}
+
+/// What one push produced.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// Text that is now certainly part of the reply.
+    pub release: String,
+    /// A stop sequence matched; `release` ends right before it.
+    pub matched: bool,
+}
+
+impl StopMatcher {
+    pub fn new(stops: Vec<String>) -> Self {
+        StopMatcher { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new() }
+    }
+
+    pub fn push(&mut self, text: &str) -> Pushed {
+        if self.stops.is_empty() {
+            return Pushed { release: text.to_owned(), matched: false };
+        }
+        self.held.push_str(text);
+        // The earliest complete match wins.
+        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+            self.held.truncate(at);
+            return Pushed { release: std::mem::take(&mut self.held), matched: true };
+        }
+        let keep = self.longest_partial_suffix();
+        let release = self.held[..self.held.len() - keep].to_owned();
+        self.held.drain(..self.held.len() - keep);
+        Pushed { release, matched: false }
+    }
+
+    /// At the end of generation held text can no longer become a stop string.
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+
+    /// Length of the longest suffix of `held` that is a proper prefix of a stop string.
+    fn longest_partial_suffix(&self) -> usize {
+        let held = self.held.as_str();
+        held.char_indices()
+            .map(|(i, _)| &held[i..])
+            .find(|suffix| self.stops.iter().any(|s| s.len() > suffix.len() && s.starts_with(suffix)))
+            .map_or(0, str::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], tokens: &[&str]) -> (Vec<String>, bool) {
+        let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
+        let mut out = Vec::new();
+        for t in tokens {
+            let p = m.push(t);
+            out.push(p.release);
+            if p.matched {
+                return (out, true);
+            }
+        }
+        out.push(m.finish());
+        (out, false)
+    }
+
+    #[test]
+    fn stop_split_across_tokens_is_trimmed() {
+        let (out, matched) = run(&["</end>"], &["Hello", " </", "en", "d> tail"]);
+        assert!(matched);
+        assert_eq!(out.concat(), "Hello ");
+        assert_eq!(out, vec!["Hello", " ", "", ""]);
+    }
+
+    #[test]
+    fn text_that_cannot_start_a_stop_is_released_at_once() {
+        let (out, matched) = run(&["STOP"], &["a", "b", "S", "x", "ST", "OP"]);
+        assert!(matched);
+        assert_eq!(out, vec!["a", "b", "", "Sx", "", ""]);
+    }
+
+    #[test]
+    fn held_text_is_released_when_generation_ends() {
+        let (out, matched) = run(&["\n\nUser:"], &["Hi", "\n"]);
+        assert!(!matched);
+        assert_eq!(out, vec!["Hi", "", "\n"]);
+    }
+
+    #[test]
+    fn earliest_of_several_stops_wins_and_multibyte_is_safe() {
+        let (out, matched) = run(&["世界", "b"], &["a日", "本世", "界b"]);
+        assert!(matched);
+        assert_eq!(out.concat(), "a日本");
+    }
+
+    #[test]
+    fn no_stops_passes_everything() {
+        let (out, matched) = run(&[], &["x", "y"]);
+        assert!(!matched);
+        assert_eq!(out.concat(), "xy");
+    }
+}

@@ -1,0 +1,188 @@
+//! One request's timeline and every figure derived from it, exactly as
+//! defined in `docs/timings.md` (from `shared/timings.md`). Nothing else in
+//! the daemon computes a duration or a rate.
+
+use serde::Serialize;
+use std::time::Instant;
+use utoipa::ToSchema;
+
+/// Monotonic instants of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeline {
+    /// The request was read and validated.
+    pub received: Instant,
+    /// It left the queue; `rkllm_run` was about to be called.
+    pub admitted: Option<Instant>,
+    /// The callback delivered the first generated token.
+    pub first_token: Option<Instant>,
+    /// The callback delivered the last generated token.
+    pub last_token: Option<Instant>,
+    /// `rkllm_run` returned (or the request ended without running).
+    pub finished: Option<Instant>,
+    /// Generated tokens (NORMAL and WAITING callbacks).
+    pub tokens: u32,
+}
+
+impl Timeline {
+    pub fn new(received: Instant) -> Self {
+        Timeline { received, admitted: None, first_token: None, last_token: None, finished: None, tokens: 0 }
+    }
+
+    pub fn token(&mut self, at: Instant) {
+        self.first_token.get_or_insert(at);
+        self.last_token = Some(at);
+        self.tokens += 1;
+    }
+}
+
+/// The runtime's own `RKLLMPerfStat`, reported beside our measurements.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema, PartialEq)]
+pub struct RuntimePerf {
+    pub prefill_time_ms: f64,
+    pub prefill_tokens: i64,
+    pub generate_time_ms: f64,
+    pub generate_tokens: i64,
+    pub memory_usage_mb: f64,
+}
+
+impl From<rkllm_sys::common::RKLLMPerfStat> for RuntimePerf {
+    fn from(p: rkllm_sys::common::RKLLMPerfStat) -> Self {
+        RuntimePerf {
+            prefill_time_ms: p.prefill_time_ms.into(),
+            prefill_tokens: p.prefill_tokens.into(),
+            generate_time_ms: p.generate_time_ms.into(),
+            generate_tokens: p.generate_tokens.into(),
+            memory_usage_mb: p.memory_usage_mb.into(),
+        }
+    }
+}
+
+/// The `timings` object of the final chunk and of non-stream bodies.
+/// llama.cpp's names, with the corrected maths: `predicted_*` use the n−1
+/// intervals after the first token. Undefined figures are `null`.
+#[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
+pub struct Timings {
+    /// Prompt tokens prefilled by this run (the runtime's count).
+    pub prompt_n: Option<i64>,
+    /// prefill_ms = first_token − admitted.
+    pub prompt_ms: Option<f64>,
+    pub prompt_per_token_ms: Option<f64>,
+    /// prefill_tps = prompt_n / prefill_s.
+    pub prompt_per_second: Option<f64>,
+    /// Generated tokens, n.
+    pub predicted_n: u32,
+    /// decode_ms = last_token − first_token (null when n ≤ 1).
+    pub predicted_ms: Option<f64>,
+    /// tpot_ms = decode_ms / (n − 1).
+    pub predicted_per_token_ms: Option<f64>,
+    /// decode_tps = (n − 1) / decode_s.
+    pub predicted_per_second: Option<f64>,
+    /// admitted − received.
+    pub queue_ms: Option<f64>,
+    /// first_token − received.
+    pub ttft_ms: Option<f64>,
+    /// finished − received.
+    pub e2e_ms: Option<f64>,
+    pub runtime: Option<RuntimePerf>,
+}
+
+fn ms(from: Instant, to: Instant) -> f64 {
+    to.saturating_duration_since(from).as_secs_f64() * 1000.0
+}
+
+/// `Some(x)` only for a finite, non-negative figure.
+fn finite(x: f64) -> Option<f64> {
+    (x.is_finite() && x >= 0.0).then_some(x)
+}
+
+impl Timings {
+    pub fn derive(t: &Timeline, perf: Option<RuntimePerf>) -> Timings {
+        let n = t.tokens;
+        let prefill_ms = t.admitted.zip(t.first_token).map(|(a, f)| ms(a, f));
+        let decode_ms = match (t.first_token, t.last_token) {
+            (Some(f), Some(l)) if n > 1 => Some(ms(f, l)),
+            _ => None,
+        };
+        let intervals = f64::from(n.saturating_sub(1));
+        let prompt_n = perf.map(|p| p.prefill_tokens).filter(|&p| p > 0);
+        Timings {
+            prompt_n,
+            prompt_ms: prefill_ms,
+            prompt_per_token_ms: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(ms / p as f64)),
+            prompt_per_second: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(p as f64 / (ms / 1000.0))),
+            predicted_n: n,
+            predicted_ms: decode_ms,
+            predicted_per_token_ms: decode_ms.and_then(|d| finite(d / intervals)),
+            predicted_per_second: decode_ms.and_then(|d| finite(intervals / (d / 1000.0))),
+            queue_ms: t.admitted.map(|a| ms(t.received, a)),
+            ttft_ms: t.first_token.map(|f| ms(t.received, f)),
+            e2e_ms: t.finished.map(|f| ms(t.received, f)),
+            runtime: perf,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn figures_follow_the_definitions() {
+        let r = Instant::now();
+        let mut t = Timeline::new(r);
+        t.admitted = Some(at(r, 100));
+        for ms in [400, 500, 600, 700, 800] {
+            t.token(at(r, ms));
+        }
+        t.finished = Some(at(r, 810));
+        let perf = RuntimePerf {
+            prefill_time_ms: 290.0,
+            prefill_tokens: 150,
+            generate_time_ms: 400.0,
+            generate_tokens: 5,
+            memory_usage_mb: 1.0,
+        };
+        let x = Timings::derive(&t, Some(perf));
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-6;
+        assert!(close(x.queue_ms, 100.0));
+        assert!(close(x.prompt_ms, 300.0));
+        assert!(close(x.ttft_ms, 400.0));
+        assert!(close(x.predicted_ms, 400.0));
+        assert!(close(x.predicted_per_token_ms, 100.0), "4 intervals, not 5 tokens");
+        assert!(close(x.predicted_per_second, 10.0));
+        assert!(close(x.prompt_per_second, 500.0));
+        assert!(close(x.prompt_per_token_ms, 2.0));
+        assert!(close(x.e2e_ms, 810.0));
+        assert_eq!(x.predicted_n, 5);
+    }
+
+    #[test]
+    fn one_token_has_no_decode_rate_and_no_token_has_no_ttft() {
+        let r = Instant::now();
+        let mut t = Timeline::new(r);
+        t.admitted = Some(r);
+        t.token(at(r, 50));
+        let x = Timings::derive(&t, None);
+        assert_eq!((x.predicted_ms, x.predicted_per_second, x.predicted_per_token_ms), (None, None, None));
+        assert!(x.ttft_ms.is_some());
+        let x = Timings::derive(&Timeline::new(r), None);
+        assert_eq!((x.ttft_ms, x.prompt_ms, x.queue_ms, x.e2e_ms), (None, None, None, None));
+    }
+
+    #[test]
+    fn zero_length_decode_is_null_not_infinite() {
+        let r = Instant::now();
+        let mut t = Timeline::new(r);
+        t.admitted = Some(r);
+        t.token(at(r, 5));
+        t.token(at(r, 5));
+        let x = Timings::derive(&t, None);
+        assert_eq!(x.predicted_ms, Some(0.0));
+        assert_eq!(x.predicted_per_second, None);
+    }
+}

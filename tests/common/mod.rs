@@ -1,0 +1,182 @@
+//! Test harness: the real `rkllmd` binary on an ephemeral port, real HTTP.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Daemon {
+    pub url: String,
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts `rkllmd --port 0 ARGS…` and waits for its "listening on" line.
+    pub fn start(args: &[&str]) -> Daemon {
+        Self::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkllmd"));
+        cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args).env_remove("RKLLM_LIB").env("RKLLMD_LOG", "info");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn rkllmd");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(at) = line.find("listening on http://") {
+                    let url = line[at + "listening on ".len()..].split_whitespace().next().unwrap_or("").to_owned();
+                    let _ = tx.send(url);
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Daemon { url, child, log },
+            Err(_) => {
+                let _ = child.kill();
+                panic!("rkllmd did not become ready; its log:\n{}", log.lock().unwrap().join("\n"));
+            }
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// SIGTERM, then the exit status (within 20 s).
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: plain kill(2) on our child's pid.
+        unsafe { libc_kill(self.child.id() as i32, 15) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "rkllmd did not exit after SIGTERM; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn client(&self) -> reqwest::Client {
+        reqwest::Client::new()
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client().post(format!("{}{path}", self.url)).json(&body).send().await.unwrap()
+    }
+
+    pub async fn get_json(&self, path: &str) -> (u16, serde_json::Value) {
+        let r = self.client().get(format!("{}{path}", self.url)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap())
+    }
+
+    /// Polls `/health` until `pred` holds on its queue (bounded).
+    pub async fn wait_queue(&self, pred: impl Fn(u64, u64) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, h) = self.get_json("/health").await;
+            let q = &h["queue"];
+            if pred(q["running"].as_u64().unwrap(), q["waiting"].as_u64().unwrap()) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "queue never reached the expected state: {h}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Daemon {
+    /// Polls `/health` until the running request has generated a token.
+    pub async fn wait_generating(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.get_json("/health").await.1["queue"]["running_tokens"].as_u64() == Some(0) {
+            assert!(Instant::now() < deadline, "no request started generating");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One SSE event and when it arrived.
+#[derive(Debug, Clone)]
+pub struct SseEvent {
+    pub data: String,
+    pub at: Instant,
+}
+
+impl SseEvent {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.data))
+    }
+}
+
+/// Reads a whole SSE response, stamping each `data:` event on arrival.
+/// Comment lines (keep-alives) are counted separately.
+pub async fn read_sse(mut response: reqwest::Response) -> (Vec<SseEvent>, usize) {
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    let mut comments = 0;
+    while let Some(bytes) = response.chunk().await.unwrap() {
+        let at = Instant::now();
+        buf.push_str(std::str::from_utf8(&bytes).unwrap());
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            for line in block.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    events.push(SseEvent { data: data.to_owned(), at });
+                } else if line.starts_with(':') {
+                    comments += 1;
+                }
+            }
+        }
+    }
+    assert!(buf.trim().is_empty(), "unterminated SSE data: {buf:?}");
+    (events, comments)
+}
+
+pub fn chat(model: &str, content: &str) -> serde_json::Value {
+    serde_json::json!({"model": model, "messages": [{"role": "user", "content": content}]})
+}
+
+/// The simulated runtime built as a drop-in librkllmrt.so (a cdylib of the workspace).
+pub fn sim_cdylib() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps.join("librkllm_sim.so"), deps.parent().unwrap().join("librkllm_sim.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .expect("librkllm_sim.so not built: run the tests with `cargo test --workspace`")
+}
+
+/// Writes a sim script (prompt substring → reply) to a temp file.
+pub fn script(entries: &[(&str, &str)]) -> tempfile::NamedTempFile {
+    let json: Vec<_> = entries.iter().map(|(m, r)| serde_json::json!({"match": m, "reply": r})).collect();
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), serde_json::to_string(&json).unwrap()).unwrap();
+    f
+}
+
+pub fn close(a: f64, b: f64, tol: f64) -> bool {
+    (a - b).abs() <= tol
+}
