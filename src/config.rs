@@ -6,6 +6,7 @@
 //! over the defaults in that order. Unknown keys in the file are an error
 //! that names them.
 
+use crate::engine::SamplingOverrides;
 use clap::{Args, ValueEnum};
 use rkllm_sys::{Abi, SamplingParams};
 use serde::{Deserialize, Serialize};
@@ -29,39 +30,6 @@ pub enum LogFormat {
     #[default]
     Text,
     Json,
-}
-
-/// Sampling defaults applied at `rkllm_init` and used for every field a
-/// request omits. Unset fields keep RKLLM's defaults.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SamplingConfig {
-    pub top_k: Option<i32>,
-    pub top_p: Option<f32>,
-    pub temperature: Option<f32>,
-    pub repeat_penalty: Option<f32>,
-    pub frequency_penalty: Option<f32>,
-    pub presence_penalty: Option<f32>,
-    pub mirostat: Option<i32>,
-    pub mirostat_tau: Option<f32>,
-    pub mirostat_eta: Option<f32>,
-}
-
-impl SamplingConfig {
-    pub fn resolve(&self) -> SamplingParams {
-        let d = SamplingParams::RKLLM_DEFAULTS;
-        SamplingParams {
-            top_k: self.top_k.unwrap_or(d.top_k),
-            top_p: self.top_p.unwrap_or(d.top_p),
-            temperature: self.temperature.unwrap_or(d.temperature),
-            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
-            frequency_penalty: self.frequency_penalty.unwrap_or(d.frequency_penalty),
-            presence_penalty: self.presence_penalty.unwrap_or(d.presence_penalty),
-            mirostat: self.mirostat.unwrap_or(d.mirostat),
-            mirostat_tau: self.mirostat_tau.unwrap_or(d.mirostat_tau),
-            mirostat_eta: self.mirostat_eta.unwrap_or(d.mirostat_eta),
-        }
-    }
 }
 
 /// The effective configuration.
@@ -90,7 +58,8 @@ pub struct Config {
     pub shutdown_grace_secs: u64,
     pub base_domain_id: i32,
     pub log_format: LogFormat,
-    pub sampling: SamplingConfig,
+    /// Sampling defaults applied at `rkllm_init` and for every field a request omits.
+    pub sampling: SamplingOverrides,
 }
 
 impl Default for Config {
@@ -119,7 +88,7 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             base_domain_id: 0,
             log_format: LogFormat::Text,
-            sampling: SamplingConfig::default(),
+            sampling: SamplingOverrides::default(),
         }
     }
 }
@@ -194,7 +163,22 @@ pub struct Overrides {
     pub log_format: Option<LogFormat>,
     /// Sampling defaults (file only: a [sampling] table).
     #[arg(skip)]
-    pub sampling: Option<SamplingConfig>,
+    #[serde(default, deserialize_with = "strict_sampling")]
+    pub sampling: Option<SamplingOverrides>,
+}
+
+/// The `[sampling]` table. Requests may carry fields we ignore, but a
+/// config key we do not know is a mistake: name it.
+fn strict_sampling<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SamplingOverrides>, D::Error> {
+    use serde::de::Error;
+    let table = toml::Table::deserialize(d)?;
+    if let Some(key) = table.keys().find(|k| !SamplingOverrides::FIELDS.contains(&k.as_str())) {
+        return Err(D::Error::custom(format!(
+            "unknown key `{key}` in [sampling]; expected one of {}",
+            SamplingOverrides::FIELDS.join(", ")
+        )));
+    }
+    table.try_into().map(Some).map_err(D::Error::custom)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -276,7 +260,7 @@ impl Config {
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }
-        let s = self.sampling.resolve();
+        let s = self.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         if !(0.0..=2.0).contains(&s.temperature) || !(0.0..=1.0).contains(&s.top_p) || s.top_k < 0 {
             return invalid("sampling: temperature must be 0..2, top_p 0..1, top_k >= 0".into());
         }
@@ -314,8 +298,8 @@ mod tests {
         let c = Config::assemble(Some(f.path()), cli).unwrap();
         assert_eq!(c.port, 9100, "flag beats file");
         assert_eq!(c.queue_depth, 3, "file beats default");
-        assert_eq!(c.sampling.resolve().top_k, 20);
-        assert_eq!(c.sampling.resolve().top_p, SamplingParams::RKLLM_DEFAULTS.top_p);
+        assert_eq!(c.sampling.apply(SamplingParams::RKLLM_DEFAULTS).top_k, 20);
+        assert_eq!(c.sampling.apply(SamplingParams::RKLLM_DEFAULTS).top_p, SamplingParams::RKLLM_DEFAULTS.top_p);
         assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
     }
 

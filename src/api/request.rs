@@ -2,7 +2,7 @@
 
 use super::error::ApiError;
 use crate::conversation::{self, Message};
-use crate::engine::{Job, SamplingRequest};
+use crate::engine::{Job, SamplingOverrides};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::time::Instant;
@@ -22,63 +22,31 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// Sampling and length fields shared by both endpoints (OpenAI's plus the
-/// llama.cpp/vLLM extensions RKLLM users expect).
-#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
-pub struct Sampling {
-    /// 0..2; omitted = RKLLM's default (not OpenAI's 1.0). 0 = greedy.
-    pub temperature: Option<f32>,
-    /// 0..1
-    pub top_p: Option<f32>,
-    /// Extension: ≥ 0.
-    pub top_k: Option<i32>,
-    /// Extension: > 0.
-    pub repeat_penalty: Option<f32>,
-    /// −2..2
-    pub frequency_penalty: Option<f32>,
-    /// −2..2
-    pub presence_penalty: Option<f32>,
-    /// Extension: 0, 1 or 2.
-    pub mirostat: Option<i32>,
-    pub mirostat_tau: Option<f32>,
-    pub mirostat_eta: Option<f32>,
-}
-
-impl Sampling {
-    fn validate(&self) -> Result<SamplingRequest, ApiError> {
-        fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> {
-            match v {
-                Some(x) if !(lo..=hi).contains(&x) => {
-                    Err(ApiError::invalid_value(param, format!("`{param}` must be between {lo} and {hi}, got {x}")))
-                }
-                _ => Ok(()),
+/// Range checks of the sampling fields (OpenAI's plus the llama.cpp/vLLM
+/// extensions RKLLM users expect).
+fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
+    fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> {
+        match v {
+            Some(x) if !(lo..=hi).contains(&x) => {
+                Err(ApiError::invalid_value(param, format!("`{param}` must be between {lo} and {hi}, got {x}")))
             }
+            _ => Ok(()),
         }
-        range("temperature", self.temperature, 0.0, 2.0)?;
-        range("top_p", self.top_p, 0.0, 1.0)?;
-        range("frequency_penalty", self.frequency_penalty, -2.0, 2.0)?;
-        range("presence_penalty", self.presence_penalty, -2.0, 2.0)?;
-        range("repeat_penalty", self.repeat_penalty, 0.0, 10.0)?;
-        range("mirostat_tau", self.mirostat_tau, 0.0, 100.0)?;
-        range("mirostat_eta", self.mirostat_eta, 0.0, 1.0)?;
-        if matches!(self.top_k, Some(k) if k < 0) {
-            return Err(ApiError::invalid_value("top_k", "`top_k` must be >= 0"));
-        }
-        if matches!(self.mirostat, Some(m) if !(0..=2).contains(&m)) {
-            return Err(ApiError::invalid_value("mirostat", "`mirostat` must be 0, 1 or 2"));
-        }
-        Ok(SamplingRequest {
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            repeat_penalty: self.repeat_penalty,
-            frequency_penalty: self.frequency_penalty,
-            presence_penalty: self.presence_penalty,
-            mirostat: self.mirostat,
-            mirostat_tau: self.mirostat_tau,
-            mirostat_eta: self.mirostat_eta,
-        })
     }
+    range("temperature", s.temperature, 0.0, 2.0)?;
+    range("top_p", s.top_p, 0.0, 1.0)?;
+    range("frequency_penalty", s.frequency_penalty, -2.0, 2.0)?;
+    range("presence_penalty", s.presence_penalty, -2.0, 2.0)?;
+    range("repeat_penalty", s.repeat_penalty, 0.0, 10.0)?;
+    range("mirostat_tau", s.mirostat_tau, 0.0, 100.0)?;
+    range("mirostat_eta", s.mirostat_eta, 0.0, 1.0)?;
+    if matches!(s.top_k, Some(k) if k < 0) {
+        return Err(ApiError::invalid_value("top_k", "`top_k` must be >= 0"));
+    }
+    if matches!(s.mirostat, Some(m) if !(0..=2).contains(&m)) {
+        return Err(ApiError::invalid_value("mirostat", "`mirostat` must be 0, 1 or 2"));
+    }
+    Ok(())
 }
 
 /// Fields both endpoints share.
@@ -92,7 +60,7 @@ pub struct Common {
     pub n: Option<u32>,
     pub stop: Option<StopSequences>,
     #[serde(flatten)]
-    pub sampling: Sampling,
+    pub sampling: SamplingOverrides,
     /// Anything else the client sent (ignored, logged at debug).
     #[serde(flatten)]
     #[schema(ignore)]
@@ -214,7 +182,8 @@ impl Common {
         if !self.extra.is_empty() {
             tracing::debug!(fields = ?self.extra.keys().collect::<Vec<_>>(), "ignoring unknown request fields");
         }
-        let sampling = self.sampling.validate()?;
+        validate_sampling(&self.sampling)?;
+        let sampling = self.sampling;
         Ok(Validated {
             job: Job {
                 id: id.to_owned(),

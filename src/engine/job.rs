@@ -13,39 +13,63 @@ pub struct Job {
     pub received: Instant,
     /// `None` = the configured maximum.
     pub max_new_tokens: Option<u32>,
-    pub sampling: SamplingRequest,
+    pub sampling: SamplingOverrides,
     pub enable_thinking: bool,
 }
 
-/// Sampling fields a request set; every `None` keeps RKLLM's default.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SamplingRequest {
+/// Sampling fields laid over defaults: a request's fields (over the
+/// configured defaults) or the config's `[sampling]` table (over RKLLM's).
+/// Every `None` keeps the value underneath — never OpenAI's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct SamplingOverrides {
+    /// 0..2; 0 = greedy.
     pub temperature: Option<f32>,
+    /// 0..1
     pub top_p: Option<f32>,
+    /// Extension: ≥ 0.
     pub top_k: Option<i32>,
+    /// Extension: 0..10.
     pub repeat_penalty: Option<f32>,
+    /// −2..2
     pub frequency_penalty: Option<f32>,
+    /// −2..2
     pub presence_penalty: Option<f32>,
+    /// Extension: 0, 1 or 2.
     pub mirostat: Option<i32>,
+    /// Extension: 0..100.
     pub mirostat_tau: Option<f32>,
+    /// Extension: 0..1.
     pub mirostat_eta: Option<f32>,
 }
 
-impl SamplingRequest {
-    /// The wire names of the fields the request set, in a fixed order.
+impl SamplingOverrides {
+    /// The field names, in declaration order.
+    pub const FIELDS: [&'static str; 9] = [
+        "temperature",
+        "top_p",
+        "top_k",
+        "repeat_penalty",
+        "frequency_penalty",
+        "presence_penalty",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+    ];
+
+    /// The names of the fields that are set, in declaration order.
     pub fn given(&self) -> Vec<&'static str> {
-        let fields: [(&'static str, bool); 9] = [
-            ("temperature", self.temperature.is_some()),
-            ("top_p", self.top_p.is_some()),
-            ("top_k", self.top_k.is_some()),
-            ("repeat_penalty", self.repeat_penalty.is_some()),
-            ("frequency_penalty", self.frequency_penalty.is_some()),
-            ("presence_penalty", self.presence_penalty.is_some()),
-            ("mirostat", self.mirostat.is_some()),
-            ("mirostat_tau", self.mirostat_tau.is_some()),
-            ("mirostat_eta", self.mirostat_eta.is_some()),
+        let set = [
+            self.temperature.is_some(),
+            self.top_p.is_some(),
+            self.top_k.is_some(),
+            self.repeat_penalty.is_some(),
+            self.frequency_penalty.is_some(),
+            self.presence_penalty.is_some(),
+            self.mirostat.is_some(),
+            self.mirostat_tau.is_some(),
+            self.mirostat_eta.is_some(),
         ];
-        fields.into_iter().filter(|(_, set)| *set).map(|(name, _)| name).collect()
+        Self::FIELDS.into_iter().zip(set).filter(|(_, set)| *set).map(|(name, _)| name).collect()
     }
 
     /// The defaults with this request's fields laid over them. Temperature 0
@@ -80,7 +104,7 @@ mod tests {
     #[test]
     fn omitted_fields_keep_rkllm_defaults_not_openai_ones() {
         let d = SamplingParams::RKLLM_DEFAULTS;
-        let r = SamplingRequest { top_p: Some(0.5), ..Default::default() };
+        let r = SamplingOverrides { top_p: Some(0.5), ..Default::default() };
         let s = r.apply(d);
         assert_eq!(s.top_p, 0.5);
         assert_eq!(s.temperature, d.temperature, "OpenAI's default would be 1.0");
@@ -90,7 +114,7 @@ mod tests {
 
     #[test]
     fn temperature_zero_is_greedy() {
-        let r = SamplingRequest { temperature: Some(0.0), top_k: Some(40), ..Default::default() };
+        let r = SamplingOverrides { temperature: Some(0.0), top_k: Some(40), ..Default::default() };
         assert_eq!(r.apply(SamplingParams::RKLLM_DEFAULTS).top_k, 1);
         assert_eq!(r.given(), vec!["temperature", "top_k"]);
     }

@@ -9,7 +9,7 @@ mod queue;
 
 pub use backend::{model_id, BackendKind};
 pub use generation::{EndReason, GenEvent, Generation, Outcome};
-pub use job::{Job, SamplingRequest};
+pub use job::{Job, SamplingOverrides};
 pub use queue::QueueState;
 
 use crate::config::Config;
@@ -74,7 +74,7 @@ impl Engine {
             on_fallback(&why);
         }
         let model_path = backend::model_path(config, kind)?;
-        let defaults = config.sampling.resolve();
+        let defaults = config.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: config.max_context_len as i32,
             max_new_tokens: config.max_new_tokens as i32,
