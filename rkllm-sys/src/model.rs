@@ -234,10 +234,6 @@ impl RunControl {
             unsafe { (self.shared.abort)(self.shared.handle) };
         }
     }
-
-    pub fn is_aborted(&self) -> bool {
-        self.cancelled.load(Ordering::SeqCst)
-    }
 }
 
 /// State shared between the runtime thread and [`RunControl`]s.
@@ -247,8 +243,6 @@ struct Shared {
     /// The id of the run inside `rkllm_run`, if any. Held while calling
     /// `rkllm_abort` so the run cannot end and another begin in between.
     active: Mutex<Option<u64>>,
-    /// Bumped by the runtime thread on every command and token: a liveness signal.
-    heartbeat: AtomicU64,
 }
 
 // SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
@@ -320,12 +314,6 @@ impl Model {
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {
         &self.init_log
-    }
-
-    /// A counter the runtime thread bumps whenever it does anything; stuck
-    /// only if the thread is stuck inside the runtime.
-    pub fn heartbeat(&self) -> u64 {
-        self.shared.heartbeat.load(Ordering::Relaxed)
     }
 
     /// Whether a run is inside `rkllm_run` now.
@@ -450,14 +438,13 @@ fn runtime_thread<A: Marshal>(
         let _ = ready.send(Err(ModelError::Init { code, log }));
         return;
     }
-    let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None), heartbeat: AtomicU64::new(0) });
+    let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None) });
     if ready.send(Ok((shared.clone(), log))).is_err() {
         // SAFETY: the handle was initialised above and is not used after this.
         unsafe { (fns.destroy)(handle) };
         return;
     }
     while let Ok(cmd) = commands.recv() {
-        shared.heartbeat.fetch_add(1, Ordering::Relaxed);
         match cmd {
             Command::Run { req, id, cancelled, events } => run_one(&fns, &shared, req, id, &cancelled, events),
             Command::ClearKvCache { keep_system_prompt, reply } => {
@@ -596,7 +583,6 @@ unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, 
 
 impl RunContext {
     fn on_callback(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) {
-        self.shared.heartbeat.fetch_add(1, Ordering::Relaxed);
         match state {
             call_state::NORMAL | call_state::WAITING => {
                 let Some(result) = result else { return };
