@@ -220,3 +220,19 @@ fn the_daemon_binary_exports_no_rkllm_symbols() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains(" rkllm_run"), "the cdylib does export them");
 }
+
+#[test]
+fn auto_with_a_real_model_file_and_no_library_fails_instead_of_simulating_it() {
+    let model = tempfile::NamedTempFile::new().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--port", "0", "--model", model.path().to_str().unwrap()])
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .env_remove("RKLLM_LIB")
+        .output()
+        .unwrap();
+    if std::path::Path::new("/usr/lib/librkllmrt.so").exists() {
+        return; // a real runtime is installed on this machine
+    }
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("librkllmrt.so"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -31,13 +31,16 @@ pub enum BackendError {
 
 /// Opens the runtime the configuration asks for. With `auto`, a library that
 /// is missing or fails to load falls back to the simulator, and `fallback`
-/// says why (the caller logs it as a warning).
+/// says why (the caller logs it as a warning) — unless a real model file is
+/// configured: then the loader's error is returned.
 pub fn open(config: &Config) -> Result<(Arc<Runtime>, BackendKind, Option<String>), BackendError> {
     match config.backend {
         Backend::Sim => Ok((sim(config), BackendKind::Sim, None)),
         Backend::Rkllm => Ok((Arc::new(real(config)?), BackendKind::Rkllm, None)),
         Backend::Auto => match real(config) {
             Ok(runtime) => Ok((Arc::new(runtime), BackendKind::Rkllm, None)),
+            // A real model file must never be "served" by the simulator.
+            Err(why) if config.model.as_deref().is_some_and(|m| !m.starts_with("sim:")) => Err(why.into()),
             Err(why) => Ok((sim(config), BackendKind::Sim, Some(why.to_string()))),
         },
     }

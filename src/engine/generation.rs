@@ -244,6 +244,9 @@ fn run(
                         reason
                     } else if stopped {
                         EndReason::Stopped
+                    } else if finish.aborted && engine.is_closing() {
+                        // Cut off at the end of the shutdown grace period: not a natural end.
+                        EndReason::ShuttingDown
                     } else {
                         EndReason::Eos
                     };
