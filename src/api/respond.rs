@@ -160,14 +160,14 @@ fn chunk(
     usage: Option<Usage>,
     timings: Option<crate::metrics::Timings>,
 ) -> Event {
-    let Meta { id, created, model, fingerprint } = meta.clone();
+    let Meta { id, created, model, fingerprint } = meta;
     match shape {
         Shape::Chat => {
             let delta = Delta { role: first.then_some("assistant"), content: text };
             json_event(&Chunk {
                 id,
                 object: "chat.completion.chunk",
-                created,
+                created: *created,
                 model,
                 system_fingerprint: fingerprint,
                 choices: vec![ChunkChoice { index: 0, delta, finish_reason, logprobs: None }],
@@ -178,7 +178,7 @@ fn chunk(
         Shape::Text => json_event(&Chunk {
             id,
             object: "text_completion",
-            created,
+            created: *created,
             model,
             system_fingerprint: fingerprint,
             choices: vec![TextChoice { index: 0, text: text.unwrap_or_default(), finish_reason, logprobs: None }],
@@ -190,7 +190,7 @@ fn chunk(
 
 /// The `include_usage` chunk: no choices, usage and timings.
 fn usage_chunk(meta: &Meta, shape: Shape, usage: Usage, timings: crate::metrics::Timings) -> Event {
-    let Meta { id, created, model, fingerprint } = meta.clone();
+    let Meta { id, created, model, fingerprint } = meta;
     let object = match shape {
         Shape::Chat => "chat.completion.chunk",
         Shape::Text => "text_completion",
@@ -198,7 +198,7 @@ fn usage_chunk(meta: &Meta, shape: Shape, usage: Usage, timings: crate::metrics:
     json_event(&Chunk::<ChunkChoice> {
         id,
         object,
-        created,
+        created: *created,
         model,
         system_fingerprint: fingerprint,
         choices: vec![],

@@ -80,14 +80,15 @@ pub struct ChunkChoice {
 }
 
 /// One chunk of either endpoint's stream; `choices` holds `ChunkChoice`s
-/// (chat) or `TextChoice`s (legacy), serialised as-is.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Chunk<C> {
-    pub id: String,
+/// (chat) or `TextChoice`s (legacy), serialised as-is. It borrows what every
+/// chunk repeats, so the per-token path copies no strings.
+#[derive(Debug, Clone, Serialize)]
+pub struct Chunk<'a, C> {
+    pub id: &'a str,
     pub object: &'static str,
     pub created: u64,
-    pub model: String,
-    pub system_fingerprint: String,
+    pub model: &'a str,
+    pub system_fingerprint: &'a str,
     pub choices: Vec<C>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
