@@ -6,6 +6,7 @@
 //! over the defaults in that order. Unknown keys in the file are an error
 //! that names them.
 
+use crate::conversation::ReasoningMode;
 use crate::engine::SamplingOverrides;
 use clap::{Args, ValueEnum};
 use rkllm_sys::{Abi, SamplingParams};
@@ -58,6 +59,8 @@ pub struct Config {
     pub shutdown_grace_secs: u64,
     pub base_domain_id: i32,
     pub log_format: LogFormat,
+    /// What becomes of `<think>…</think>` text in replies.
+    pub reasoning: ReasoningMode,
     /// Sampling defaults applied at `rkllm_init` and for every field a request omits.
     pub sampling: SamplingOverrides,
 }
@@ -88,6 +91,7 @@ impl Default for Config {
             shutdown_grace_secs: 30,
             base_domain_id: 0,
             log_format: LogFormat::Text,
+            reasoning: ReasoningMode::Split,
             sampling: SamplingOverrides::default(),
         }
     }
@@ -161,6 +165,9 @@ pub struct Overrides {
     /// Log format.
     #[arg(long, env = "RKLLMD_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// split: thinking text goes to `reasoning_content`; inline: left in `content`; hide: dropped.
+    #[arg(long, env = "RKLLMD_REASONING", value_enum)]
+    pub reasoning: Option<ReasoningMode>,
     /// Sampling defaults (file only: a [sampling] table).
     #[arg(skip)]
     #[serde(default, deserialize_with = "strict_sampling")]
@@ -232,6 +239,7 @@ impl Config {
             shutdown_grace_secs,
             base_domain_id,
             log_format,
+            reasoning,
             sampling
         );
         set_opt!(model, model_id, lib, runtime_abi, api_key);

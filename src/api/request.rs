@@ -1,7 +1,7 @@
 //! Request wire types and their validation into an engine [`Job`].
 
 use super::error::ApiError;
-use crate::conversation::{self, Message};
+use crate::conversation::{self, Message, ReasoningMode, ReplyRules, ToolSyntax};
 use crate::engine::{Job, SamplingOverrides};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -108,6 +108,12 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u32>,
     /// Extension: reaches the runtime's `enable_thinking`.
     pub enable_thinking: Option<bool>,
+    /// Functions the model may call.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// `none`, `auto`, `required` or `{"type":"function","function":{"name":…}}`.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
     #[serde(flatten)]
     pub common: Common,
 }
@@ -134,6 +140,7 @@ pub struct Validated {
     pub stream: bool,
     pub include_usage: bool,
     pub stops: Vec<String>,
+    pub rules: ReplyRules,
 }
 
 /// `max_tokens` default of the legacy endpoint (OpenAI's).
@@ -196,12 +203,19 @@ impl Common {
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             stops,
+            rules: ReplyRules { reasoning: ReasoningMode::Inline, starts_in_thinking: false, tool_syntax: None },
         })
     }
 }
 
 impl ChatCompletionRequest {
-    pub fn validate(&self, id: &str, limit: u32, received: Instant) -> Result<Validated, ApiError> {
+    pub fn validate(
+        &self,
+        id: &str,
+        limit: u32,
+        reasoning: ReasoningMode,
+        received: Instant,
+    ) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiError::invalid_value(
@@ -218,6 +232,10 @@ impl ChatCompletionRequest {
             self.messages.iter().enumerate().map(|(i, m)| to_message(i, m)).collect::<Result<Vec<_>, _>>()?;
         let mut v = self.common.validate(id, conversation::render_chat(&messages), max_tokens, limit, received)?;
         v.job.enable_thinking = self.enable_thinking.unwrap_or(false);
+        let tools_on = self.tools.as_ref().is_some_and(|t| !t.is_empty())
+            && self.tool_choice.as_ref().and_then(Value::as_str) != Some("none");
+        v.rules =
+            ReplyRules { reasoning, starts_in_thinking: false, tool_syntax: tools_on.then_some(ToolSyntax::Hermes) };
         Ok(v)
     }
 }

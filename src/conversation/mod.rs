@@ -8,6 +8,43 @@ mod stop;
 
 pub use stop::StopMatcher;
 
+/// How the reply text is read back: the output-side counterpart of the
+/// prompt rendering. Decided per request (template family, tools, thinking,
+/// config) and applied by the API layer to the generated text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyRules {
+    pub reasoning: ReasoningMode,
+    /// The rendered prompt already opened a `<think>` block (templates that
+    /// force thinking end the generation prompt with `<think>\n`), so the
+    /// reply starts inside it.
+    pub starts_in_thinking: bool,
+    /// Tool calls are parsed out of the reply in this syntax; `None` when the
+    /// request has no tools or `tool_choice` is `none`.
+    pub tool_syntax: Option<ToolSyntax>,
+}
+
+/// What happens to text inside `<think>…</think>` (config `reasoning`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningMode {
+    /// Returned as `reasoning_content`, not in `content`.
+    #[default]
+    Split,
+    /// Left in `content` as the model wrote it.
+    Inline,
+    /// Dropped.
+    Hide,
+}
+
+/// How a model writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSyntax {
+    /// Hermes/Qwen: `<tool_call>{"name": …, "arguments": {…}}</tool_call>`.
+    Hermes,
+    /// Llama 3.x: a bare JSON object `{"name": …, "parameters": {…}}`.
+    Llama3Json,
+}
+
 /// A message as the conversation layer sees it (content already flattened to text).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Message {
