@@ -4,8 +4,13 @@
 //! into the text given to the runtime goes through it.
 
 mod chatml;
+mod output;
 mod stop;
+mod think;
+mod tool_calls;
+mod tool_json;
 
+pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser, Step};
 pub use stop::StopMatcher;
 
 /// How the reply text is read back: the output-side counterpart of the

@@ -45,14 +45,20 @@ impl StopMatcher {
         std::mem::take(&mut self.held)
     }
 
-    /// Length of the longest suffix of `held` that is a proper prefix of a stop string.
     fn longest_partial_suffix(&self) -> usize {
-        let held = self.held.as_str();
-        held.char_indices()
-            .map(|(i, _)| &held[i..])
-            .find(|suffix| self.stops.iter().any(|s| s.len() > suffix.len() && s.starts_with(suffix)))
-            .map_or(0, str::len)
+        partial_suffix(&self.held, self.stops.iter().map(String::as_str))
     }
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of one of
+/// `patterns`: the part that must be held back because the next token may
+/// complete a pattern. Shared by stop strings and the `<think>`/`<tool_call>`
+/// tags, so every stage holds only what could still become its pattern.
+pub(crate) fn partial_suffix<'p>(text: &str, patterns: impl Iterator<Item = &'p str> + Clone) -> usize {
+    text.char_indices()
+        .map(|(i, _)| &text[i..])
+        .find(|suffix| patterns.clone().any(|p| p.len() > suffix.len() && p.starts_with(suffix)))
+        .map_or(0, str::len)
 }
 
 #[cfg(test)]
