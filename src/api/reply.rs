@@ -1,17 +1,18 @@
-//! Turning a [`Generation`] into reply text: stop sequences, finish reason,
-//! usage and timings. Both the SSE writer and the non-stream collector read
-//! this one stream, so the two response shapes cannot disagree.
+//! Turning a [`Generation`] into reply deltas (stop sequences, reasoning,
+//! tool calls: [`ReplyParser`]), finish reason, usage and timings. Both the
+//! SSE writer and the non-stream collector read this one stream, so the two
+//! response shapes cannot disagree.
 
 use super::error::ApiError;
 use super::response::Usage;
-use crate::conversation::StopMatcher;
+use crate::conversation::{Delta, ReplyParser, ReplyRules};
 use crate::engine::{EndReason, GenEvent, Generation};
 use crate::metrics::Timings;
 use futures_util::{Stream, StreamExt};
 
 pub enum Piece {
-    /// The reply text released by one runtime token (may be empty).
-    Text(String),
+    /// What one runtime token added to the reply (may be nothing).
+    Delta(Delta),
     /// The generation ended normally; always the last piece.
     Finished(Box<Finished>),
     /// The generation failed (possibly after some text); always the last piece.
@@ -19,15 +20,15 @@ pub enum Piece {
 }
 
 pub struct Finished {
-    /// `stop` or `length`.
+    /// `stop`, `length` or `tool_calls`.
     pub finish_reason: &'static str,
     pub usage: Usage,
     pub timings: Timings,
 }
 
-pub fn pieces(mut generation: Generation, stops: Vec<String>) -> impl Stream<Item = Piece> {
+pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules) -> impl Stream<Item = Piece> {
     async_stream::stream! {
-        let mut matcher = StopMatcher::new(stops);
+        let mut parser = ReplyParser::new(rules, stops);
         let mut matched = false;
         while let Some(event) = generation.next().await {
             match event {
@@ -35,21 +36,20 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>) -> impl Stream<Ite
                     if matched {
                         continue;
                     }
-                    let pushed = matcher.push(&text);
-                    if pushed.matched {
+                    let step = parser.push(&text);
+                    if step.stopped {
                         matched = true;
                         generation.stop();
                     }
-                    yield Piece::Text(pushed.release);
+                    yield Piece::Delta(step.delta);
                 }
                 GenEvent::Done(outcome) => {
-                    if !matched {
-                        let rest = matcher.finish() + &outcome.tail;
-                        if !rest.is_empty() {
-                            yield Piece::Text(rest);
-                        }
+                    let rest = parser.finish(&outcome.tail);
+                    if !rest.is_empty() {
+                        yield Piece::Delta(rest);
                     }
                     let finish_reason = match outcome.reason {
+                        EndReason::Eos | EndReason::Stopped if parser.called_tools() => "tool_calls",
                         EndReason::Eos | EndReason::Stopped => "stop",
                         EndReason::Length => "length",
                         EndReason::Timeout(which) => {

@@ -6,6 +6,7 @@ use super::reply::{pieces, Finished, Piece};
 use super::request::Validated;
 use super::response::*;
 use super::AppState;
+use crate::conversation::{Delta as ReplyDelta, Reply};
 use crate::engine::EngineError;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -42,7 +43,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
     }
-    let pieces = pieces(generation, v.stops);
+    let pieces = pieces(generation, v.stops, v.rules);
     let mut response = if v.stream {
         stream(pieces, shape, meta, v.include_usage, state.config.keepalive_secs).into_response()
     } else {
@@ -62,10 +63,10 @@ async fn collect(
     meta: Meta,
 ) -> Result<Response, ApiError> {
     let mut pieces = std::pin::pin!(pieces);
-    let mut text = String::new();
+    let mut reply = Reply::default();
     while let Some(piece) = pieces.next().await {
         match piece {
-            Piece::Text(t) => text.push_str(&t),
+            Piece::Delta(delta) => reply.absorb(delta),
             Piece::Failed(e) => return Err(*e),
             Piece::Finished(finished) => {
                 let Finished { finish_reason, usage, timings } = *finished;
@@ -80,7 +81,7 @@ async fn collect(
                         system_fingerprint: fingerprint,
                         choices: vec![ChatChoice {
                             index: 0,
-                            message: AssistantMessage { role: "assistant", content: text },
+                            message: AssistantMessage::from_reply(reply),
                             finish_reason,
                             logprobs: None,
                         }],
@@ -93,7 +94,7 @@ async fn collect(
                         created,
                         model,
                         system_fingerprint: fingerprint,
-                        choices: vec![TextChoice { index: 0, text, finish_reason, logprobs: None }],
+                        choices: vec![TextChoice { index: 0, text: reply.content, finish_reason, logprobs: None }],
                         usage,
                         timings,
                     }),
@@ -117,8 +118,8 @@ fn stream(
         let mut first = true;
         while let Some(piece) = pieces.next().await {
             match piece {
-                Piece::Text(text) => {
-                    yield chunk(&meta, shape, Some(text), first, None, None, None);
+                Piece::Delta(delta) => {
+                    yield chunk(&meta, shape, Some(delta), first, None, None, None);
                     first = false;
                 }
                 Piece::Failed(e) => {
@@ -150,11 +151,11 @@ fn json_event(value: &impl serde::Serialize) -> Event {
         .data(serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":{{\"message\":\"{e}\"}}}}")))
 }
 
-/// A content chunk (`text: Some`) or the finish chunk (`finish_reason: Some`).
+/// A token's chunk (`step: Some`) or the finish chunk (`finish_reason: Some`).
 fn chunk(
     meta: &Meta,
     shape: Shape,
-    text: Option<String>,
+    step: Option<ReplyDelta>,
     first: bool,
     finish_reason: Option<&'static str>,
     usage: Option<Usage>,
@@ -163,7 +164,7 @@ fn chunk(
     let Meta { id, created, model, fingerprint } = meta;
     match shape {
         Shape::Chat => {
-            let delta = Delta { role: first.then_some("assistant"), content: text };
+            let delta = step.map_or_else(Delta::default, |step| Delta::from_step(step, first));
             json_event(&Chunk {
                 id,
                 object: "chat.completion.chunk",
@@ -181,7 +182,13 @@ fn chunk(
             created: *created,
             model,
             system_fingerprint: fingerprint,
-            choices: vec![TextChoice { index: 0, text: text.unwrap_or_default(), finish_reason, logprobs: None }],
+            // The legacy endpoint reads replies raw: everything is in `content`.
+            choices: vec![TextChoice {
+                index: 0,
+                text: step.map(|s| s.content).unwrap_or_default(),
+                finish_reason,
+                logprobs: None,
+            }],
             usage,
             timings,
         }),

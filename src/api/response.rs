@@ -1,5 +1,6 @@
 //! Response wire types: non-stream bodies and stream chunks of both endpoints.
 
+use crate::conversation::{Call, CallDelta, CallHead, Delta as ReplyDelta, Reply};
 use crate::metrics::Timings;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -16,7 +17,30 @@ pub struct Usage {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// The answer; `null` when the reply is only tool calls.
+    pub content: Option<String>,
+    /// The text of the model's `<think>` block (config `reasoning = "split"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCall {
+    /// `call_` and 24 hex digits, unique per call.
+    pub id: String,
+    /// Always `function`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments as a JSON-encoded string, as the model wrote them.
+    pub arguments: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -68,6 +92,29 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// One step of a streamed tool call: the first carries `id`, `type` and
+/// `function.name`; every one carries the next part of `function.arguments`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ToolCallDelta {
+    pub index: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: FunctionDelta,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct FunctionDelta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -94,4 +141,53 @@ pub struct Chunk<'a, C> {
     pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings: Option<Timings>,
+}
+
+impl AssistantMessage {
+    /// The message of a whole reply.
+    pub fn from_reply(reply: Reply) -> Self {
+        let Reply { content, reasoning, calls } = reply;
+        let tool_calls: Vec<ToolCall> = calls
+            .into_iter()
+            .map(|Call { id, name, arguments }| ToolCall {
+                id,
+                kind: "function",
+                function: FunctionCall { name, arguments },
+            })
+            .collect();
+        AssistantMessage {
+            role: "assistant",
+            content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+            reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        }
+    }
+}
+
+impl Delta {
+    /// The chunk delta of one token's step. `content` is present when it has
+    /// text, on the first chunk, and when nothing else is (a token that
+    /// released nothing still makes a chunk, with `content: ""`).
+    pub fn from_step(step: ReplyDelta, first: bool) -> Self {
+        let ReplyDelta { content, reasoning, calls } = step;
+        let tool_calls: Vec<ToolCallDelta> = calls
+            .into_iter()
+            .map(|CallDelta { index, head, arguments }| {
+                let (id, name) = head.map(|CallHead { id, name }| (id, name)).unzip();
+                ToolCallDelta {
+                    index,
+                    kind: id.is_some().then_some("function"),
+                    id,
+                    function: FunctionDelta { name, arguments },
+                }
+            })
+            .collect();
+        let bare = reasoning.is_empty() && tool_calls.is_empty();
+        Delta {
+            role: first.then_some("assistant"),
+            content: (!content.is_empty() || first || bare).then_some(content),
+            reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+            tool_calls: (!tool_calls.is_empty()).then_some(tool_calls),
+        }
+    }
 }

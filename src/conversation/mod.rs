@@ -10,7 +10,7 @@ mod think;
 mod tool_calls;
 mod tool_json;
 
-pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser, Step};
+pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser};
 pub use stop::StopMatcher;
 
 /// How the reply text is read back: the output-side counterpart of the
