@@ -33,7 +33,11 @@ async fn stream_chunks(d: &Daemon, mut body: Value) -> Vec<(Value, Instant)> {
 }
 
 fn deltas(chunks: &[(Value, Instant)]) -> Vec<&Value> {
-    chunks.iter().filter(|(c, _)| c["choices"][0]["finish_reason"].is_null()).map(|(c, _)| &c["choices"][0]["delta"]).collect()
+    chunks
+        .iter()
+        .filter(|(c, _)| c["choices"][0]["finish_reason"].is_null())
+        .map(|(c, _)| &c["choices"][0]["delta"])
+        .collect()
 }
 
 fn concat(deltas: &[&Value], field: &str) -> String {
@@ -69,9 +73,11 @@ async fn thinking_is_split_into_reasoning_content_in_both_shapes() {
 
 #[tokio::test]
 async fn inline_and_hide_modes() {
-    for (mode, content, reasoning) in
-        [("inline", THINKING, None), ("hide", "Hello there!", None), ("split", "Hello there!", Some("The user greets me. Reply briefly."))]
-    {
+    for (mode, content, reasoning) in [
+        ("inline", THINKING, None),
+        ("hide", "Hello there!", None),
+        ("split", "Hello there!", Some("The user greets me. Reply briefly.")),
+    ] {
         let (d, _f) = scripted(&[("greet", THINKING)], &["--reasoning", mode]);
         let b: Value = d.post("/v1/chat/completions", chat("m", "greet me")).await.json().await.unwrap();
         let msg = &b["choices"][0]["message"];
@@ -159,7 +165,9 @@ async fn parallel_calls_and_malformed_calls() {
     let calls = msg["tool_calls"].as_array().unwrap();
     assert_eq!(calls.len(), 2);
     assert_ne!(calls[0]["id"], calls[1]["id"]);
-    let city = |c: &Value| serde_json::from_str::<Value>(c["function"]["arguments"].as_str().unwrap()).unwrap()["city"].clone();
+    let city = |c: &Value| {
+        serde_json::from_str::<Value>(c["function"]["arguments"].as_str().unwrap()).unwrap()["city"].clone()
+    };
     assert_eq!((city(&calls[0]), city(&calls[1])), (json!("Paris"), json!("Rome")));
 
     let chunks = stream_chunks(&d, ask("both cities")).await;
@@ -189,13 +197,15 @@ async fn parallel_calls_and_malformed_calls() {
         assert_eq!(r.status(), 200);
         let (content, finish) = if stream {
             let (events, _) = read_sse(r).await;
-            let chunks: Vec<(Value, Instant)> =
-                events[..events.len() - 1].iter().map(|e| (e.json(), e.at)).collect();
+            let chunks: Vec<(Value, Instant)> = events[..events.len() - 1].iter().map(|e| (e.json(), e.at)).collect();
             assert!(deltas(&chunks).iter().all(|d| d.get("tool_calls").is_none()));
             (concat(&deltas(&chunks), "content"), finish_reason(&chunks))
         } else {
             let b: Value = r.json().await.unwrap();
-            (b["choices"][0]["message"]["content"].as_str().unwrap().to_owned(), b["choices"][0]["finish_reason"].clone())
+            (
+                b["choices"][0]["message"]["content"].as_str().unwrap().to_owned(),
+                b["choices"][0]["finish_reason"].clone(),
+            )
         };
         assert_eq!((content.as_str(), finish), (bad, json!("stop")), "stream={stream}");
     }
@@ -215,9 +225,17 @@ async fn stop_string_after_thinking_is_matched_across_tokens() {
         } else {
             let b: Value = d.post("/v1/chat/completions", body).await.json().await.unwrap();
             let m = &b["choices"][0]["message"];
-            (m["content"].as_str().unwrap().to_owned(), m["reasoning_content"].as_str().unwrap().to_owned(), b["choices"][0]["finish_reason"].clone())
+            (
+                m["content"].as_str().unwrap().to_owned(),
+                m["reasoning_content"].as_str().unwrap().to_owned(),
+                b["choices"][0]["finish_reason"].clone(),
+            )
         };
-        assert_eq!((content.as_str(), reasoning.as_str(), finish), ("It is sunny. ", "plan", json!("stop")), "stream={stream}");
+        assert_eq!(
+            (content.as_str(), reasoning.as_str(), finish),
+            ("It is sunny. ", "plan", json!("stop")),
+            "stream={stream}"
+        );
     }
 }
 

@@ -63,7 +63,8 @@ fn every_split(rules: ReplyRules, text: &str, want: &Reply) {
     }
 }
 
-const CALL: &str = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"°C\"}}\n</tool_call>";
+const CALL: &str =
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"°C\"}}\n</tool_call>";
 const ARGS: &str = "{\"city\": \"Paris\", \"unit\": \"°C\"}";
 
 #[test]
@@ -143,11 +144,7 @@ fn thinking_then_a_call_in_each_mode() {
     let text = format!("<think>Maybe <tool_call> is needed.</think>\n\n{CALL}");
     every_split(SPLIT_HERMES, &text, &reply("", "Maybe <tool_call> is needed.", &[("get_weather", ARGS)]));
     let inline = rules(ReasoningMode::Inline, false, Some(ToolSyntax::Hermes));
-    every_split(
-        inline,
-        &text,
-        &reply("<think>Maybe <tool_call> is needed.</think>\n\n", "", &[("get_weather", ARGS)]),
-    );
+    every_split(inline, &text, &reply("<think>Maybe <tool_call> is needed.</think>\n\n", "", &[("get_weather", ARGS)]));
     let hide = rules(ReasoningMode::Hide, false, Some(ToolSyntax::Hermes));
     every_split(hide, &text, &reply("", "", &[("get_weather", ARGS)]));
 }
@@ -172,11 +169,15 @@ fn tokens_that_cannot_start_a_pattern_pass_in_the_same_step() {
     let contents: Vec<&str> = deltas.iter().map(|d| d.content.as_str()).collect();
     assert_eq!(contents, ["The", " answer", " is", " 4", ".", ""]);
     // Possible beginnings wait exactly until they are ruled out.
-    let tokens = ["Hi", " <", "tool", "_c", "all>", "{\"name\": \"f\", ", "\"arguments\": {", "\"a\"", ": 1}}", "</tool_call>"];
+    let tokens =
+        ["Hi", " <", "tool", "_c", "all>", "{\"name\": \"f\", ", "\"arguments\": {", "\"a\"", ": 1}}", "</tool_call>"];
     let (deltas, reply, _) = run(SPLIT_HERMES, &[], &tokens);
     let contents: Vec<&str> = deltas.iter().map(|d| d.content.as_str()).collect();
     assert_eq!(contents, ["Hi", " ", "", "", "", "", "", "", "", "", ""]);
-    assert_eq!(deltas[6].calls, vec![CallDelta { index: 0, head: deltas[6].calls[0].head.clone(), arguments: "{".into() }]);
+    assert_eq!(
+        deltas[6].calls,
+        vec![CallDelta { index: 0, head: deltas[6].calls[0].head.clone(), arguments: "{".into() }]
+    );
     assert_eq!(deltas[6].calls[0].head.as_ref().map(|h| h.name.as_str()), Some("f"));
     assert_eq!(deltas[7].calls[0].arguments, "\"a\"");
     assert_eq!(deltas[8].calls[0].arguments, ": 1}");
@@ -189,7 +190,8 @@ fn tokens_that_cannot_start_a_pattern_pass_in_the_same_step() {
 #[test]
 fn stop_strings_apply_to_the_raw_text_before_splitting() {
     // Matched inside the thinking block: the reply ends there.
-    let (_, got, stopped) = run(rules(ReasoningMode::Split, false, None), &["STOP"], &["<think>ab", "c ST", "OP</think>x"]);
+    let (_, got, stopped) =
+        run(rules(ReasoningMode::Split, false, None), &["STOP"], &["<think>ab", "c ST", "OP</think>x"]);
     assert!(stopped);
     assert_eq!(got, reply("", "abc ", &[]));
     // Split across tokens in the answer, after a thinking block.

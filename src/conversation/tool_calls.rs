@@ -29,9 +29,16 @@ const HEAD_LIMIT: usize = 1024;
 pub enum ToolOut {
     Content(String),
     /// A new call: its position among this reply's calls, a fresh id, the function's name.
-    Start { index: u32, id: String, name: String },
+    Start {
+        index: u32,
+        id: String,
+        name: String,
+    },
     /// The next characters of a call's JSON-encoded arguments.
-    Args { index: u32, text: String },
+    Args {
+        index: u32,
+        text: String,
+    },
 }
 
 #[derive(Debug)]
@@ -45,7 +52,10 @@ pub struct ToolCallParser {
 enum State {
     /// Between calls: `held` is undecided text (a possible opening, or the
     /// separator after a call, which is dropped if another call or the end follows).
-    Text { held: String, after_call: bool },
+    Text {
+        held: String,
+        after_call: bool,
+    },
     /// Llama 3: the answer did not start with a call, so it is plain text.
     Plain,
     Block(Block),
@@ -176,8 +186,8 @@ impl ToolCallParser {
             Phase::Tail | Phase::Whole => {}
         }
         // Hermes blocks end at the tag, but not inside the arguments, where it can only be text.
-        let closed = object_closed
-            || (!llama && !matches!(block.phase, Phase::Args { .. }) && block.text.ends_with(CLOSE));
+        let closed =
+            object_closed || (!llama && !matches!(block.phase, Phase::Args { .. }) && block.text.ends_with(CLOSE));
         if closed {
             self.end_block(out);
         }
@@ -214,8 +224,8 @@ impl ToolCallParser {
             State::Plain => {}
             State::Block(_) => self.end_block(out),
             State::Text { held, after_call } => {
-                let sep = held.trim_start_matches(|c: char| c.is_whitespace() || c == ';');
-                if !(*after_call && sep.is_empty()) && !held.is_empty() {
+                let only_separators = held.trim_start_matches(|c: char| c.is_whitespace() || c == ';').is_empty();
+                if !(held.is_empty() || (only_separators && *after_call)) {
                     emit(out, ToolOut::Content(std::mem::take(held)));
                 }
             }

@@ -183,10 +183,7 @@ mod tests {
 
     #[test]
     fn whole_call_accepts_any_key_order_and_string_arguments() {
-        assert_eq!(
-            whole_call(r#"{"arguments": {"a": 1}, "name": "f"}"#),
-            Some(("f".into(), r#"{"a":1}"#.into()))
-        );
+        assert_eq!(whole_call(r#"{"arguments": {"a": 1}, "name": "f"}"#), Some(("f".into(), r#"{"a":1}"#.into())));
         assert_eq!(whole_call(r#"{"name": "f", "arguments": "{\"a\":1}"}"#), Some(("f".into(), r#"{"a":1}"#.into())));
         assert_eq!(whole_call(r#"{"name": "f"}"#), Some(("f".into(), "{}".into())));
         assert_eq!(whole_call(r#"{"name": "f", "arguments": 3}"#), None);
