@@ -153,7 +153,7 @@ fn thinking_then_a_call_in_each_mode() {
 fn thinking_without_tools_in_each_mode() {
     let text = "<think>\n2+2 is 4.\n</think>\n\nFour.";
     let split = rules(ReasoningMode::Split, false, None);
-    every_split(split, text, &reply("Four.", "\n2+2 is 4.\n", &[]));
+    every_split(split, text, &reply("Four.", "2+2 is 4.\n", &[]));
     every_split(rules(ReasoningMode::Inline, false, None), text, &reply(text, "", &[]));
     every_split(rules(ReasoningMode::Hide, false, None), text, &reply("Four.", "", &[]));
     // Starting inside the block, and never closing it.

@@ -17,7 +17,7 @@ const CLOSE: &str = "</think>";
 pub enum Part {
     /// Text inside the block.
     Reasoning(String),
-    /// The tags themselves and the whitespace right after `</think>`:
+    /// The tags themselves and the whitespace right after each:
     /// kept only when the reply is returned as written.
     Markup(String),
     /// The answer.
@@ -28,6 +28,8 @@ pub enum Part {
 enum State {
     /// Nothing but whitespace and a possible beginning of `<think>` so far.
     Start,
+    /// Right after `<think>`: leading whitespace is not reasoning.
+    Opened,
     Thinking,
     /// Right after `</think>`: whitespace here belongs to neither part.
     Closed,
@@ -43,7 +45,7 @@ pub struct ThinkSplitter {
 
 impl ThinkSplitter {
     pub fn new(starts_in_thinking: bool) -> Self {
-        ThinkSplitter { state: if starts_in_thinking { State::Thinking } else { State::Start }, held: String::new() }
+        ThinkSplitter { state: if starts_in_thinking { State::Opened } else { State::Start }, held: String::new() }
     }
 
     /// Splits the next released text; parts come out in reply order.
@@ -64,13 +66,15 @@ impl ThinkSplitter {
                 let tag = self.held.trim_start();
                 if tag == OPEN {
                     emit(out, Part::Markup(std::mem::take(&mut self.held)));
-                    self.state = State::Thinking;
+                    self.state = State::Opened;
                 } else if !OPEN.starts_with(tag) {
                     emit(out, Part::Content(std::mem::take(&mut self.held)));
                     self.state = State::Answer;
                 }
             }
-            State::Thinking => {
+            State::Opened if c.is_whitespace() => emit(out, Part::Markup(c.to_string())),
+            State::Opened | State::Thinking => {
+                self.state = State::Thinking;
                 self.held.push(c);
                 if self.held.ends_with(CLOSE) {
                     let before = self.held.len() - CLOSE.len();
@@ -164,11 +168,14 @@ mod tests {
     fn block_at_the_start_is_reasoning_at_every_split_point() {
         every_split(false, "<think>Hmm, 2+2.</think>\n\nIt is 4.", ("Hmm, 2+2.", "<think></think>\n\n", "It is 4."));
         every_split(false, "\n<think>a<b</think>c", ("a<b", "\n<think></think>", "c"));
+        every_split(false, "<think>\n\n</think>\n\nHi", ("", "<think>\n\n</think>\n\n", "Hi"));
+        every_split(false, "<think>\nwhy\n</think>x", ("why\n", "<think>\n</think>", "x"));
     }
 
     #[test]
     fn reply_that_starts_inside_the_block() {
         every_split(true, "plan: x</think> done", ("plan: x", "</think> ", "done"));
+        every_split(true, "\nplan</think>", ("plan", "\n</think>", ""));
     }
 
     #[test]
