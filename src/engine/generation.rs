@@ -250,7 +250,14 @@ fn run(
                     guard.timeline.finished = Some(finish.at);
                     let stopped = stop.lock().map(|s| s.requested).unwrap_or(false);
                     let reason = if finish.is_error() {
-                        EndReason::RuntimeError(format!("the runtime reported an error (rkllm_run returned {}{})", finish.code, if finish.runtime_error { ", callback state ERROR" } else { "" }))
+                        // Before any token, a prompt too long for the context is the usual cause;
+                        // with a tokenizer the daemon refuses those itself.
+                        let hint = if guard.timeline.first_token.is_none() && job.prompt_tokens.is_none() {
+                            format!("; a prompt longer than the context (max_context_len = {}) is refused this way: configure `tokenizer` to have prompts checked before they run", engine.limits.max_context_len)
+                        } else {
+                            String::new()
+                        };
+                        EndReason::RuntimeError(format!("the runtime reported an error (rkllm_run returned {}{}){hint}", finish.code, if finish.runtime_error { ", callback state ERROR" } else { "" }))
                     } else if let Some(reason) = reason.take() {
                         reason
                     } else if stopped {
