@@ -6,7 +6,7 @@
 //! over the defaults in that order. Unknown keys in the file are an error
 //! that names them.
 
-use crate::conversation::ReasoningMode;
+use crate::conversation::{ReasoningMode, TemplateFamily};
 use crate::engine::SamplingOverrides;
 use clap::{Args, ValueEnum};
 use rkllm_sys::{Abi, SamplingParams};
@@ -63,6 +63,12 @@ pub struct Config {
     pub reasoning: ReasoningMode,
     /// Sampling defaults applied at `rkllm_init` and for every field a request omits.
     pub sampling: SamplingOverrides,
+    /// The model's chat template: a `.jinja` file, `tokenizer_config.json` or `chat_template.json`.
+    pub chat_template: Option<PathBuf>,
+    /// A built-in chat template, used when no template file is found.
+    pub template: Option<TemplateFamily>,
+    /// A `tokenizer.json` for exact prompt token counts.
+    pub tokenizer: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -93,6 +99,9 @@ impl Default for Config {
             log_format: LogFormat::Text,
             reasoning: ReasoningMode::Split,
             sampling: SamplingOverrides::default(),
+            chat_template: None,
+            template: None,
+            tokenizer: None,
         }
     }
 }
@@ -172,6 +181,15 @@ pub struct Overrides {
     #[arg(skip)]
     #[serde(default, deserialize_with = "strict_sampling")]
     pub sampling: Option<SamplingOverrides>,
+    /// Chat template file: .jinja, tokenizer_config.json or chat_template.json (default: beside the model).
+    #[arg(long, env = "RKLLMD_CHAT_TEMPLATE")]
+    pub chat_template: Option<PathBuf>,
+    /// Built-in chat template when no template file is found.
+    #[arg(long, env = "RKLLMD_TEMPLATE", value_enum)]
+    pub template: Option<TemplateFamily>,
+    /// tokenizer.json for exact prompt token counts (default: beside the model).
+    #[arg(long, env = "RKLLMD_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// The `[sampling]` table. Requests may carry fields we ignore, but a
@@ -242,7 +260,7 @@ impl Config {
             reasoning,
             sampling
         );
-        set_opt!(model, model_id, lib, runtime_abi, api_key);
+        set_opt!(model, model_id, lib, runtime_abi, api_key, chat_template, template, tokenizer);
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

@@ -1,16 +1,24 @@
 //! Messages → prompt, and the text-level rules applied to generated output.
 //!
-//! The seam is [`render_chat`]: everything that turns an OpenAI message list
-//! into the text given to the runtime goes through it.
+//! The seam is [`Prompter`]: loaded once at startup (chat template and
+//! optional tokenizer), it turns an OpenAI message list into the text given
+//! to the runtime and counts its tokens.
 
-mod chatml;
+mod builtin;
 mod output;
+mod prompter;
+mod pyjson;
+mod source;
 mod stop;
+mod template;
 mod think;
 mod tool_calls;
 mod tool_json;
 
+pub use builtin::TemplateFamily;
 pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser};
+pub use prompter::{PromptError, Prompter};
+pub use source::LoadError;
 pub use stop::StopMatcher;
 
 /// How the reply text is read back: the output-side counterpart of the
@@ -50,16 +58,33 @@ pub enum ToolSyntax {
     Llama3Json,
 }
 
-/// A message as the conversation layer sees it (content already flattened to text).
-#[derive(Debug, Clone, PartialEq)]
+/// A message as the conversation layer sees it (content flattened to text;
+/// `developer` already mapped to `system`).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Message {
     pub role: Role,
-    pub content: String,
+    /// `None` only for an assistant turn that carries tool calls.
+    pub content: Option<String>,
+    pub name: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    /// An assistant turn's reasoning, when the client sends it back.
+    pub reasoning_content: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A function call made by the assistant in an earlier turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the client sent them (JSON text).
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Role {
     System,
+    #[default]
     User,
     Assistant,
     Tool,
@@ -76,9 +101,26 @@ impl Role {
     }
 }
 
-/// Renders a whole transcript into one prompt, ending with the opening of
-/// the assistant's turn. The runtime gets it as one "user" input with
-/// `keep_history = 0`; its own template is disabled.
-pub fn render_chat(messages: &[Message]) -> String {
-    chatml::render(messages)
+/// `tool_choice`, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// Tools are not shown to the model.
+    None,
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this function.
+    Function(String),
+}
+
+/// One chat request's input to the template.
+#[derive(Debug, Clone, Default)]
+pub struct ChatInput {
+    pub messages: Vec<Message>,
+    /// The `tools` array as the client sent it (validated).
+    pub tools: Vec<serde_json::Value>,
+    pub tool_choice: ToolChoice,
+    /// Extra template variables: `chat_template_kwargs`, `enable_thinking`.
+    pub variables: serde_json::Map<String, serde_json::Value>,
 }

@@ -44,6 +44,8 @@ pub struct Outcome {
     pub tail: String,
     /// The run was aborted by us (limit on ABI 1.2, stop, time-out, disconnect).
     pub aborted: bool,
+    /// The prompt's length by the model's tokenizer (the job's count).
+    pub prompt_tokens: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -93,6 +95,7 @@ struct RunGuard {
     turn: Option<super::queue::Turn>,
     timeline: Timeline,
     job_id: String,
+    prompt_tokens: Option<u32>,
     finished: bool,
 }
 
@@ -107,6 +110,7 @@ impl Drop for RunGuard {
         };
         let mut timeline = self.timeline;
         let job_id = std::mem::take(&mut self.job_id);
+        let prompt_tokens = self.prompt_tokens;
         let drain = async move {
             let mut perf = None;
             while let Some(event) = events.recv().await {
@@ -122,7 +126,14 @@ impl Drop for RunGuard {
                 }
             }
             drop(turn);
-            let outcome = Outcome { reason: EndReason::Stopped, timeline, perf, tail: String::new(), aborted: true };
+            let outcome = Outcome {
+                reason: EndReason::Stopped,
+                timeline,
+                perf,
+                tail: String::new(),
+                aborted: true,
+                prompt_tokens,
+            };
             super::log_request(&job_id, &outcome, true);
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -172,7 +183,7 @@ fn run(
             Ok(control) => control,
             Err(reason) => {
                 timeline.finished = Some(Instant::now());
-                let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), aborted: false };
+                let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
                 log_outcome(&job.id, &outcome);
                 yield GenEvent::Done(outcome);
                 return;
@@ -187,7 +198,7 @@ fn run(
             }
             s.control = Some(control.clone());
         }
-        let mut guard = RunGuard { control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), finished: false };
+        let mut guard = RunGuard { control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), prompt_tokens: job.prompt_tokens, finished: false };
         // Until admission there is no deadline of ours (the turn is held, so
         // the runtime thread is about to start); then first-token, then total.
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -239,7 +250,14 @@ fn run(
                     guard.timeline.finished = Some(finish.at);
                     let stopped = stop.lock().map(|s| s.requested).unwrap_or(false);
                     let reason = if finish.is_error() {
-                        EndReason::RuntimeError(format!("the runtime reported an error (rkllm_run returned {}{})", finish.code, if finish.runtime_error { ", callback state ERROR" } else { "" }))
+                        // Before any token, a prompt too long for the context is the usual cause;
+                        // with a tokenizer the daemon refuses those itself.
+                        let hint = if guard.timeline.first_token.is_none() && job.prompt_tokens.is_none() {
+                            format!("; a prompt longer than the context (max_context_len = {}) is refused this way: configure `tokenizer` to have prompts checked before they run", engine.limits.max_context_len)
+                        } else {
+                            String::new()
+                        };
+                        EndReason::RuntimeError(format!("the runtime reported an error (rkllm_run returned {}{}){hint}", finish.code, if finish.runtime_error { ", callback state ERROR" } else { "" }))
                     } else if let Some(reason) = reason.take() {
                         reason
                     } else if stopped {
@@ -250,7 +268,7 @@ fn run(
                     } else {
                         EndReason::Eos
                     };
-                    let outcome = Outcome { reason, timeline: guard.timeline, perf: finish.perf.map(RuntimePerf::from), tail: finish.tail, aborted: finish.aborted };
+                    let outcome = Outcome { reason, timeline: guard.timeline, perf: finish.perf.map(RuntimePerf::from), tail: finish.tail, aborted: finish.aborted, prompt_tokens: job.prompt_tokens };
                     log_outcome(&job.id, &outcome);
                     yield GenEvent::Done(outcome);
                     break;
@@ -258,7 +276,7 @@ fn run(
                 None => {
                     guard.finished = true;
                     guard.timeline.finished = Some(Instant::now());
-                    let outcome = Outcome { reason: EndReason::RuntimeError("the runtime thread stopped".into()), timeline: guard.timeline, perf: None, tail: String::new(), aborted: false };
+                    let outcome = Outcome { reason: EndReason::RuntimeError("the runtime thread stopped".into()), timeline: guard.timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
                     log_outcome(&job.id, &outcome);
                     yield GenEvent::Done(outcome);
                     break;

@@ -15,6 +15,8 @@ pub struct Job {
     pub max_new_tokens: Option<u32>,
     pub sampling: SamplingOverrides,
     pub enable_thinking: bool,
+    /// The prompt's length by the model's tokenizer, when one is configured.
+    pub prompt_tokens: Option<u32>,
 }
 
 /// Sampling fields laid over defaults: a request's fields (over the

@@ -13,6 +13,7 @@ pub use job::{Job, SamplingOverrides};
 pub use queue::QueueState;
 
 use crate::config::Config;
+use crate::conversation::Prompter;
 use crate::metrics::Timings;
 use rkllm_sys::{Abi, InitConfig, Model, SamplingParams};
 use std::time::Duration;
@@ -25,6 +26,8 @@ pub enum EngineError {
     Backend(#[from] backend::BackendError),
     #[error("loading the model failed: {0}")]
     Model(#[from] rkllm_sys::ModelError),
+    #[error(transparent)]
+    Prompt(#[from] crate::conversation::LoadError),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -52,6 +55,7 @@ pub struct Limits {
     pub first_token_base: Duration,
     pub first_token_per_kib: Duration,
     pub request_timeout: Duration,
+    pub max_context_len: u32,
 }
 
 pub struct Engine {
@@ -62,6 +66,7 @@ pub struct Engine {
     info: RuntimeInfo,
     defaults: SamplingParams,
     limits: Limits,
+    prompter: Prompter,
 }
 
 impl Engine {
@@ -74,6 +79,15 @@ impl Engine {
             on_fallback(&why);
         }
         let model_path = backend::model_path(config, kind)?;
+        // Before the (slow) model load, so a bad template fails fast.
+        let prompter = Prompter::load(config, &model_path)?;
+        let (template, tokenizer) = prompter.describe();
+        tracing::info!(%template, %tokenizer, "prompt rendering");
+        if !prompter.renders() {
+            tracing::warn!(
+                "no chat template found: requests are limited to one user message; set `template` or `chat_template`"
+            );
+        }
         let defaults = config.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: config.max_context_len as i32,
@@ -90,8 +104,10 @@ impl Engine {
             model_path,
         };
         let model = Model::load(runtime, init)?;
-        // The daemon renders every prompt itself: disable the runtime's template.
-        model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
+        if prompter.renders() {
+            // The daemon renders every prompt itself: disable the runtime's template.
+            model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
+        }
         Ok(Engine {
             model,
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -103,7 +119,9 @@ impl Engine {
                 first_token_base: Duration::from_secs(config.first_token_timeout_secs),
                 first_token_per_kib: Duration::from_millis(config.first_token_timeout_ms_per_kib),
                 request_timeout: Duration::from_secs(config.request_timeout_secs),
+                max_context_len: config.max_context_len,
             },
+            prompter,
         })
     }
 
@@ -112,6 +130,10 @@ impl Engine {
     }
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// The chat template and tokenizer loaded for this model.
+    pub fn prompter(&self) -> &Prompter {
+        &self.prompter
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults

@@ -1,0 +1,247 @@
+//! From a chat request to the runtime's prompt: the model's template (or
+//! the runtime's own), tool choice, the thinking state the reply starts in,
+//! and exact token counts when a tokenizer is configured.
+
+use super::template::{Arguments, ChatTemplate, RenderError};
+use super::{ChatInput, Message, Role, ToolChoice, ToolSyntax};
+use serde_json::{json, Map, Value as Json};
+
+/// What the daemon renders with, loaded once at startup.
+pub struct Prompter {
+    /// `None`: the runtime's built-in template wraps a single user message.
+    pub(super) template: Option<ChatTemplate>,
+    pub(super) tokenizer: Option<(tokenizers::Tokenizer, String)>,
+}
+
+/// A rendered chat prompt and what it implies for reading the reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub prompt: String,
+    /// The generation prompt left a `<think>` block open.
+    pub starts_in_thinking: bool,
+    /// `None` when no tools were offered.
+    pub tool_syntax: Option<ToolSyntax>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error(transparent)]
+    Template(#[from] RenderError),
+    /// The runtime's own template cannot express this request.
+    #[error("{message}")]
+    NeedsTemplate { param: &'static str, message: String },
+}
+
+impl Prompter {
+    /// Whether the daemon renders prompts (and the runtime's template is off).
+    pub fn renders(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// Where the template and tokenizer came from, for the startup log.
+    pub fn describe(&self) -> (String, String) {
+        let template = match &self.template {
+            Some(t) => t.origin.clone(),
+            None => "the runtime's built-in template".into(),
+        };
+        let tokenizer = match &self.tokenizer {
+            Some((_, origin)) => origin.clone(),
+            None => "none (the runtime counts prompt tokens)".into(),
+        };
+        (template, tokenizer)
+    }
+
+    pub fn render(&self, chat: &ChatInput) -> Result<Rendered, PromptError> {
+        let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
+        let Some(template) = &self.template else {
+            return runtime_prompt(chat, offered);
+        };
+        let tools: Vec<Json> = match &chat.tool_choice {
+            ToolChoice::Function(name) => chat.tools.iter().filter(|t| tool_name(t) == Some(name)).cloned().collect(),
+            _ => chat.tools.clone(),
+        };
+        let tools = offered.then_some(tools.as_slice());
+        let messages = with_tool_instruction(&chat.messages, &chat.tool_choice, offered);
+        let messages: Vec<Json> = messages.iter().map(|m| to_template(m, template.arguments)).collect();
+        let prompt = template.render(&messages, tools, &chat.variables, true)?;
+        // The generation prompt is what rendering adds for the reply to come.
+        let opening = match template.render(&messages, tools, &chat.variables, false) {
+            Ok(base) if prompt.starts_with(&base) => &prompt[base.len()..],
+            _ => prompt.as_str(),
+        };
+        let starts_in_thinking = opens_think(opening);
+        Ok(Rendered { starts_in_thinking, tool_syntax: offered.then_some(template.tool_syntax), prompt })
+    }
+
+    /// The exact prompt length, when a tokenizer is configured. The text
+    /// already holds the template's special tokens, so none are added.
+    pub fn count_tokens(&self, text: &str) -> Option<usize> {
+        let (tokenizer, origin) = self.tokenizer.as_ref()?;
+        match tokenizer.encode(text, false) {
+            Ok(encoding) => Some(encoding.len()),
+            Err(e) => {
+                tracing::warn!(tokenizer = %origin, error = %e, "cannot tokenize the prompt; the runtime will count it");
+                None
+            }
+        }
+    }
+}
+
+/// With the runtime's template only one user message can be sent: say so
+/// rather than drop the rest of the conversation.
+fn runtime_prompt(chat: &ChatInput, offered: bool) -> Result<Rendered, PromptError> {
+    let hint = "configure `template` or `chat_template` (see docs/configuration.md)";
+    if offered {
+        return Err(PromptError::NeedsTemplate {
+            param: "tools",
+            message: format!(
+                "This model uses the runtime's built-in chat template, which cannot render tools; {hint}."
+            ),
+        });
+    }
+    match chat.messages.as_slice() {
+        [Message { role: Role::User, content: Some(text), .. }] => {
+            Ok(Rendered { prompt: text.clone(), starts_in_thinking: false, tool_syntax: None })
+        }
+        _ => Err(PromptError::NeedsTemplate {
+            param: "messages",
+            message: format!(
+                "This model uses the runtime's built-in chat template, which takes a single user message; {hint} to send system prompts and conversations."
+            ),
+        }),
+    }
+}
+
+fn tool_name(tool: &Json) -> Option<&str> {
+    tool.get("function")?.get("name")?.as_str()
+}
+
+/// `required` and a named function are told to the model in the system
+/// prompt (appended to the first system message, or a new one first).
+fn with_tool_instruction<'a>(
+    messages: &'a [Message],
+    choice: &ToolChoice,
+    offered: bool,
+) -> std::borrow::Cow<'a, [Message]> {
+    let instruction = match choice {
+        ToolChoice::Required if offered => {
+            "You must call at least one of the provided functions in your reply.".to_owned()
+        }
+        ToolChoice::Function(name) if offered => format!("You must call the function `{name}` in your reply."),
+        _ => return messages.into(),
+    };
+    let mut messages = messages.to_vec();
+    match messages.first_mut() {
+        Some(Message { role: Role::System, content: Some(text), .. }) => {
+            text.push_str("\n\n");
+            text.push_str(&instruction);
+        }
+        _ => messages.insert(0, Message { role: Role::System, content: Some(instruction), ..Default::default() }),
+    }
+    messages.into()
+}
+
+/// A message as `transformers` hands it to a template: only the keys that
+/// apply (templates test `'tool_calls' in message`), OpenAI-shaped calls.
+fn to_template(m: &Message, arguments: Arguments) -> Json {
+    let mut out = Map::new();
+    out.insert("role".into(), json!(m.role.as_str()));
+    out.insert("content".into(), m.content.as_deref().map_or(Json::Null, |c| json!(c)));
+    if let Some(name) = &m.name {
+        out.insert("name".into(), json!(name));
+    }
+    if !m.tool_calls.is_empty() {
+        let calls = m.tool_calls.iter().map(|c| {
+            let args = match arguments {
+                // Text that is not JSON stays text: the template shows what the client sent.
+                Arguments::Objects => serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!(c.arguments)),
+                Arguments::Text => json!(c.arguments),
+            };
+            json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
+        });
+        out.insert("tool_calls".into(), Json::Array(calls.collect()));
+    }
+    if let Some(id) = &m.tool_call_id {
+        out.insert("tool_call_id".into(), json!(id));
+    }
+    if let Some(r) = &m.reasoning_content {
+        out.insert("reasoning_content".into(), json!(r));
+    }
+    Json::Object(out)
+}
+
+/// `<think>` opened and not closed.
+fn opens_think(text: &str) -> bool {
+    text.rfind("<think>").is_some_and(|at| !text[at..].contains("</think>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::template::TemplateSource;
+    use super::*;
+
+    fn prompter(text: &str) -> Prompter {
+        let source = TemplateSource {
+            origin: "test".into(),
+            default: text.into(),
+            tool_use: None,
+            bos_token: String::new(),
+            eos_token: String::new(),
+        };
+        Prompter { template: Some(ChatTemplate::compile(source).unwrap()), tokenizer: None }
+    }
+
+    fn user(text: &str) -> Message {
+        Message { role: Role::User, content: Some(text.into()), ..Default::default() }
+    }
+
+    #[test]
+    fn thinking_state_comes_from_the_generation_prompt_only() {
+        let t = "{% for m in messages %}{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% if not enable_thinking %}<think>\n{% endif %}{% endif %}";
+        let p = prompter(t);
+        let mut chat = ChatInput { messages: vec![user("<think>")], ..Default::default() };
+        assert!(p.render(&chat).unwrap().starts_in_thinking);
+        chat.variables.insert("enable_thinking".into(), json!(true));
+        let r = p.render(&chat).unwrap();
+        assert_eq!(r.prompt, "<think><a>");
+        assert!(!r.starts_in_thinking, "an open <think> in the user's text is not the reply's");
+    }
+
+    #[test]
+    fn tool_choice_shapes_tools_and_system_prompt() {
+        let t = "{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}{% for t in tools or [] %}{{ t.function.name }};{% endfor %}";
+        let p = prompter(t);
+        let tools = vec![
+            json!({"type": "function", "function": {"name": "a"}}),
+            json!({"type": "function", "function": {"name": "b"}}),
+        ];
+        let mut chat = ChatInput { messages: vec![user("hi")], tools, ..Default::default() };
+        let r = p.render(&chat).unwrap();
+        assert_eq!(r.prompt, "[user:hi]a;b;");
+        assert_eq!(r.tool_syntax, Some(ToolSyntax::Hermes));
+        chat.tool_choice = ToolChoice::None;
+        let r = p.render(&chat).unwrap();
+        assert_eq!((r.prompt.as_str(), r.tool_syntax), ("[user:hi]", None));
+        chat.tool_choice = ToolChoice::Function("b".into());
+        assert_eq!(
+            p.render(&chat).unwrap().prompt,
+            "[system:You must call the function `b` in your reply.][user:hi]b;"
+        );
+        chat.tool_choice = ToolChoice::Required;
+        chat.messages
+            .insert(0, Message { role: Role::System, content: Some("Be brief.".into()), ..Default::default() });
+        assert_eq!(
+            p.render(&chat).unwrap().prompt,
+            "[system:Be brief.\n\nYou must call at least one of the provided functions in your reply.][user:hi]a;b;"
+        );
+    }
+
+    #[test]
+    fn runtime_template_takes_one_user_message() {
+        let p = Prompter { template: None, tokenizer: None };
+        let chat = ChatInput { messages: vec![user("hi")], ..Default::default() };
+        assert_eq!(p.render(&chat).unwrap().prompt, "hi");
+        let two = ChatInput { messages: vec![user("a"), user("b")], ..Default::default() };
+        assert!(matches!(p.render(&two), Err(PromptError::NeedsTemplate { param: "messages", .. })));
+    }
+}

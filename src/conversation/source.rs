@@ -1,0 +1,163 @@
+//! Finding and loading a model's chat template and tokenizer at startup.
+//!
+//! Template, first match wins: the configured `chat_template` file (a
+//! `.jinja` file, `tokenizer_config.json` or `chat_template.json`);
+//! `chat_template.jinja`, then `tokenizer_config.json`, next to the `.rkllm`
+//! file; the built-in `template`; for `sim:` models the built-in `chatml`
+//! (the simulator's own template is ChatML too); otherwise the runtime's
+//! built-in template. Tokenizer: the configured `tokenizer`, else
+//! `tokenizer.json` next to the `.rkllm` file, else none.
+
+use super::builtin::TemplateFamily;
+use super::prompter::Prompter;
+use super::template::{ChatTemplate, TemplateSource};
+use crate::config::Config;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("chat template {path}: {message}")]
+    Template { path: String, message: String },
+    #[error("tokenizer {path}: {message}")]
+    Tokenizer { path: String, message: String },
+}
+
+impl Prompter {
+    pub fn load(config: &Config, model_path: &str) -> Result<Prompter, LoadError> {
+        let beside = (!model_path.starts_with("sim:")).then(|| Path::new(model_path).parent()).flatten();
+        let source = match &config.chat_template {
+            Some(path) => Some(from_file(path)?.ok_or_else(|| LoadError::Template {
+                path: path.display().to_string(),
+                message: "no `chat_template` in this file".into(),
+            })?),
+            None => match beside.map(beside_model).transpose()?.flatten() {
+                Some(found) => Some(found),
+                None => config
+                    .template
+                    .or(model_path.starts_with("sim:").then_some(TemplateFamily::Chatml))
+                    .map(TemplateFamily::source),
+            },
+        };
+        let template = source
+            .map(|s| {
+                let origin = s.origin.clone();
+                ChatTemplate::compile(s).map_err(|e| LoadError::Template { path: origin, message: e.to_string() })
+            })
+            .transpose()?;
+        let tokenizer_path = match &config.tokenizer {
+            Some(path) => Some(path.clone()),
+            None => beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()),
+        };
+        let tokenizer = tokenizer_path.map(|p| load_tokenizer(&p)).transpose()?;
+        Ok(Prompter { template, tokenizer })
+    }
+}
+
+fn beside_model(dir: &Path) -> Result<Option<TemplateSource>, LoadError> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return from_file(&jinja);
+    }
+    let config = dir.join("tokenizer_config.json");
+    if config.is_file() {
+        return from_file(&config);
+    }
+    Ok(None)
+}
+
+fn read(path: &Path) -> Result<String, LoadError> {
+    std::fs::read_to_string(path).map_err(|source| LoadError::Read { path: path.display().to_string(), source })
+}
+
+/// A `.json` file holds `chat_template` (a string, or named templates as in
+/// `tokenizer_config.json`) and maybe the special tokens; anything else is
+/// the template text, with special tokens from a `tokenizer_config.json`
+/// beside it. `Ok(None)`: a JSON file without a template.
+fn from_file(path: &Path) -> Result<Option<TemplateSource>, LoadError> {
+    let shown = path.display().to_string();
+    let bad = |message: String| LoadError::Template { path: shown.clone(), message };
+    let text = read(path)?;
+    if path.extension().is_some_and(|e| e == "json") {
+        let json: Json = serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let (default, tool_use) = match json.get("chat_template") {
+            None | Some(Json::Null) => return Ok(None),
+            Some(Json::String(t)) => (t.clone(), None),
+            Some(Json::Array(named)) => {
+                let find = |name: &str| {
+                    named.iter().find(|n| n["name"] == name).and_then(|n| n["template"].as_str()).map(str::to_owned)
+                };
+                let default = find("default").ok_or_else(|| bad("named chat templates without `default`".into()))?;
+                (default, find("tool_use"))
+            }
+            Some(_) => return Err(bad("`chat_template` must be a string or a list of named templates".into())),
+        };
+        let (bos_token, eos_token) = special_tokens(&json);
+        return Ok(Some(TemplateSource { origin: shown, default, tool_use, bos_token, eos_token }));
+    }
+    let sibling: Option<PathBuf> = path.parent().map(|d| d.join("tokenizer_config.json")).filter(|p| p.is_file());
+    let (bos_token, eos_token) = match sibling {
+        Some(p) => {
+            let json: Json = serde_json::from_str(&read(&p)?).map_err(|e| LoadError::Template {
+                path: p.display().to_string(),
+                message: format!("invalid JSON: {e}"),
+            })?;
+            special_tokens(&json)
+        }
+        None => Default::default(),
+    };
+    Ok(Some(TemplateSource { origin: shown, default: text, tool_use: None, bos_token, eos_token }))
+}
+
+/// `bos_token`/`eos_token`: a string or `{"content": …}`; absent = "".
+fn special_tokens(config: &Json) -> (String, String) {
+    let token = |key: &str| {
+        let v = &config[key];
+        v.as_str().or_else(|| v["content"].as_str()).unwrap_or_default().to_owned()
+    };
+    (token("bos_token"), token("eos_token"))
+}
+
+fn load_tokenizer(path: &Path) -> Result<(tokenizers::Tokenizer, String), LoadError> {
+    let shown = path.display().to_string();
+    let text = read(path)?;
+    let tokenizer: tokenizers::Tokenizer = text
+        .parse()
+        .map_err(|e: tokenizers::Error| LoadError::Tokenizer { path: shown.clone(), message: e.to_string() })?;
+    Ok((tokenizer, shown))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_config_with_named_templates_and_token_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer_config.json");
+        let config = serde_json::json!({
+            "bos_token": {"content": "<s>", "lstrip": false},
+            "eos_token": "</s>",
+            "chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]
+        });
+        std::fs::write(&path, config.to_string()).unwrap();
+        let s = from_file(&path).unwrap().unwrap();
+        assert_eq!((s.default.as_str(), s.tool_use.as_deref()), ("D", Some("T")));
+        assert_eq!((s.bos_token.as_str(), s.eos_token.as_str()), ("<s>", "</s>"));
+        std::fs::write(&path, "{\"eos_token\": \"x\"}").unwrap();
+        assert!(from_file(&path).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_jinja_file_takes_special_tokens_from_its_neighbour() {
+        let dir = tempfile::tempdir().unwrap();
+        let jinja = dir.path().join("chat_template.jinja");
+        std::fs::write(&jinja, "{{ bos_token }}").unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"bos_token": "<|begin_of_text|>"}"#).unwrap();
+        let s = beside_model(dir.path()).unwrap().unwrap();
+        assert_eq!(s.bos_token, "<|begin_of_text|>");
+        assert_eq!(s.default, "{{ bos_token }}");
+    }
+}
