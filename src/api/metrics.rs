@@ -17,9 +17,15 @@ use axum::Router;
 pub async fn scrape(State(state): State<AppState>) -> Response {
     let observer = crate::metrics::observer();
     let system = SystemInfo::gather(&state);
+    // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
     let queue = state.loaded().ok().map(|l| l.engine.queue_state()).map(|q| (q.running, q.waiting));
-    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process: ProcessStats::read() };
+    let process = ProcessStats {
+        rss_bytes: system.memory.rss_bytes,
+        peak_rss_bytes: system.memory.peak_rss_bytes,
+        cpu_seconds: system.cpu.process_seconds,
+    };
+    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
