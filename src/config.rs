@@ -11,7 +11,7 @@ use crate::engine::SamplingOverrides;
 use clap::{Args, ValueEnum};
 use rkllm_sys::{Abi, SamplingParams};
 use serde::{Deserialize, Serialize};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
@@ -69,6 +69,12 @@ pub struct Config {
     pub template: Option<TemplateFamily>,
     /// A `tokenizer.json` for exact prompt token counts.
     pub tokenizer: Option<PathBuf>,
+    /// Append one JSON line per finished request here.
+    pub timings_log: Option<PathBuf>,
+    /// Serve `/metrics` on this address instead of the main listener.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where the sysfs/debugfs/procfs telemetry files are read from.
+    pub telemetry_root: PathBuf,
 }
 
 impl Default for Config {
@@ -102,6 +108,9 @@ impl Default for Config {
             chat_template: None,
             template: None,
             tokenizer: None,
+            timings_log: None,
+            metrics_addr: None,
+            telemetry_root: PathBuf::from("/"),
         }
     }
 }
@@ -190,6 +199,15 @@ pub struct Overrides {
     /// tokenizer.json for exact prompt token counts (default: beside the model).
     #[arg(long, env = "RKLLMD_TOKENIZER")]
     pub tokenizer: Option<PathBuf>,
+    /// Append one JSON line per finished request (timeline and timings) to this file.
+    #[arg(long, env = "RKLLMD_TIMINGS_LOG")]
+    pub timings_log: Option<PathBuf>,
+    /// Serve /metrics on this address (e.g. 127.0.0.1:9090) instead of the main listener.
+    #[arg(long, env = "RKLLMD_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Root below which NPU/system telemetry files are read (for tests and containers).
+    #[arg(long, env = "RKLLMD_TELEMETRY_ROOT")]
+    pub telemetry_root: Option<PathBuf>,
 }
 
 /// The `[sampling]` table. Requests may carry fields we ignore, but a
@@ -258,9 +276,21 @@ impl Config {
             base_domain_id,
             log_format,
             reasoning,
-            sampling
+            sampling,
+            telemetry_root
         );
-        set_opt!(model, model_id, lib, runtime_abi, api_key, chat_template, template, tokenizer);
+        set_opt!(
+            model,
+            model_id,
+            lib,
+            runtime_abi,
+            api_key,
+            chat_template,
+            template,
+            tokenizer,
+            timings_log,
+            metrics_addr
+        );
     }
 
     fn validate(&self) -> Result<(), ConfigError> {

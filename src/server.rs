@@ -13,12 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub async fn serve(config: Config) -> Result<(), String> {
+    crate::metrics::init(&config)?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.host, config.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let state = AppState::new(config.clone());
     let app = api::router(state.clone());
+    api::serve_metrics_separately(&state).await?;
     let shutdown = shutdown_signal(state.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
 

@@ -8,11 +8,13 @@ mod docs;
 pub mod error;
 mod extract;
 mod health;
+mod metrics;
 mod models;
 mod reply;
 pub mod request;
 mod respond;
 pub mod response;
+mod system;
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -83,6 +85,7 @@ impl AppState {
 
     /// Makes the model available to requests (once).
     pub fn set_loaded(&self, loaded: Loaded) {
+        crate::metrics::observer().set_model(&loaded.model_id);
         let _ = self.loaded.set(loaded);
     }
 
@@ -129,7 +132,7 @@ pub fn unix_now() -> u64 {
 #[openapi(
     info(title = "rkllmd", description = "OpenAI-compatible API for LLMs on Rockchip NPUs"),
     modifiers(&BearerAuth),
-    tags((name = "completions"), (name = "models"), (name = "health"))
+    tags((name = "completions"), (name = "models"), (name = "health"), (name = "observability"))
 )]
 struct ApiDoc;
 
@@ -154,6 +157,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(completions::create))
         .routes(routes!(models::list))
         .routes(routes!(models::get))
+        .routes(routes!(system::get))
         .split_for_parts();
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
@@ -161,10 +165,12 @@ pub fn router(state: AppState) -> Router {
     openapi.merge(health_doc);
 
     let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
+    let api = api.layer(axum::middleware::from_fn(metrics::count_requests));
     let mut app = Router::new()
         .merge(api)
         .merge(public)
         .merge(docs::routes(openapi))
+        .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(state.config.body_limit_bytes));
@@ -190,3 +196,5 @@ fn cors(config: &Config) -> Option<CorsLayer> {
             .allow_headers(Any),
     )
 }
+
+pub use metrics::serve_separately as serve_metrics_separately;

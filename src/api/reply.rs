@@ -66,7 +66,7 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules)
                         }
                     };
                     let timings = Timings::derive(&outcome.timeline, outcome.perf);
-                    let prompt_tokens = outcome.prompt_tokens.map(i64::from).or(timings.prompt_n);
+                    let prompt_tokens = crate::metrics::usage_prompt_tokens(outcome.prompt_tokens, &timings);
                     let completion_tokens = outcome.timeline.tokens;
                     let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens.map(|p| p + i64::from(completion_tokens)) };
                     yield Piece::Finished(Box::new(Finished { finish_reason, usage, timings }));

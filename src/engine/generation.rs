@@ -34,6 +34,21 @@ pub enum EndReason {
     ShuttingDown,
 }
 
+impl EndReason {
+    /// The HTTP status and OpenAI-style finish reason this end is reported
+    /// with (for the request log and metrics; a stream that already started
+    /// carries the status in its error event).
+    pub fn status_and_finish_reason(&self) -> (u16, &'static str) {
+        match self {
+            EndReason::Eos | EndReason::Stopped => (200, "stop"),
+            EndReason::Length => (200, "length"),
+            EndReason::Timeout(_) => (504, "timeout"),
+            EndReason::RuntimeError(_) => (500, "error"),
+            EndReason::ShuttingDown => (503, "shutdown"),
+        }
+    }
+}
+
 /// The end of a generation, with everything measured about it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -90,6 +105,7 @@ impl Stream for Generation {
 
 /// Aborts the run if the generation is dropped before the runtime returned.
 struct RunGuard {
+    engine: Arc<Engine>,
     control: RunControl,
     events: Option<UnboundedReceiver<Event>>,
     turn: Option<super::queue::Turn>,
@@ -111,6 +127,7 @@ impl Drop for RunGuard {
         let mut timeline = self.timeline;
         let job_id = std::mem::take(&mut self.job_id);
         let prompt_tokens = self.prompt_tokens;
+        let engine = self.engine.clone();
         let drain = async move {
             let mut perf = None;
             while let Some(event) = events.recv().await {
@@ -125,6 +142,7 @@ impl Drop for RunGuard {
                     }
                 }
             }
+            sample_kv_cache(&engine);
             drop(turn);
             let outcome = Outcome {
                 reason: EndReason::Stopped,
@@ -160,7 +178,10 @@ impl Engine {
         };
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = Arc::new(Mutex::new(StopState::default()));
-        let events = Box::pin(run(self.clone(), job, request, limit, place, stop.clone()));
+        let waiting =
+            WaitGuard { job_id: job.id.clone(), received: job.received, prompt_tokens: job.prompt_tokens, armed: true };
+        let events = Box::pin(run(self.clone(), job, request, limit, place, stop.clone(), waiting));
+        crate::metrics::handed_to_engine();
         Ok(Generation { ignored_params, stop, events })
     }
 }
@@ -172,6 +193,7 @@ fn run(
     limit: u32,
     place: super::queue::Place,
     stop: Arc<Mutex<StopState>>,
+    mut waiting: WaitGuard,
 ) -> impl Stream<Item = GenEvent> + Send {
     async_stream::stream! {
         let first_token_timeout = engine.limits.first_token_timeout(request.prompt.len());
@@ -182,6 +204,7 @@ fn run(
         let control = match submitted {
             Ok(control) => control,
             Err(reason) => {
+                waiting.disarm();
                 timeline.finished = Some(Instant::now());
                 let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
                 log_outcome(&job.id, &outcome);
@@ -198,7 +221,9 @@ fn run(
             }
             s.control = Some(control.clone());
         }
-        let mut guard = RunGuard { control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), prompt_tokens: job.prompt_tokens, finished: false };
+        // From here the run guard accounts for a client that goes away.
+        waiting.disarm();
+        let mut guard = RunGuard { engine: engine.clone(), control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), prompt_tokens: job.prompt_tokens, finished: false };
         // Until admission there is no deadline of ours (the turn is held, so
         // the runtime thread is about to start); then first-token, then total.
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -226,7 +251,9 @@ fn run(
                         // Past the limit or after an abort: not part of the reply.
                         continue;
                     }
-                    guard.timeline.token(token.at);
+                    if let Some(gap) = guard.timeline.token(token.at) {
+                        crate::metrics::observer().metrics.inter_token(gap);
+                    }
                     if let Some(turn) = &guard.turn {
                         turn.token();
                     }
@@ -245,6 +272,9 @@ fn run(
                 }
                 Some(Event::Finished(finish)) => {
                     guard.finished = true;
+                    // Queued before the next job can submit its run, so the
+                    // size is this run's, sampled right after it.
+                    sample_kv_cache(&engine);
                     // The runtime is free: let the next job in before we report.
                     guard.turn.take();
                     guard.timeline.finished = Some(finish.at);
@@ -283,6 +313,53 @@ fn run(
                 }
             }
         }
+    }
+}
+
+/// Accounts for a request whose client went away while it waited in the
+/// queue (it never reached the runtime, so no run guard exists yet).
+struct WaitGuard {
+    job_id: String,
+    received: Instant,
+    prompt_tokens: Option<u32>,
+    armed: bool,
+}
+
+impl WaitGuard {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut timeline = Timeline::new(self.received);
+            timeline.finished = Some(Instant::now());
+            let outcome = Outcome {
+                reason: EndReason::Stopped,
+                timeline,
+                perf: None,
+                tail: String::new(),
+                aborted: false,
+                prompt_tokens: self.prompt_tokens,
+            };
+            super::log_request(&self.job_id, &outcome, true);
+        }
+    }
+}
+
+/// Asks the runtime thread for the KV cache's size (it answers between runs)
+/// and publishes it as a gauge when it comes; nothing waits for it.
+fn sample_kv_cache(engine: &Engine) {
+    let size = engine.model.kv_cache_size();
+    let publish = async move {
+        if let Ok(Ok(sizes)) = size.await {
+            crate::metrics::observer().metrics.set_kv_cache_tokens(sizes.iter().map(|&s| i64::from(s)).sum());
+        }
+    };
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(publish);
     }
 }
 

@@ -14,7 +14,6 @@ pub use queue::QueueState;
 
 use crate::config::Config;
 use crate::conversation::Prompter;
-use crate::metrics::Timings;
 use rkllm_sys::{Abi, InitConfig, Model, SamplingParams};
 use std::time::Duration;
 
@@ -144,6 +143,10 @@ impl Engine {
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
     }
+    /// What `rkllm_init` printed (runtime, driver and platform lines).
+    pub fn init_log(&self) -> &str {
+        self.model.init_log()
+    }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.
     pub fn abort_all(&self) {
@@ -156,51 +159,18 @@ impl Engine {
     }
 }
 
-/// The one structured event per finished request, with the raw timeline
-/// (µs from `received`) and the derived figures; warns when our measurement
-/// and the runtime's disagree.
+/// Hands a finished request to the observer (request log, cross-check,
+/// metrics, timings log).
 pub(crate) fn log_request(job_id: &str, outcome: &Outcome, disconnected: bool) {
-    let Outcome { reason, timeline, perf, aborted, .. } = outcome;
-    let us =
-        |at: Option<std::time::Instant>| at.map(|a| a.saturating_duration_since(timeline.received).as_micros() as u64);
-    let timings = Timings::derive(timeline, *perf);
-    tracing::info!(
-        target: "rkllmd::request",
-        id = job_id,
-        end = ?reason,
-        tokens = timeline.tokens,
-        client_disconnected = disconnected,
-        admitted_us = us(timeline.admitted),
-        first_token_us = us(timeline.first_token),
-        last_token_us = us(timeline.last_token),
-        finished_us = us(timeline.finished),
-        queue_ms = timings.queue_ms,
-        ttft_ms = timings.ttft_ms,
-        tpot_ms = timings.predicted_per_token_ms,
-        decode_tps = timings.predicted_per_second,
-        e2e_ms = timings.e2e_ms,
-        runtime_prefill_ms = perf.map(|p| p.prefill_time_ms),
-        runtime_generate_tokens = perf.map(|p| p.generate_tokens),
-        "request finished"
-    );
-    let Some(p) = perf else { return };
-    // After an abort the runtime may have generated tokens we dropped.
-    if !aborted && p.generate_tokens != i64::from(timeline.tokens) {
-        tracing::warn!(
-            id = job_id,
-            ours = timeline.tokens,
-            runtime = p.generate_tokens,
-            "generated-token count differs from the runtime's"
-        );
-    }
-    if let Some(prefill) = timings.prompt_ms {
-        if prefill + 1.0 < p.prefill_time_ms {
-            tracing::warn!(
-                id = job_id,
-                ours_ms = prefill,
-                runtime_ms = p.prefill_time_ms,
-                "measured prefill is shorter than the runtime's own"
-            );
-        }
-    }
+    let (status, finish_reason) = if disconnected { (499, "abort") } else { outcome.reason.status_and_finish_reason() };
+    crate::metrics::finish_request(&crate::metrics::Finished {
+        id: job_id,
+        status,
+        finish_reason,
+        timeline: &outcome.timeline,
+        perf: outcome.perf,
+        aborted: outcome.aborted,
+        client_disconnected: disconnected,
+        counted_prompt_tokens: outcome.prompt_tokens,
+    });
 }

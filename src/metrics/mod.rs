@@ -1,5 +1,115 @@
-//! Request timelines and the figures derived from them.
+//! Observability: the request timeline and every figure derived from it,
+//! the request log, Prometheus metrics, and NPU/system telemetry.
+//!
+//! One [`Observer`] per process holds the accumulated metrics, the telemetry
+//! sampler and the optional timings log. The engine reports each finished
+//! request once ([`finish_request`]); the same [`Timings`] feed the final
+//! chunk, the log line, the timings log and the histograms.
 
+pub mod init_log;
+pub mod process;
+pub mod registry;
+pub mod request_log;
+pub mod scrape;
+pub mod telemetry;
 pub mod timeline;
 
+pub use request_log::{usage_prompt_tokens, Finished};
 pub use timeline::{RuntimePerf, Timeline, Timings};
+
+use crate::config::Config;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+pub struct Observer {
+    pub metrics: registry::Metrics,
+    pub telemetry: telemetry::Sampler,
+    timings_log: Option<request_log::TimingsLog>,
+    /// The served model id, once loaded (the `model` label).
+    model: OnceLock<String>,
+}
+
+static OBSERVER: OnceLock<Observer> = OnceLock::new();
+
+/// Sets the process's observer up from the configuration; call once at start,
+/// before any request. Fails when the timings log cannot be opened.
+pub fn init(config: &Config) -> Result<(), String> {
+    let observer = Observer {
+        metrics: registry::Metrics::new(),
+        telemetry: telemetry::Sampler::new(&config.telemetry_root),
+        timings_log: config.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
+        model: OnceLock::new(),
+    };
+    OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
+}
+
+/// The process's observer (a default one — root `/`, no timings log — if
+/// [`init`] was not called, as in unit tests).
+pub fn observer() -> &'static Observer {
+    OBSERVER.get_or_init(|| Observer {
+        metrics: registry::Metrics::new(),
+        telemetry: telemetry::Sampler::new("/"),
+        timings_log: None,
+        model: OnceLock::new(),
+    })
+}
+
+impl Observer {
+    pub fn set_model(&self, model_id: &str) {
+        let _ = self.model.set(model_id.to_owned());
+    }
+
+    /// The served model id, or "" before the model is loaded.
+    pub fn model(&self) -> &str {
+        self.model.get().map(String::as_str).unwrap_or("")
+    }
+}
+
+/// Everything that happens once per request that reached the engine: the
+/// log event, the cross-check, the metrics and the timings-log line.
+pub fn finish_request(f: &Finished) {
+    let o = observer();
+    let model = o.model();
+    let timings = Timings::derive(f.timeline, f.perf);
+    request_log::log(f, &timings, model);
+    for mismatch in request_log::cross_check(f, &timings) {
+        o.metrics.mismatch(mismatch);
+    }
+    o.metrics.finished(f, &timings, model);
+    if let Some(log) = &o.timings_log {
+        log.append(&request_log::Line {
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0),
+            id: f.id,
+            model,
+            status: f.status,
+            finish_reason: f.finish_reason,
+            prompt_tokens: f.prompt_tokens(&timings),
+            completion_tokens: timings.predicted_n,
+            client_disconnected: f.client_disconnected,
+            timeline_us: request_log::TimelineUs::of(f.timeline),
+            timings: &timings,
+        });
+    }
+}
+
+tokio::task_local! {
+    static HANDED_TO_ENGINE: Arc<AtomicBool>;
+}
+
+/// Runs one HTTP request's handling and says whether it reached the engine.
+/// A request that did is counted when it finishes ([`finish_request`]); one
+/// that did not is counted by the caller from its response status, so each
+/// request is counted exactly once.
+pub async fn track<F: std::future::Future>(handling: F) -> (F::Output, bool) {
+    let flag = Arc::new(AtomicBool::new(false));
+    let output = HANDED_TO_ENGINE.scope(flag.clone(), handling).await;
+    (output, flag.load(Ordering::SeqCst))
+}
+
+/// Called by the engine when it accepted a job (inside [`track`], if any).
+pub fn handed_to_engine() {
+    let _ = HANDED_TO_ENGINE.try_with(|flag| flag.store(true, Ordering::SeqCst));
+}

@@ -28,10 +28,14 @@ impl Timeline {
         Timeline { received, admitted: None, first_token: None, last_token: None, finished: None, tokens: 0 }
     }
 
-    pub fn token(&mut self, at: Instant) {
+    /// Records one generated token; returns the gap since the previous one
+    /// (an inter-token latency: n − 1 of them per reply).
+    pub fn token(&mut self, at: Instant) -> Option<std::time::Duration> {
+        let gap = self.last_token.map(|last| at.saturating_duration_since(last));
         self.first_token.get_or_insert(at);
         self.last_token = Some(at);
         self.tokens += 1;
+        gap
     }
 }
 

@@ -1,0 +1,74 @@
+//! `GET /metrics` (Prometheus/OpenMetrics text; public like `/health`),
+//! optionally on a listener of its own (`metrics_addr`), and the counting of
+//! completion requests that never reached the engine.
+
+use super::system::SystemInfo;
+use super::AppState;
+use crate::metrics::process::ProcessStats;
+use crate::metrics::scrape::{self, Live};
+use axum::extract::{Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+/// The exposition: accumulated request metrics and this moment's gauges.
+pub async fn scrape(State(state): State<AppState>) -> Response {
+    let observer = crate::metrics::observer();
+    let system = SystemInfo::gather(&state);
+    // Within the same second as `gather`'s read: the cached snapshot.
+    let snapshot = observer.telemetry.get();
+    let queue = state.loaded().ok().map(|l| l.engine.queue_state()).map(|q| (q.running, q.waiting));
+    let process = ProcessStats {
+        rss_bytes: system.memory.rss_bytes,
+        peak_rss_bytes: system.memory.peak_rss_bytes,
+        cpu_seconds: system.cpu.process_seconds,
+    };
+    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process };
+    match scrape::render(&observer.metrics, &live) {
+        Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
+    }
+}
+
+/// `/metrics` on the main listener, unless it has a listener of its own.
+pub fn main_routes(state: &AppState) -> Router<AppState> {
+    match state.config.metrics_addr {
+        None => Router::new().route("/metrics", get(scrape)),
+        Some(_) => Router::new(),
+    }
+}
+
+/// Binds `metrics_addr` (if set) and serves `/metrics` there until the process ends.
+pub async fn serve_separately(state: &AppState) -> Result<(), String> {
+    let Some(addr) = state.config.metrics_addr else { return Ok(()) };
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let app = Router::new().route("/metrics", get(scrape)).with_state(state.clone());
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!("the metrics listener stopped: {e}");
+        }
+    });
+    tracing::info!("metrics on http://{bound}/metrics");
+    Ok(())
+}
+
+/// Counts a completion request that ended before reaching the engine (bad
+/// input, auth, queue full, loading, shutting down) with its status; the
+/// engine counts the others when they finish.
+pub async fn count_requests(req: Request, next: Next) -> Response {
+    let completion =
+        req.method() == Method::POST && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions");
+    if !completion {
+        return next.run(req).await;
+    }
+    let (response, handed) = crate::metrics::track(next.run(req)).await;
+    if !handed {
+        let observer = crate::metrics::observer();
+        observer.metrics.rejected(observer.model(), response.status().as_u16());
+    }
+    response
+}

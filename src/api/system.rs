@@ -1,0 +1,120 @@
+//! `GET /v1/system`: the machine and runtime facts people otherwise collect
+//! by hand next to their benchmarks. Every item that cannot be read here is
+//! `null`. Field names are stable (the bench tool embeds this in reports).
+
+use super::AppState;
+use crate::engine::RuntimeInfo;
+use crate::metrics::init_log::InitFacts;
+use crate::metrics::process::ProcessStats;
+use crate::metrics::telemetry::{CoreLoad, Temperature};
+use axum::extract::State;
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SystemInfo {
+    /// rkllmd's version.
+    pub version: &'static str,
+    /// The loaded runtime (`null` while the model loads).
+    pub runtime: Option<RuntimeInfo>,
+    /// SoC as the runtime reported it at init (`RK3588`, …).
+    pub platform: Option<String>,
+    /// rknpu driver version: sysfs/debugfs, else what the runtime printed at init.
+    pub driver_version: Option<String>,
+    pub npu: Npu,
+    /// Every thermal zone with a readable temperature.
+    pub temperatures: Option<Vec<Temperature>>,
+    pub memory: Memory,
+    pub cpu: Cpu,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Npu {
+    /// NPU cores: from the load file, else the runtime's `npu_core_num`.
+    pub cores: Option<u32>,
+    /// Per-core load over the driver's 1-s window (debugfs; needs root).
+    pub load: Option<Vec<CoreLoad>>,
+    /// Current NPU clock (devfreq `cur_freq`).
+    pub frequency_hz: Option<u64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Memory {
+    /// This process's resident memory now (VmRSS).
+    pub rss_bytes: Option<u64>,
+    /// This process's peak resident memory (VmHWM).
+    pub peak_rss_bytes: Option<u64>,
+    /// The runtime's `memory_usage_mb` of the last run, in bytes.
+    pub runtime_peak_bytes: Option<i64>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Cpu {
+    /// CPUs this process may use.
+    pub count: Option<usize>,
+    /// 1, 5 and 15-minute load averages.
+    pub load_average: Option<[f64; 3]>,
+    /// CPU time this process has used (user + system).
+    pub process_seconds: Option<f64>,
+}
+
+impl SystemInfo {
+    pub fn gather(state: &AppState) -> SystemInfo {
+        let observer = crate::metrics::observer();
+        let snapshot = observer.telemetry.get();
+        let engine = state.loaded().ok().map(|l| &l.engine);
+        let facts = engine.map(|e| InitFacts::parse(e.init_log())).unwrap_or_default();
+        let process = ProcessStats::read();
+        SystemInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            runtime: engine.map(|e| e.info().clone()),
+            platform: facts.platform,
+            driver_version: snapshot.driver_version.clone().or(facts.driver_version),
+            npu: Npu {
+                cores: snapshot.npu_load.as_ref().map(|l| l.len() as u32).or(facts.npu_cores),
+                load: snapshot.npu_load.clone(),
+                frequency_hz: snapshot.npu_frequency_hz,
+            },
+            temperatures: (!snapshot.temperatures.is_empty()).then(|| snapshot.temperatures.clone()),
+            memory: Memory {
+                rss_bytes: process.rss_bytes,
+                peak_rss_bytes: process.peak_rss_bytes,
+                runtime_peak_bytes: observer.metrics.runtime_peak_memory_bytes(),
+            },
+            cpu: Cpu {
+                count: std::thread::available_parallelism().ok().map(|n| n.get()),
+                load_average: snapshot.loadavg,
+                process_seconds: process.cpu_seconds,
+            },
+        }
+    }
+
+    /// Labels of the `rkllmd_runtime_info` metric: the versions that are known.
+    pub fn info_labels(&self) -> Vec<(&'static str, String)> {
+        let runtime = self.runtime.as_ref();
+        [
+            ("version", Some(self.version.to_owned())),
+            ("backend", runtime.map(|r| r.backend.as_str().to_owned())),
+            ("runtime_version", runtime.and_then(|r| r.version.clone())),
+            ("abi", runtime.map(|r| r.abi.to_string())),
+            ("driver_version", self.driver_version.clone()),
+            ("platform", self.platform.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?)))
+        .collect()
+    }
+}
+
+/// Runtime, NPU, memory and CPU facts of this machine (`null` = not available here).
+#[utoipa::path(
+    get,
+    path = "/v1/system",
+    tag = "observability",
+    responses((status = 200, body = SystemInfo)),
+    security(("bearer" = []))
+)]
+pub async fn get(State(state): State<AppState>) -> Json<SystemInfo> {
+    Json(SystemInfo::gather(&state))
+}

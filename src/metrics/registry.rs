@@ -1,0 +1,203 @@
+//! The Prometheus metrics that accumulate over the process's life: request
+//! histograms and counters, fed once per finished request from the same
+//! [`Timings`] the final chunk carries, and the inter-token gaps as tokens
+//! arrive. Point-in-time gauges are built per scrape (`scrape.rs`).
+
+use super::request_log::Finished;
+use super::Timings;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+/// Histogram buckets in seconds, 1 ms to 10 min: NPU prefills of long prompts
+/// take minutes, a decode step tens of milliseconds.
+pub const BUCKETS: [f64; 18] =
+    [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 600.0];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    model: String,
+    status: String,
+    finish_reason: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    check: &'static str,
+}
+
+/// Which cross-check against the runtime's perf stats failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Our generated-token count ≠ `generate_tokens`.
+    Tokens,
+    /// Our prefill is shorter than the runtime's `prefill_time_ms`.
+    Prefill,
+}
+
+impl Mismatch {
+    fn label(self) -> &'static str {
+        match self {
+            Mismatch::Tokens => "tokens",
+            Mismatch::Prefill => "prefill",
+        }
+    }
+}
+
+pub struct Metrics {
+    registry: Registry,
+    ttft: Histogram,
+    tpot: Histogram,
+    itl: Histogram,
+    e2e: Histogram,
+    queue: Histogram,
+    prefill: Histogram,
+    decode: Histogram,
+    prompt_tokens: Counter,
+    generation_tokens: Counter,
+    requests: Family<RequestLabels, Counter>,
+    disconnects: Counter,
+    mismatches: Family<CheckLabels, Counter>,
+    /// Last sampled KV-cache size in tokens; −1 until the first sample.
+    kv_cache_tokens: AtomicI64,
+    /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
+    runtime_peak_memory: AtomicI64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let histogram = || Histogram::new(BUCKETS);
+        let m = Metrics {
+            registry: Registry::default(),
+            ttft: histogram(),
+            tpot: histogram(),
+            itl: histogram(),
+            e2e: histogram(),
+            queue: histogram(),
+            prefill: histogram(),
+            decode: histogram(),
+            prompt_tokens: Counter::default(),
+            generation_tokens: Counter::default(),
+            requests: Family::default(),
+            disconnects: Counter::default(),
+            mismatches: Family::default(),
+            kv_cache_tokens: AtomicI64::new(-1),
+            runtime_peak_memory: AtomicI64::new(-1),
+        };
+        // Both checks start at 0, so an alert can watch for any increase.
+        for check in [Mismatch::Tokens, Mismatch::Prefill] {
+            drop(m.mismatches.get_or_create(&CheckLabels { check: check.label() }));
+        }
+        m.register()
+    }
+
+    fn register(mut self) -> Metrics {
+        let r = &mut self.registry;
+        for (name, help, h) in [
+            ("rkllmd_time_to_first_token_seconds", "first_token − received (includes the queue)", &self.ttft),
+            ("rkllmd_time_per_output_token_seconds", "(last_token − first_token) / (n − 1), for n ≥ 2", &self.tpot),
+            ("rkllmd_inter_token_latency_seconds", "gaps between consecutive tokens (n − 1 per request)", &self.itl),
+            ("rkllmd_e2e_request_latency_seconds", "finished − received", &self.e2e),
+            ("rkllmd_request_queue_time_seconds", "admitted − received", &self.queue),
+            ("rkllmd_request_prefill_time_seconds", "first_token − admitted", &self.prefill),
+            ("rkllmd_request_decode_time_seconds", "last_token − first_token, for n ≥ 2", &self.decode),
+        ] {
+            r.register(name, help, h.clone());
+        }
+        r.register(
+            "rkllmd_prompt_tokens",
+            "Prompt tokens (usage.prompt_tokens: the tokenizer's count, else the runtime's prefill count)",
+            self.prompt_tokens.clone(),
+        );
+        r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
+        r.register("rkllmd_requests", "Completion requests by outcome", self.requests.clone());
+        r.register(
+            "rkllmd_client_disconnects",
+            "Requests whose client went away before the end",
+            self.disconnects.clone(),
+        );
+        r.register(
+            "rkllmd_timing_mismatch",
+            "Disagreements with the runtime's perf stats (see the WARN log)",
+            self.mismatches.clone(),
+        );
+        self
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// One gap between consecutive generated tokens of a reply.
+    pub fn inter_token(&self, gap: Duration) {
+        self.itl.observe(gap.as_secs_f64());
+    }
+
+    /// A request that reached the engine has ended.
+    pub fn finished(&self, f: &Finished, t: &Timings, model: &str) {
+        let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1000.0);
+        for (h, value) in [
+            (&self.ttft, t.ttft_ms),
+            (&self.tpot, t.predicted_per_token_ms),
+            (&self.e2e, t.e2e_ms),
+            (&self.queue, t.queue_ms),
+            (&self.prefill, t.prompt_ms),
+            (&self.decode, t.predicted_ms),
+        ] {
+            if let Some(s) = seconds(value) {
+                h.observe(s);
+            }
+        }
+        if let Some(p) = f.prompt_tokens(t) {
+            self.prompt_tokens.inc_by(p.unsigned_abs());
+        }
+        self.generation_tokens.inc_by(u64::from(t.predicted_n));
+        if f.client_disconnected {
+            self.disconnects.inc();
+        }
+        self.count(model, f.status, f.finish_reason);
+        if let Some(perf) = t.runtime {
+            self.runtime_peak_memory.store((perf.memory_usage_mb * 1024.0 * 1024.0) as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// A request refused before it reached the engine (validation, auth, queue full, loading).
+    pub fn rejected(&self, model: &str, status: u16) {
+        self.count(model, status, "none");
+    }
+
+    fn count(&self, model: &str, status: u16, finish_reason: &str) {
+        let labels = RequestLabels {
+            model: model.to_owned(),
+            status: status.to_string(),
+            finish_reason: finish_reason.to_owned(),
+        };
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn mismatch(&self, which: Mismatch) {
+        self.mismatches.get_or_create(&CheckLabels { check: which.label() }).inc();
+    }
+
+    pub fn set_kv_cache_tokens(&self, tokens: i64) {
+        self.kv_cache_tokens.store(tokens, Ordering::Relaxed);
+    }
+
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_cache_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
+    }
+
+    pub fn runtime_peak_memory_bytes(&self) -> Option<i64> {
+        Some(self.runtime_peak_memory.load(Ordering::Relaxed)).filter(|&b| b >= 0)
+    }
+}

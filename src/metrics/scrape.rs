@@ -1,0 +1,141 @@
+//! One scrape of `/metrics`: the accumulated registry, then the gauges of
+//! this moment (queue, KV cache, memory, CPU, NPU telemetry), each present
+//! only when its value is known — a missing telemetry file is a missing
+//! series, not a zero.
+
+use super::process::ProcessStats;
+use super::registry::Metrics;
+use super::telemetry::Snapshot;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// The values of this moment.
+pub struct Live<'a> {
+    /// Requests running and waiting (once the model is loaded).
+    pub queue: Option<(usize, usize)>,
+    /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
+    pub info: Vec<(&'static str, String)>,
+    pub telemetry: &'a Snapshot,
+    pub process: ProcessStats,
+}
+
+/// The content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+pub fn render(metrics: &Metrics, live: &Live) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    encode_registry(&mut out, metrics.registry())?;
+    encode_registry(&mut out, &live_registry(metrics, live))?;
+    encode_eof(&mut out)?;
+    Ok(out)
+}
+
+fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
+    let mut r = Registry::default();
+    let gauge = |r: &mut Registry, name: &str, help: &str, value: Option<i64>| {
+        if let Some(v) = value {
+            r.register(name, help, ConstGauge::new(v));
+        }
+    };
+    let (running, waiting) = live.queue.unzip();
+    gauge(&mut r, "rkllmd_requests_running", "Generations on the NPU now", running.map(|n| n as i64));
+    gauge(&mut r, "rkllmd_requests_waiting", "Requests waiting in the queue", waiting.map(|n| n as i64));
+    gauge(
+        &mut r,
+        "rkllmd_kv_cache_tokens",
+        "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
+        metrics.kv_cache_tokens(),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_runtime_peak_memory_bytes",
+        "Peak memory the runtime reported for the last run (RKLLMPerfStat.memory_usage_mb)",
+        metrics.runtime_peak_memory_bytes(),
+    );
+    let p = live.process;
+    gauge(&mut r, "process_resident_memory_bytes", "Resident memory (VmRSS)", p.rss_bytes.map(|b| b as i64));
+    gauge(
+        &mut r,
+        "rkllmd_process_peak_resident_memory_bytes",
+        "Peak resident memory (VmHWM)",
+        p.peak_rss_bytes.map(|b| b as i64),
+    );
+    if let Some(cpu) = p.cpu_seconds {
+        r.register("process_cpu_seconds", "User and system CPU time", ConstCounter::new(cpu));
+    }
+    let t = live.telemetry;
+    if let Some(cores) = &t.npu_load {
+        let family = Family::<[(&'static str, String); 1], Gauge<f64, AtomicU64>>::default();
+        for c in cores {
+            family.get_or_create(&[("core", c.core.to_string())]).set(c.ratio);
+        }
+        r.register("rkllmd_npu_load_ratio", "NPU core load over the driver's 1-s window, 0–1", family);
+    }
+    if let Some(hz) = t.npu_frequency_hz {
+        r.register("rkllmd_npu_frequency_hertz", "NPU clock (devfreq cur_freq)", ConstGauge::new(hz as i64));
+    }
+    if !t.temperatures.is_empty() {
+        let family = Family::<[(&'static str, String); 1], Gauge<f64, AtomicU64>>::default();
+        for z in &t.temperatures {
+            family.get_or_create(&[("zone", z.zone.clone())]).set(z.celsius);
+        }
+        r.register("rkllmd_soc_temperature_celsius", "Thermal zone temperatures", family);
+    }
+    if let Some([one, five, fifteen]) = t.loadavg {
+        let family = Family::<[(&'static str, &'static str); 1], Gauge<f64, AtomicU64>>::default();
+        for (window, v) in [("1m", one), ("5m", five), ("15m", fifteen)] {
+            family.get_or_create(&[("window", window)]).set(v);
+        }
+        r.register("rkllmd_system_load_average", "System load average (/proc/loadavg)", family);
+    }
+    if !live.info.is_empty() {
+        r.register("rkllmd_runtime", "Runtime and NPU driver versions", Info::new(live.info.clone()));
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::telemetry::CoreLoad;
+
+    #[test]
+    fn a_missing_source_is_a_missing_series() {
+        let m = Metrics::new();
+        let empty = Snapshot::default();
+        let live = Live { queue: None, info: vec![], telemetry: &empty, process: ProcessStats::default() };
+        let text = render(&m, &live).unwrap();
+        for absent in ["npu_load", "npu_frequency", "temperature", "kv_cache", "requests_running", "runtime_info"] {
+            assert!(!text.contains(absent), "{absent} should be absent:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+
+        let board = Snapshot {
+            npu_load: Some(vec![CoreLoad { core: 0, ratio: 0.5 }, CoreLoad { core: 1, ratio: 0.25 }]),
+            npu_frequency_hz: Some(1_000_000_000),
+            ..Snapshot::default()
+        };
+        let live = Live {
+            queue: Some((1, 3)),
+            info: vec![("driver_version", "0.9.8".into())],
+            telemetry: &board,
+            process: ProcessStats::default(),
+        };
+        let text = render(&m, &live).unwrap();
+        for present in [
+            "rkllmd_npu_load_ratio{core=\"0\"} 0.5",
+            "rkllmd_npu_load_ratio{core=\"1\"} 0.25",
+            "rkllmd_npu_frequency_hertz 1000000000",
+            "rkllmd_requests_waiting 3",
+            "rkllmd_runtime_info{driver_version=\"0.9.8\"} 1",
+        ] {
+            assert!(text.contains(present), "missing {present}:\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1);
+    }
+}

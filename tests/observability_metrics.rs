@@ -1,0 +1,317 @@
+//! `/metrics` parsed as Prometheus text, its counters against the requests
+//! sent (errors included) and the timings log; telemetry from fixture trees;
+//! `/v1/system`; the separate metrics listener.
+
+mod common;
+use common::*;
+use prometheus_parse::{Scrape, Value as Metric};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+async fn scrape_at(url: &str) -> Scrape {
+    let r = reqwest::get(format!("{url}/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let content_type = r.headers()["content-type"].to_str().unwrap().to_owned();
+    assert!(content_type.starts_with("application/openmetrics-text"), "{content_type}");
+    let text = r.text().await.unwrap();
+    assert!(text.ends_with("# EOF\n"));
+    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap()
+}
+
+/// The sum of a metric's samples whose labels include `labels`.
+fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let matching: Vec<f64> = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .map(|x| match x.value {
+            Metric::Counter(v) | Metric::Gauge(v) | Metric::Untyped(v) => v,
+            _ => panic!("{name} is not a single value"),
+        })
+        .collect();
+    (!matching.is_empty()).then(|| matching.iter().sum())
+}
+
+/// A histogram's `_count`, after checking its buckets are cumulative and end at it.
+fn histogram_count(s: &Scrape, name: &str) -> u64 {
+    let count = value(s, &format!("{name}_count"), &[]).unwrap_or_else(|| panic!("no {name}_count"));
+    let sample = s.samples.iter().find(|x| x.metric == name).unwrap_or_else(|| panic!("no {name} buckets"));
+    let Metric::Histogram(buckets) = &sample.value else { panic!("{name} is not a histogram") };
+    let mut buckets = buckets.clone();
+    buckets.sort_by(|a, b| a.less_than.total_cmp(&b.less_than));
+    assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count), "{name}: buckets not cumulative");
+    let last = buckets.last().unwrap();
+    assert!(last.less_than.is_infinite() && last.count == count, "{name}: +Inf bucket ≠ count");
+    assert_eq!(buckets.first().unwrap().less_than, 0.001, "{name}: buckets start at 1 ms");
+    assert_eq!(buckets[buckets.len() - 2].less_than, 600.0, "{name}: buckets end at 10 min");
+    count as u64
+}
+
+fn timings_log(path: &Path, n: usize) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n || Instant::now() > deadline {
+            return text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn streaming(content: &str) -> Value {
+    let mut b = chat("m", content);
+    b["stream"] = json!(true);
+    b
+}
+
+/// Reads a stream until its first `data:` event.
+async fn first_event(r: &mut reqwest::Response) {
+    let mut buf = String::new();
+    while !buf.contains("data: ") {
+        let bytes = r.chunk().await.unwrap().expect("stream ended early");
+        buf.push_str(std::str::from_utf8(&bytes).unwrap());
+    }
+}
+
+#[tokio::test]
+async fn counters_add_up_to_the_requests_sent_including_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("timings.jsonl");
+    // LONG: a 100-token reply at Qwen2-0.5B's 24 ms per token outlasts the 1-s request time-out.
+    let long_reply = "word ".repeat(100);
+    let script = script(&[("LONG", &long_reply)]);
+    let spec = format!("sim:qwen2-0.5b?reply_tokens=4&script={}", script.path().display());
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        &spec,
+        "--model-id",
+        "m",
+        "--queue-depth",
+        "1",
+        "--request-timeout-secs",
+        "1",
+        "--max-context-len",
+        "256",
+        "--max-new-tokens",
+        "128",
+        "--timings-log",
+        log.to_str().unwrap(),
+    ]);
+    let mut expected: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    let mut expect = |status: &'static str, reason: &'static str| *expected.entry((status, reason)).or_default() += 1;
+    let post = |body: Value| d.post("/v1/chat/completions", body);
+
+    for i in 0..3 {
+        assert_eq!(post(chat("m", &format!("plain {i}"))).await.status(), 200);
+        expect("200", "stop");
+    }
+    let (events, _) = read_sse(post(streaming("streamed")).await).await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    expect("200", "stop");
+    let mut one = chat("m", "one token");
+    one["max_tokens"] = json!(1);
+    assert_eq!(post(one).await.status(), 200);
+    expect("200", "length");
+    let legacy = d.post("/v1/completions", json!({"model": "m", "prompt": "legacy", "max_tokens": 2})).await;
+    assert_eq!(legacy.status(), 200);
+    expect("200", "length");
+
+    // Refused before the engine.
+    let mut hot = chat("m", "x");
+    hot["temperature"] = json!(5);
+    assert_eq!(post(hot).await.status(), 400);
+    expect("400", "none");
+    assert_eq!(post(chat("other-model", "x")).await.status(), 404);
+    expect("404", "none");
+    let r = d.client().post(format!("{}/v1/chat/completions", d.url)).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 415);
+    expect("415", "none");
+
+    // A runtime error: the prompt does not fit in the context.
+    assert_eq!(post(chat("m", &"overflow ".repeat(300))).await.status(), 500);
+    expect("500", "error");
+
+    // LONG runs into the request time-out; meanwhile one waits (and leaves), one is refused.
+    let long = tokio::spawn({
+        let (client, url) = (d.client(), d.url.clone());
+        async move { client.post(format!("{url}/v1/chat/completions")).json(&chat("m", "LONG")).send().await }
+    });
+    d.wait_generating().await;
+    let queued = tokio::spawn({
+        let (client, url) = (d.client(), d.url.clone());
+        async move { client.post(format!("{url}/v1/chat/completions")).json(&streaming("queued")).send().await }
+    });
+    d.wait_queue(|r, w| r == 1 && w == 1).await;
+    assert_eq!(post(chat("m", "refused")).await.status(), 429);
+    expect("429", "none");
+    queued.abort();
+    let _ = queued.await;
+    expect("499", "abort");
+    assert_eq!(long.await.unwrap().unwrap().status(), 504);
+    expect("504", "timeout");
+
+    // A client that leaves mid-stream.
+    let mut gone = post(streaming("LONG again")).await;
+    first_event(&mut gone).await;
+    drop(gone);
+    expect("499", "abort");
+    d.wait_queue(|r, w| r == 0 && w == 0).await;
+
+    let sent: u64 = expected.values().sum();
+    let rejected: u64 = expected.iter().filter(|((_, r), _)| *r == "none").map(|(_, n)| n).sum();
+    let lines = timings_log(&log, (sent - rejected) as usize);
+    assert_eq!(lines.len() as u64, sent - rejected, "one timings-log line per request that reached the engine");
+    let s = scrape_at(&d.url).await;
+
+    let total = value(&s, "rkllmd_requests_total", &[]).unwrap() as u64;
+    assert_eq!(total, sent, "every request counted once");
+    for ((status, reason), n) in &expected {
+        let got = value(&s, "rkllmd_requests_total", &[("model", "m"), ("status", status), ("finish_reason", reason)]);
+        assert_eq!(got, Some(*n as f64), "requests_total{{status={status},finish_reason={reason}}}");
+    }
+    assert_eq!(value(&s, "rkllmd_client_disconnects_total", &[]), Some(2.0));
+    assert_eq!(value(&s, "rkllmd_timing_mismatch_total", &[]), Some(0.0));
+
+    // Histogram counts against the requests, per the definitions.
+    let tokens: Vec<u64> = lines.iter().map(|l| l["completion_tokens"].as_u64().unwrap()).collect();
+    let count = |pred: &dyn Fn(&Value) -> bool| lines.iter().filter(|l| pred(l)).count() as u64;
+    assert_eq!(histogram_count(&s, "rkllmd_e2e_request_latency_seconds"), sent - rejected);
+    assert_eq!(
+        histogram_count(&s, "rkllmd_request_queue_time_seconds"),
+        count(&|l| !l["timeline_us"]["admitted"].is_null()),
+        "every admitted request"
+    );
+    assert_eq!(
+        sent - rejected - histogram_count(&s, "rkllmd_request_queue_time_seconds"),
+        1,
+        "only the client that left the queue was never admitted"
+    );
+    let with_tokens = tokens.iter().filter(|&&n| n >= 1).count() as u64;
+    let decoding = tokens.iter().filter(|&&n| n >= 2).count() as u64;
+    assert_eq!(histogram_count(&s, "rkllmd_time_to_first_token_seconds"), with_tokens);
+    assert_eq!(histogram_count(&s, "rkllmd_request_prefill_time_seconds"), with_tokens);
+    assert_eq!(histogram_count(&s, "rkllmd_time_per_output_token_seconds"), decoding);
+    assert_eq!(histogram_count(&s, "rkllmd_request_decode_time_seconds"), decoding);
+    let gaps: u64 = tokens.iter().map(|n| n.saturating_sub(1)).sum();
+    assert_eq!(histogram_count(&s, "rkllmd_inter_token_latency_seconds"), gaps, "n − 1 gaps per request");
+    assert_eq!(value(&s, "rkllmd_generation_tokens_total", &[]), Some(tokens.iter().sum::<u64>() as f64));
+    let prompt: i64 = lines.iter().filter_map(|l| l["prompt_tokens"].as_i64()).sum();
+    assert_eq!(value(&s, "rkllmd_prompt_tokens_total", &[]), Some(prompt as f64));
+    // The timings log agrees with the labels.
+    let mut from_log: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for l in &lines {
+        *from_log.entry((l["status"].to_string(), l["finish_reason"].as_str().unwrap().to_owned())).or_default() += 1;
+    }
+    for ((status, reason), n) in expected.iter().filter(|((_, r), _)| *r != "none") {
+        assert_eq!(from_log.get(&(status.to_string(), reason.to_string())), Some(n), "{status}/{reason} in the log");
+    }
+
+    // Gauges of this moment.
+    assert_eq!(value(&s, "rkllmd_requests_running", &[]), Some(0.0));
+    assert_eq!(value(&s, "rkllmd_requests_waiting", &[]), Some(0.0));
+    assert_eq!(value(&s, "rkllmd_kv_cache_tokens", &[]), Some(0.0), "keep_history = 0 empties the cache after a run");
+    assert!(value(&s, "rkllmd_runtime_peak_memory_bytes", &[]).unwrap() > 1e6);
+    assert!(value(&s, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
+    assert!(value(&s, "process_cpu_seconds_total", &[]).is_some());
+    assert_eq!(value(&s, "rkllmd_runtime_info", &[("backend", "sim"), ("runtime_version", "1.3.0")]), Some(1.0));
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/telemetry").join(name)
+}
+
+#[tokio::test]
+async fn board_telemetry_appears_in_metrics_and_system() {
+    let root = fixture("rk3588");
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant",
+        "--model-id",
+        "m",
+        "--telemetry-root",
+        root.to_str().unwrap(),
+        "--api-key",
+        "k",
+    ]);
+    let s = scrape_at(&d.url).await; // public, like /health
+    for (core, ratio) in [("0", 0.35), ("1", 0.0), ("2", 1.0)] {
+        assert_eq!(value(&s, "rkllmd_npu_load_ratio", &[("core", core)]), Some(ratio));
+    }
+    assert_eq!(value(&s, "rkllmd_npu_frequency_hertz", &[]), Some(1e9));
+    assert_eq!(value(&s, "rkllmd_soc_temperature_celsius", &[("zone", "npu-thermal")]), Some(40.662));
+    assert_eq!(value(&s, "rkllmd_system_load_average", &[("window", "5m")]), Some(0.98));
+    assert_eq!(value(&s, "rkllmd_runtime_info", &[("driver_version", "0.9.8"), ("abi", "1.3")]), Some(1.0));
+
+    let r = d.client().get(format!("{}/v1/system", d.url)).send().await.unwrap();
+    assert_eq!(r.status(), 401, "/v1/system is part of the authenticated API");
+    let r = d.client().get(format!("{}/v1/system", d.url)).bearer_auth("k").send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!((v["runtime"]["backend"].as_str(), v["runtime"]["abi"].as_str()), (Some("sim"), Some("1.3")));
+    assert_eq!(v["runtime"]["version"], "1.3.0");
+    assert_eq!((v["platform"].as_str(), v["driver_version"].as_str()), (Some("RK3588"), Some("0.9.8")));
+    assert_eq!(v["npu"]["cores"], 3);
+    assert_eq!(
+        v["npu"]["load"],
+        json!([{"core": 0, "ratio": 0.35}, {"core": 1, "ratio": 0.0}, {"core": 2, "ratio": 1.0}])
+    );
+    assert_eq!(v["npu"]["frequency_hz"], 1_000_000_000u64);
+    assert_eq!(v["temperatures"].as_array().unwrap().len(), 3);
+    assert_eq!(v["temperatures"][2], json!({"zone": "npu-thermal", "celsius": 40.662}));
+    assert_eq!(v["cpu"]["load_average"], json!([1.52, 0.98, 0.44]));
+    assert!(v["cpu"]["count"].as_u64().unwrap() >= 1);
+    assert!(v["cpu"]["process_seconds"].as_f64().unwrap() >= 0.0);
+    let (rss, peak) = (v["memory"]["rss_bytes"].as_u64().unwrap(), v["memory"]["peak_rss_bytes"].as_u64().unwrap());
+    assert!(rss > 1_000_000 && peak >= rss, "{}", v["memory"]);
+    assert!(v["memory"]["runtime_peak_bytes"].is_null(), "no run yet");
+
+    let openapi = d.get_json("/openapi.json").await.1;
+    assert!(openapi["paths"]["/v1/system"]["get"].is_object(), "in the OpenAPI document");
+}
+
+#[tokio::test]
+async fn missing_telemetry_is_missing_not_zero_and_metrics_can_have_their_own_listener() {
+    let root = fixture("missing");
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant",
+        "--model-id",
+        "m",
+        "--telemetry-root",
+        root.to_str().unwrap(),
+        "--metrics-addr",
+        "127.0.0.1:0",
+    ]);
+    let r = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "not on the main listener when metrics_addr is set");
+    let log = d.log();
+    let at = log.find("metrics on http://").expect("metrics listener line") + "metrics on ".len();
+    let metrics_url = log[at..].split_whitespace().next().unwrap().trim_end_matches("/metrics").to_owned();
+    let s = scrape_at(&metrics_url).await;
+    for absent in [
+        "rkllmd_npu_load_ratio",
+        "rkllmd_npu_frequency_hertz",
+        "rkllmd_soc_temperature_celsius",
+        "rkllmd_system_load_average",
+    ] {
+        assert!(s.samples.iter().all(|x| x.metric != absent), "{absent} must be absent");
+    }
+    assert!(value(&s, "rkllmd_requests_running", &[]).is_some());
+    assert!(!log.contains("telemetry source not available"), "not logged at info");
+
+    let v = d.get_json("/v1/system").await.1;
+    for pointer in ["/npu/load", "/npu/frequency_hz", "/temperatures", "/cpu/load_average"] {
+        assert!(v.pointer(pointer).unwrap().is_null(), "{pointer} must be null: {v}");
+    }
+    // What the runtime printed at init still tells the driver, platform and core count.
+    assert_eq!((v["driver_version"].as_str(), v["platform"].as_str()), (Some("0.9.8"), Some("RK3588")));
+    assert_eq!(v["npu"]["cores"], 3, "npu_core_num from the init log");
+}
