@@ -5,6 +5,7 @@ mod config;
 mod conversation;
 mod engine;
 mod metrics;
+mod notify;
 mod server;
 
 use clap::{Parser, Subcommand};

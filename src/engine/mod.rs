@@ -5,6 +5,7 @@
 mod backend;
 mod generation;
 mod job;
+mod liveness;
 mod queue;
 
 pub use backend::{model_id, BackendKind};
