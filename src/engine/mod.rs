@@ -111,6 +111,10 @@ impl Engine {
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
     }
+    /// What the runtime printed while `rkllm_init` ran.
+    pub fn init_log(&self) -> &str {
+        self.model.init_log()
+    }
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
