@@ -3,8 +3,10 @@
 mod api;
 mod config;
 mod conversation;
+mod doctor;
 mod engine;
 mod metrics;
+mod notify;
 mod server;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +37,8 @@ struct Cli {
 enum Command {
     /// Serve the API (the default).
     Serve,
+    /// Check the board, runtime library and model; each line OK/WARN/FAIL with the fix.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => runtime.block_on(server::serve(config)),
+        Command::Doctor(args) => return doctor::run(&config, &args, &runtime),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

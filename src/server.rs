@@ -5,14 +5,34 @@
 //! `loading`) while a large model loads. A model that fails to load ends the
 //! process with a non-zero status and the runtime's own lines in the error:
 //! a service manager restarts it, and nothing half-working stays up.
+//!
+//! Under systemd (`Type=notify`) it reports `STATUS=` lines, asks for more
+//! start time while the model loads (`EXTEND_TIMEOUT_USEC`), sends
+//! `READY=1` once the model is loaded and the socket bound, and, with
+//! `WatchdogSec=`, pings the watchdog only while the runtime thread is alive
+//! (`Engine::check_alive`).
 
 use crate::api::{self, AppState, Loaded};
 use crate::config::Config;
 use crate::engine::{self, Engine};
+use crate::notify::Notifier;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// While the model loads, systemd is asked every `LOAD_EXTEND_EVERY` for
+/// `LOAD_EXTEND_BY` more start time: a 6B model takes minutes to load from
+/// eMMC, far beyond a unit's usual start time-out.
+const LOAD_EXTEND_EVERY: Duration = Duration::from_secs(10);
+const LOAD_EXTEND_BY: Duration = Duration::from_secs(30);
+
 pub async fn serve(config: Config) -> Result<(), String> {
+    let notify = Notifier::from_env();
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        systemd_notify = notify.is_enabled(),
+        watchdog_secs = notify.watchdog_timeout().map(|d| d.as_secs_f64()),
+        "rkllmd starting"
+    );
     crate::metrics::init(&config)?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
@@ -21,18 +41,25 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let state = AppState::new(config.clone());
     let app = api::router(state.clone());
     api::serve_metrics_separately(&state).await?;
-    let shutdown = shutdown_signal(state.clone());
+    let shutdown = shutdown_signal(state.clone(), notify.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
 
     let load_config = config.clone();
-    let engine = tokio::task::spawn_blocking(move || {
+    let loading = format!("loading {}", config.model.as_deref().unwrap_or("the simulated model"));
+    notify.extend_timeout(LOAD_EXTEND_BY);
+    notify.status(&loading);
+    let extender = tokio::spawn(extend_start_while_loading(notify.clone(), loading));
+    let loaded = tokio::task::spawn_blocking(move || {
         Engine::load(&load_config, |why| {
             tracing::warn!("no usable runtime library ({why}); using the simulated runtime")
         })
     })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())?;
+    .await;
+    extender.abort();
+    let engine = loaded.map_err(|e| e.to_string())?.map_err(|e| {
+        notify.status(&format!("model load failed: {e}"));
+        e.to_string()
+    })?;
     let engine = Arc::new(engine);
     let info = engine.info().clone();
     let model_id = engine::model_id(&config, &info.model_path);
@@ -48,11 +75,16 @@ pub async fn serve(config: Config) -> Result<(), String> {
         model_id = %model_id,
         max_context_len = config.max_context_len,
         max_new_tokens = config.max_new_tokens,
-        sampling = format!("top_k={} top_p={} temperature={} repeat_penalty={} frequency_penalty={} presence_penalty={} mirostat={}", s.top_k, s.top_p, s.temperature, s.repeat_penalty, s.frequency_penalty, s.presence_penalty, s.mirostat),
+        sampling = format!("top_k={} top_p={} temperature={} repeat_penalty={} frequency_penalty={} presence_penalty={} mirostat={} mirostat_tau={} mirostat_eta={}", s.top_k, s.top_p, s.temperature, s.repeat_penalty, s.frequency_penalty, s.presence_penalty, s.mirostat, s.mirostat_tau, s.mirostat_eta),
         "model loaded"
     );
+    let serving = format!("serving {model_id} on http://{addr}");
     state.set_loaded(Loaded { engine: engine.clone(), model_id, created });
     tracing::info!("listening on http://{addr}");
+    notify.ready(&serving);
+    if let Some(timeout) = notify.watchdog_timeout() {
+        tokio::spawn(watchdog(engine.clone(), notify.clone(), timeout, serving));
+    }
 
     let served = server.await.map_err(|e| e.to_string())?;
     served.map_err(|e| e.to_string())?;
@@ -60,9 +92,51 @@ pub async fn serve(config: Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Repeats `EXTEND_TIMEOUT_USEC` (and a status with the time spent) until
+/// aborted when the load ends. `rkllm_init` gives no progress to judge, so a
+/// load is trusted for as long as it takes; a failed one ends the process.
+async fn extend_start_while_loading(notify: Notifier, loading: String) {
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(started + LOAD_EXTEND_EVERY, LOAD_EXTEND_EVERY);
+    loop {
+        tick.tick().await;
+        notify.extend_timeout(LOAD_EXTEND_BY);
+        notify.status(&format!("{loading} ({} s)", started.elapsed().as_secs()));
+    }
+}
+
+/// Pings the systemd watchdog twice per `WatchdogSec`, but only while the
+/// runtime thread is alive; a hung runtime stops the pings and systemd
+/// restarts the service.
+async fn watchdog(engine: Arc<Engine>, notify: Notifier, timeout: Duration, serving: String) {
+    let every = timeout / 2;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut healthy = true;
+    loop {
+        tick.tick().await;
+        match engine.check_alive(every / 2).await {
+            Ok(()) => {
+                if !healthy {
+                    tracing::warn!("the runtime shows progress again; watchdog pings resume");
+                    notify.status(&serving);
+                    healthy = true;
+                }
+                notify.watchdog_ping();
+            }
+            Err(why) if healthy => {
+                tracing::error!("runtime stalled: {why}; no more watchdog pings, systemd will restart rkllmd");
+                notify.status(&format!("runtime stalled: {why}"));
+                healthy = false;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// Waits for SIGTERM or SIGINT, then stops admitting requests; a running
 /// generation gets the grace period before it is aborted.
-async fn shutdown_signal(state: AppState) {
+async fn shutdown_signal(state: AppState, notify: Notifier) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -79,6 +153,7 @@ async fn shutdown_signal(state: AppState) {
         grace_secs = state.config.shutdown_grace_secs,
         "shutting down: no new requests; waiting for running ones"
     );
+    notify.stopping("shutting down: finishing running requests");
     state.begin_shutdown();
     let grace = Duration::from_secs(state.config.shutdown_grace_secs);
     let aborter = state.clone();

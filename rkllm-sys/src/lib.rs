@@ -4,9 +4,11 @@
 //! * [`v1_2`], [`v1_3`], [`common`]: `repr(C)` types, layouts asserted in `tests/layout.rs`;
 //! * [`sniff`]: the library's version read from its file before loading;
 //! * [`loader`]: finding and `dlopen`ing the library into a function [`abi::Table`];
-//! * [`model`]: the safe layer — one handle on one thread, runs as event streams.
+//! * [`model`]: the safe layer — one handle on one thread, runs as event streams;
+//!   [`Activity`] and [`Model::ping`] let a watchdog tell a busy runtime from a hung one.
 
 pub mod abi;
+mod activity;
 mod capture;
 pub mod common;
 pub mod loader;
@@ -20,5 +22,7 @@ pub mod v1_3;
 pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
 pub use capture::capture_output;
 pub use loader::{find_library, LoadError, Origin, Runtime};
-pub use model::{Event, Finish, InitConfig, Model, ModelError, Role, RunControl, RunRequest, SamplingParams, Token};
+pub use model::{
+    Activity, Event, Finish, InitConfig, Model, ModelError, Role, RunControl, RunRequest, SamplingParams, Token,
+};
 pub use sniff::{sniff_file, SniffError, Sniffed};

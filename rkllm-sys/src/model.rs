@@ -15,6 +15,8 @@
 //!   sends; it never blocks, never takes a lock and never unwinds.
 
 use crate::abi::{Abi, Functions, Table};
+pub use crate::activity::Activity;
+use crate::activity::Progress;
 use crate::capture::capture_output;
 use crate::common::*;
 use crate::marshal::Marshal;
@@ -243,6 +245,8 @@ struct Shared {
     /// The id of the run inside `rkllm_run`, if any. Held while calling
     /// `rkllm_abort` so the run cannot end and another begin in between.
     active: Mutex<Option<u64>>,
+    /// Signs of life for a watchdog, as atomics so the callback takes no lock.
+    progress: Progress,
 }
 
 // SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
@@ -258,6 +262,7 @@ enum Command {
     KvCacheSize { reply: Reply<Vec<i32>> },
     SetChatTemplate { parts: [CString; 3], reply: Reply<()> },
     SetFunctionTools { parts: [CString; 3], reply: Reply<()> },
+    Ping { reply: Reply<()> },
 }
 
 /// A loaded model: the runtime thread and its handle. Dropping it aborts a
@@ -319,6 +324,17 @@ impl Model {
     /// Whether a run is inside `rkllm_run` now.
     pub fn is_running(&self) -> bool {
         self.shared.active.lock().map(|a| a.is_some()).unwrap_or(false)
+    }
+
+    /// Signs of life of the runtime thread (see [`Activity`]).
+    pub fn activity(&self) -> Activity {
+        self.shared.progress.activity(self.is_running())
+    }
+
+    /// Answered by the runtime thread when it takes its next command: an
+    /// idle thread answers at once; one stuck in a runtime call never does.
+    pub fn ping(&self) -> oneshot::Receiver<Result<(), ModelError>> {
+        self.request(|reply| Command::Ping { reply })
     }
 
     /// Queues a run on the runtime thread. Its events go to `events`; the
@@ -438,7 +454,7 @@ fn runtime_thread<A: Marshal>(
         let _ = ready.send(Err(ModelError::Init { code, log }));
         return;
     }
-    let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None) });
+    let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None), progress: Progress::new() });
     if ready.send(Ok((shared.clone(), log))).is_err() {
         // SAFETY: the handle was initialised above and is not used after this.
         unsafe { (fns.destroy)(handle) };
@@ -476,6 +492,9 @@ fn runtime_thread<A: Marshal>(
                 // SAFETY: valid handle and NUL-terminated strings.
                 let code = unsafe { (fns.set_function_tools)(handle, a.as_ptr(), b.as_ptr(), c.as_ptr()) };
                 let _ = reply.send(checked("rkllm_set_function_tools", code));
+            }
+            Command::Ping { reply } => {
+                let _ = reply.send(Ok(()));
             }
         }
     }
@@ -529,6 +548,7 @@ fn run_one<A: Marshal>(
             return;
         }
         *active = Some(id);
+        shared.progress.run_started(req.prompt.len());
     }
     let prompt = CString::new(req.prompt.replace('\0', "")).unwrap_or_default();
     let mut input = A::prompt_input(req.role.as_cstr().as_ptr(), prompt.as_ptr(), req.enable_thinking);
@@ -549,6 +569,7 @@ fn run_one<A: Marshal>(
     // blocking call; the callback only uses ctx through this userdata.
     let code = unsafe { (fns.run)(shared.handle, &mut input, &mut infer, &mut ctx as *mut RunContext as *mut c_void) };
     let at = Instant::now();
+    shared.progress.stamp(at);
     *shared.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let finish = Finish {
         at,
@@ -583,6 +604,7 @@ unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, 
 
 impl RunContext {
     fn on_callback(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) {
+        self.shared.progress.callback(at, matches!(state, call_state::NORMAL | call_state::WAITING));
         match state {
             call_state::NORMAL | call_state::WAITING => {
                 let Some(result) = result else { return };

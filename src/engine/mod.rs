@@ -5,6 +5,7 @@
 mod backend;
 mod generation;
 mod job;
+mod liveness;
 mod queue;
 
 pub use backend::{model_id, BackendKind};
@@ -127,6 +128,10 @@ impl Engine {
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
     }
+    /// What the runtime printed while `rkllm_init` ran.
+    pub fn init_log(&self) -> &str {
+        self.model.init_log()
+    }
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
@@ -142,10 +147,6 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
-    }
-    /// What `rkllm_init` printed (runtime, driver and platform lines).
-    pub fn init_log(&self) -> &str {
-        self.model.init_log()
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.

@@ -8,8 +8,17 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 8] =
-    ["time_scale", "reply_tokens", "seed", "fail_init", "error_after", "prefill_extra_ms", "script", "record"];
+pub const KEYS: [&str; 9] = [
+    "time_scale",
+    "reply_tokens",
+    "seed",
+    "fail_init",
+    "error_after",
+    "prefill_extra_ms",
+    "script",
+    "record",
+    "hang_after",
+];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
 const MAX_TIME_SCALE: f64 = 1000.0;
@@ -28,6 +37,8 @@ pub(crate) struct SimConfig {
     pub prefill_extra_ms: f64,
     pub script: Option<PathBuf>,
     pub record: Option<PathBuf>,
+    /// After this many generated tokens the run hangs for good (a wedged runtime).
+    pub hang_after: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -68,6 +79,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         prefill_extra_ms: number(&value, "prefill_extra_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
         script: value("script").map(PathBuf::from),
         record: value("record").map(PathBuf::from),
+        hang_after: optional(&value, "hang_after")?,
     })
 }
 

@@ -43,6 +43,7 @@
 //! | `fail_init` | `npu_memory` (any other value too), `driver`, `platform`, `magic`, `tensors` | init fails with that board failure's line, e.g. `E rkllm: failed to malloc npu memory!` |
 //! | `error_after` | N | after N generated tokens of a reply the callback gets ERROR and `rkllm_run` returns -1 (a reply that ends first finishes normally) |
 //! | `prefill_extra_ms` | number | added to every prefill: a very slow prefill |
+//! | `hang_after` | N | after N generated tokens of a reply the run hangs for good: no more callbacks, aborts ignored, `rkllm_run` never returns (a wedged runtime, for watchdog tests; `0` hangs after the prefill). The process must be killed |
 //! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
 //! | `record` | path | appends one JSON line per call received (see below) |
 //!

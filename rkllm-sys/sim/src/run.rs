@@ -235,6 +235,10 @@ impl SimModel {
             let Some(piece) = reply.pieces.get(reply.next) else {
                 break End::Finished;
             };
+            // Before the abort check: a wedged runtime ignores aborts.
+            if self.config.hang_after == Some(reply.next) {
+                hang();
+            }
             if self.gate.wait_until(first_due + decode * generated) {
                 break End::Aborted;
             }
@@ -258,6 +262,14 @@ impl SimModel {
             memory_usage_mb: peak_memory_mb(),
         };
         (end, perf)
+    }
+}
+
+/// A wedged runtime (`hang_after`): no more callbacks, aborts ignored,
+/// `rkllm_run` never returns. Only killing the process ends it.
+fn hang() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 

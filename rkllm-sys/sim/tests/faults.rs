@@ -66,3 +66,45 @@ fn a_prompt_beyond_max_context_is_an_error() {
     assert!(!out.finish.is_error());
     assert_eq!(out.perf().prefill_tokens as usize + out.tokens.len(), 64);
 }
+
+#[test]
+fn an_idle_runtime_thread_answers_pings_and_reports_its_last_run() {
+    let model = load(Abi::V1_3, "sim:instant?reply_tokens=5");
+    assert!(matches!(model.ping().blocking_recv(), Ok(Ok(()))));
+    let out = prompt(&model, "count me");
+    let activity = model.activity();
+    assert!(!activity.running);
+    assert_eq!(activity.tokens, out.tokens.len() as u64);
+    assert_eq!(activity.prompt_bytes, "count me".len());
+    assert!(matches!(model.ping().blocking_recv(), Ok(Ok(()))));
+}
+
+#[test]
+fn hang_after_wedges_the_run_the_thread_stops_answering() {
+    let model = load(Abi::V1_3, "sim:instant?hang_after=2&reply_tokens=10");
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let control = model.submit(rkllm_sys::RunRequest::prompt("hang"), tx).expect("submitted");
+    let mut tokens = 0;
+    while tokens < 2 {
+        match events.blocking_recv().expect("events until the hang") {
+            rkllm_sys::Event::Token(_) => tokens += 1,
+            rkllm_sys::Event::Started { .. } => {}
+            rkllm_sys::Event::Finished(f) => panic!("the run finished: {f:?}"),
+        }
+    }
+    control.abort();
+    let mut ping = model.ping();
+    // The hang shows as time without progress; wait (bounded) until it is visible.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while model.activity().since_progress < std::time::Duration::from_millis(300) {
+        assert!(std::time::Instant::now() < deadline, "progress kept being stamped");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let activity = model.activity();
+    assert!(activity.running, "still inside rkllm_run");
+    assert_eq!(activity.tokens, 2);
+    assert!(events.try_recv().is_err(), "no callbacks or Finished after the hang, even after an abort");
+    assert!(ping.try_recv().is_err(), "the stuck thread does not answer");
+    // Dropping the model would join the wedged thread forever.
+    std::mem::forget(model);
+}

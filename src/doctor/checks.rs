@@ -1,0 +1,329 @@
+//! The checks, each turning facts into report lines with a fix.
+
+use super::board::{version_parts, Board};
+use super::{Check, Report};
+use crate::config::{Backend, Config};
+use rkllm_sys::{loader, Runtime};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// What the configuration will serve, as far as the checks need it.
+pub struct Plan<'a> {
+    pub config: &'a Config,
+    /// The real runtime is required: `backend = "rkllm"`, or `auto` with a
+    /// real model file (which is never served by the simulator).
+    pub needs_npu: bool,
+}
+
+impl<'a> Plan<'a> {
+    pub fn new(config: &'a Config) -> Self {
+        let real_model = config.model.as_deref().is_some_and(|m| !m.starts_with("sim:"));
+        let needs_npu = match config.backend {
+            Backend::Rkllm => true,
+            Backend::Auto => real_model,
+            Backend::Sim => false,
+        };
+        Plan { config, needs_npu }
+    }
+
+    /// A missing board facility is a failure when the real runtime is
+    /// required, a warning otherwise.
+    fn missing(&self, title: &'static str, detail: String, fix: &str) -> Check {
+        if self.needs_npu {
+            Check::fail(title, detail, fix)
+        } else {
+            Check::warn(title, detail, fix)
+        }
+    }
+}
+
+const DRIVER_MIN: &str = "0.9.7";
+const DRIVER_RECOMMENDED: &str = "0.9.8";
+/// The runtime warns when fewer cores are online.
+const CORES_EXPECTED: usize = 8;
+const LIBRARY: &str = "runtime library";
+
+/// Finds and loads the runtime library the way `serve` would, with the
+/// system directories under the board's root.
+pub fn library(board: &Board, plan: &Plan, report: &mut Report) -> Option<Runtime> {
+    let config = plan.config;
+    if config.backend == Backend::Sim {
+        report.push(Check::ok(LIBRARY, "backend = \"sim\": the simulated runtime, no library needed".into()));
+        return None;
+    }
+    let found = match (&config.lib, std::env::var_os("RKLLM_LIB").filter(|p| !p.is_empty())) {
+        (Some(lib), _) => Ok(lib.clone()),
+        (None, Some(env)) => Ok(PathBuf::from(env)),
+        (None, None) => {
+            let searched: Vec<PathBuf> =
+                loader::search_paths().iter().map(|p| board.path(&p.to_string_lossy())).collect();
+            searched.iter().find(|p| p.is_file()).cloned().ok_or(searched)
+        }
+    };
+    let path = match found {
+        Ok(path) => path,
+        Err(searched) => {
+            let shown: Vec<String> = searched.iter().map(|p| p.display().to_string()).collect();
+            let fix = "install librkllmrt.so from airockchip/rknn-llm (rkllm-runtime/Linux/librkllm_api/aarch64) \
+                       into /usr/lib, or set lib = \"/path/librkllmrt.so\" in the config";
+            let detail = format!("no {} found (looked in {})", loader::LIBRARY_NAME, shown.join(", "));
+            report.push(if plan.needs_npu {
+                Check::fail(LIBRARY, detail, fix)
+            } else {
+                Check::warn(LIBRARY, format!("{detail}; rkllmd would serve the simulated runtime"), fix)
+            });
+            return None;
+        }
+    };
+    match Runtime::load(&path, config.runtime_abi()) {
+        Ok(runtime) => {
+            let version = runtime.version().unwrap_or("unknown (set by runtime_abi)");
+            report.push(Check::ok(LIBRARY, format!("{}: runtime {version}, ABI {}", path.display(), runtime.abi())));
+            Some(runtime)
+        }
+        Err(e) => {
+            let fix = "install librkllmrt.so 1.3.0 or 1.2.1-1.2.3 for this architecture; \
+                       `strings librkllmrt.so | grep 'RKLLM SDK'` shows a library's version";
+            report.push(plan.missing(LIBRARY, e.to_string(), fix));
+            None
+        }
+    }
+}
+
+pub fn driver(board: &Board, plan: &Plan, report: &mut Report) {
+    const TITLE: &str = "NPU driver";
+    let Some((version, file)) = board.npu_driver_version() else {
+        let nodes = board.npu_nodes();
+        if nodes.rknpu.is_some() || nodes.render.is_some() {
+            report.push(Check::warn(
+                TITLE,
+                "the NPU device exists but its driver version is not readable here".into(),
+                "sudo cat /sys/kernel/debug/rknpu/version (0.9.8 or later is recommended)",
+            ));
+            return;
+        }
+        report.push(plan.missing(
+            TITLE,
+            "no rknpu driver version (/sys/module/rknpu/version, debugfs rknpu/version)".into(),
+            "boot a Rockchip vendor kernel (5.10/6.1 BSP) with the rknpu driver 0.9.8 or later",
+        ));
+        return;
+    };
+    let parts = version_parts(&version);
+    let upgrade = "upgrade to a vendor kernel with rknpu 0.9.8 (the board vendor's latest BSP image)";
+    if parts < version_parts(DRIVER_MIN) {
+        report.push(Check::fail(
+            TITLE,
+            format!(
+                "rknpu {version} ({file}): the runtime refuses it with \
+                 \"Your rknpu driver version is too low, please upgrade to 0.9.7\""
+            ),
+            upgrade,
+        ));
+    } else if parts < version_parts(DRIVER_RECOMMENDED) {
+        report.push(Check::warn(
+            TITLE,
+            format!("rknpu {version} ({file}): below the recommended {DRIVER_RECOMMENDED}; \"Your rknpu driver version is too low\" and NPU memory errors are reported with older drivers"),
+            upgrade,
+        ));
+    } else {
+        report.push(Check::ok(TITLE, format!("rknpu {version} ({file})")));
+    }
+}
+
+pub fn devices(board: &Board, plan: &Plan, report: &mut Report) {
+    const TITLE: &str = "NPU device";
+    let nodes = board.npu_nodes();
+    let mut wanted: Vec<PathBuf> = Vec::new();
+    if let Some(render) = &nodes.render {
+        wanted.push(render.clone());
+    }
+    if let Some(rknpu) = &nodes.rknpu {
+        wanted.push(rknpu.clone());
+        match nodes.heaps.first() {
+            Some(heap) => wanted.push(heap.clone()),
+            None => report.push(plan.missing(
+                TITLE,
+                format!("{} exists but {} is empty", rknpu.display(), board.path("/dev/dma_heap").display()),
+                "the vendor kernel provides /dev/dma_heap/*; check that CONFIG_DMABUF_HEAPS is enabled",
+            )),
+        }
+    }
+    if wanted.is_empty() {
+        report.push(plan.missing(
+            TITLE,
+            format!(
+                "neither {} nor the NPU's DRM render node ({}) exists",
+                board.path("/dev/rknpu").display(),
+                board.path("/dev/dri/renderD129").display()
+            ),
+            "boot a Rockchip vendor kernel with the rknpu driver",
+        ));
+        return;
+    }
+    for node in wanted {
+        report.push(open_check(board, &node));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        report.push(Check::warn(
+            "this user",
+            "running as root, which can open any device; the service runs unprivileged".into(),
+            "check as the service user: sudo -u rkllmd rkllmd --config /etc/rkllmd/config.toml doctor",
+        ));
+    }
+}
+
+/// Whether this process can open a node read-write, with its owner group.
+fn open_check(board: &Board, node: &Path) -> Check {
+    const TITLE: &str = "NPU device";
+    let group = std::fs::metadata(node).ok().map(|m| {
+        let name = board.group_name(m.gid()).unwrap_or_else(|| m.gid().to_string());
+        format!("group {name}, mode {:o}", m.mode() & 0o777)
+    });
+    let group = group.unwrap_or_else(|| "unreadable".into());
+    match std::fs::OpenOptions::new().read(true).write(true).open(node) {
+        Ok(_) => Check::ok(TITLE, format!("{} ({group}): this user can open it", node.display())),
+        Err(e) => Check::fail(
+            TITLE,
+            format!("{} ({group}): cannot open it: {e}", node.display()),
+            "add the user to the render and video groups (sudo usermod -aG render,video USER, then log in again) \
+             and install the udev rule /usr/lib/udev/rules.d/60-rkllmd-npu.rules (sudo udevadm trigger)",
+        ),
+    }
+}
+
+pub fn cpus(board: &Board, report: &mut Report) {
+    const TITLE: &str = "CPU cores";
+    match board.cpus_online() {
+        Some(n) if n >= CORES_EXPECTED => report.push(Check::ok(TITLE, format!("{n} online"))),
+        Some(n) => report.push(Check::warn(
+            TITLE,
+            format!("{n} online; the runtime warns below {CORES_EXPECTED} and runs slower"),
+            "bring the cores online (echo 1 | sudo tee /sys/devices/system/cpu/cpuN/online) or check the kernel's maxcpus=",
+        )),
+        None => report.push(Check::warn(
+            TITLE,
+            "unknown (/sys/devices/system/cpu/online unreadable)".into(),
+            "none needed off a board",
+        )),
+    }
+}
+
+/// Free memory against the model's size (the runtime maps the whole model).
+pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
+    const TITLE: &str = "memory";
+    let Some((total, available)) = board.memory() else {
+        report.push(Check::warn(TITLE, "/proc/meminfo unreadable".into(), "none needed off a board"));
+        return;
+    };
+    let shown = format!("{} available of {}", gib(available), gib(total));
+    let fix = "stop other memory users, use a smaller or more quantized model, or a board with more RAM";
+    match model_size {
+        Some(size) if available < size => {
+            report.push(Check::fail(TITLE, format!("{shown}; the model alone needs {}", gib(size)), fix))
+        }
+        // The KV cache and the runtime's buffers come on top of the weights.
+        Some(size) if available < size + size / 4 => {
+            report.push(Check::warn(TITLE, format!("{shown}; tight for a {} model plus its KV cache", gib(size)), fix))
+        }
+        Some(size) => report.push(Check::ok(TITLE, format!("{shown}; model {}", gib(size)))),
+        None => report.push(Check::ok(TITLE, shown)),
+    }
+}
+
+/// The model file; returns its size when it is a readable file.
+pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
+    const TITLE: &str = "model";
+    let Some(model) = plan.config.model.as_deref() else {
+        if plan.needs_npu {
+            report.push(Check::fail(
+                TITLE,
+                "no model configured".into(),
+                "set model = \"/var/lib/rkllmd/models/NAME.rkllm\" in /etc/rkllmd/config.toml",
+            ));
+        } else {
+            report.push(Check::ok(TITLE, format!("none configured: the simulator's sim:{}", plan.config.sim_profile)));
+        }
+        return None;
+    };
+    if model.starts_with("sim:") {
+        report.push(Check::ok(TITLE, format!("{model} (a simulated model)")));
+        return None;
+    }
+    let path = Path::new(model);
+    let fix_path = "convert the model with rkllm-toolkit for this SoC and put the .rkllm file where model = points";
+    let meta = match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m,
+        Ok(_) => {
+            report.push(Check::fail(TITLE, format!("{model} is not a file"), fix_path));
+            return None;
+        }
+        Err(e) => {
+            report.push(Check::fail(TITLE, format!("{model}: {e}"), fix_path));
+            return None;
+        }
+    };
+    let mut header = [0u8; 16];
+    let readable = std::fs::File::open(path).and_then(|mut f| std::io::Read::read(&mut f, &mut header));
+    match readable {
+        Err(e) => report.push(Check::fail(
+            TITLE,
+            format!("{model}: cannot read it: {e}"),
+            "make it readable by the service user (chmod o+r, or chgrp rkllmd) and its directories searchable",
+        )),
+        Ok(0) => report.push(Check::fail(TITLE, format!("{model} is empty"), fix_path)),
+        Ok(_) if path.extension().is_none_or(|e| e != "rkllm") => report.push(Check::warn(
+            TITLE,
+            format!("{model} ({}) does not end in .rkllm", gib(meta.len())),
+            "use a model converted with rkllm-toolkit (.rkllm); GGUF/safetensors files do not load",
+        )),
+        Ok(_) => report.push(Check::ok(
+            TITLE,
+            format!("{model}: {}, readable; toolkit version and loadability: --smoke", gib(meta.len())),
+        )),
+    }
+    Some(meta.len())
+}
+
+pub fn frequencies(board: &Board, report: &mut Report) {
+    const PIN: &str = "for steady speeds: sudo systemctl enable --now rkllmd-pin-freq.service";
+    let describe = |governor: &Option<String>, cur: Option<u64>, max: Option<u64>, unit: u64| {
+        let mhz = |v: Option<u64>| v.map_or("?".into(), |v| (v / unit).to_string());
+        format!("{} MHz (max {} MHz), governor {}", mhz(cur), mhz(max), governor.as_deref().unwrap_or("?"))
+    };
+    for (title, devfreq) in [("NPU clock", board.npu_devfreq()), ("DDR clock", board.ddr_devfreq())] {
+        match devfreq {
+            Some(d) => {
+                let text = format!("{}: {}", d.name, describe(&d.governor, d.cur_hz, d.max_hz, 1_000_000));
+                report.push(governor_check(title, text, d.governor.as_deref(), PIN));
+            }
+            None => report.push(Check::warn(
+                title,
+                "no devfreq device in /sys/class/devfreq".into(),
+                "none needed off a board; on a board the vendor kernel provides it",
+            )),
+        }
+    }
+    let policies = board.cpu_policies();
+    if policies.is_empty() {
+        report.push(Check::warn("CPU clock", "no cpufreq policies".into(), "none needed off a board"));
+    }
+    for p in policies {
+        let text = format!("{} (cpus {}): {}", p.name, p.cpus, describe(&p.governor, p.cur_khz, p.max_khz, 1000));
+        report.push(governor_check("CPU clock", text, p.governor.as_deref(), PIN));
+    }
+}
+
+/// `powersave` holds the clock at its minimum: generation runs several times slower.
+fn governor_check(title: &'static str, text: String, governor: Option<&str>, fix: &str) -> Check {
+    if governor == Some("powersave") {
+        Check::warn(title, format!("{text}: held at the lowest clock"), fix)
+    } else {
+        Check::ok(title, text)
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}

@@ -1,0 +1,56 @@
+//! Is the runtime thread alive? The question behind the systemd watchdog.
+//!
+//! An idle runtime thread must answer a ping at once. A thread inside
+//! `rkllm_run` cannot answer, so it is judged by its signs of life (run
+//! start, callbacks): a prefill has no callbacks for as long as the prompt
+//! takes, a decode has one per token. A hung runtime (a wedged NPU driver, a
+//! deadlock in the library) shows neither, and the daemon then stops pinging
+//! so that systemd restarts it.
+
+use super::{Engine, Limits};
+use rkllm_sys::Activity;
+use std::time::Duration;
+
+impl Engine {
+    /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
+    /// or is inside a run that progresses as fast as its limits allow.
+    pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
+        if !self.model.activity().running {
+            match tokio::time::timeout(ping_timeout, self.model.ping()).await {
+                Ok(Ok(Ok(()))) => return Ok(()),
+                Ok(_) => return Err("the runtime thread has stopped".into()),
+                // A run queued just before the ping delays the answer: judged below.
+                Err(_) => {}
+            }
+        }
+        let activity = self.model.activity();
+        if !activity.running && activity.since_progress > ping_timeout {
+            return Err(format!("the idle runtime thread did not answer within {} ms", ping_timeout.as_millis()));
+        }
+        let allowed = self.limits.stall_allowance(&activity);
+        if activity.since_progress <= allowed {
+            return Ok(());
+        }
+        let phase = if activity.tokens == 0 { "prefill" } else { "decoding" };
+        Err(format!(
+            "no progress from the runtime for {:.0} s during {phase} (allowed {:.0} s)",
+            activity.since_progress.as_secs_f64(),
+            allowed.as_secs_f64()
+        ))
+    }
+}
+
+impl Limits {
+    /// How long a run may go without a sign of life before it counts as hung.
+    /// Prefill: twice its first-token time-out (the request itself gives up
+    /// at once, but a slow and healthy runtime only notices the abort after
+    /// the prefill). Decode: a step takes well under a second on a board, so
+    /// a gap as long as the base first-token time-out is a hang.
+    pub fn stall_allowance(&self, activity: &Activity) -> Duration {
+        if activity.tokens == 0 {
+            self.first_token_timeout(activity.prompt_bytes) * 2
+        } else {
+            self.first_token_base
+        }
+    }
+}
