@@ -1,6 +1,7 @@
 //! rkllmd: an OpenAI-compatible server for LLMs on Rockchip NPUs.
 
 mod api;
+mod bench;
 mod config;
 mod conversation;
 mod engine;
@@ -35,6 +36,8 @@ struct Cli {
 enum Command {
     /// Serve the API (the default).
     Serve,
+    /// Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +63,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => runtime.block_on(server::serve(config)),
+        Command::Bench(args) => runtime.block_on(bench::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
