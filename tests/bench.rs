@@ -37,7 +37,8 @@ async fn figures_match_the_simulated_pacing() {
     let extra = 150.0;
     let spec = format!("sim:qwen2-0.5b?reply_tokens=12&prefill_extra_ms={extra}");
     let d = Daemon::start(&["--model", &spec]);
-    let report = bench(args(&["--url", &d.url, "--requests", "3", "--prompt-tokens", "40", "--output-tokens", "64"])).await;
+    let report =
+        bench(args(&["--url", &d.url, "--requests", "3", "--prompt-tokens", "40", "--output-tokens", "64"])).await;
 
     assert_eq!(report["model"], "sim-qwen2-0.5b", "default model = first id of /v1/models");
     assert_eq!(report["server_system"], Value::Null);
@@ -83,8 +84,22 @@ async fn levels_sample_the_server_and_write_every_output() {
     )
     .unwrap();
     let report = bench(args(&[
-        "--url", &d.url, "--concurrency", "1,4", "--requests", "8", "--prompts", &prompts, "--server-pid",
-        &d.pid().to_string(), "--markdown", &path("r.md"), "--svg", &path("r.svg"), "--html", &path("r.html"),
+        "--url",
+        &d.url,
+        "--concurrency",
+        "1,4",
+        "--requests",
+        "8",
+        "--prompts",
+        &prompts,
+        "--server-pid",
+        &d.pid().to_string(),
+        "--markdown",
+        &path("r.md"),
+        "--svg",
+        &path("r.svg"),
+        "--html",
+        &path("r.html"),
     ]))
     .await;
     let levels = report["levels"].as_array().unwrap();
@@ -99,11 +114,13 @@ async fn levels_sample_the_server_and_write_every_output() {
         assert!(process["cpu_us_per_token"].is_number(), "{process}");
     }
     // File prompts are used in turn, with their own max_tokens.
-    let tokens: Vec<u64> = report["requests"].as_array().unwrap().iter().map(|r| r["completion_tokens"].as_u64().unwrap()).collect();
+    let tokens: Vec<u64> =
+        report["requests"].as_array().unwrap().iter().map(|r| r["completion_tokens"].as_u64().unwrap()).collect();
     assert!(tokens.contains(&5) && tokens.contains(&20), "{tokens:?}");
 
     let md = std::fs::read_to_string(path("r.md")).unwrap();
-    for part in ["## concurrency 4", "| TTFT ms |", "Say something about owls.", "Tell me of | pipes", "## Definitions"] {
+    for part in ["## concurrency 4", "| TTFT ms |", "Say something about owls.", "Tell me of | pipes", "## Definitions"]
+    {
         assert!(md.contains(part), "markdown lacks {part:?}");
     }
     let svg = std::fs::read_to_string(path("r.svg")).unwrap();
@@ -155,7 +172,10 @@ async fn serve_wrongly(mut socket: TcpStream) {
         data.extend_from_slice(&buf[..n]);
     }
     let respond = |status: &str, kind: &str, body: String| {
-        format!("HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
     };
     let reply = if head.starts_with("get /v1/models") {
         respond("200 OK", "application/json", json!({"object": "list", "data": [{"id": "wrong-model"}]}).to_string())
@@ -237,7 +257,18 @@ async fn failed_requests_are_counted_by_kind() {
         let url = d.url.clone();
         move || {
             Command::new(env!("CARGO_BIN_EXE_rkllmd"))
-                .args(["bench", "--json", "--url", &url, "--model", "sim-instant", "--requests", "2", "--api-key", "bad"])
+                .args([
+                    "bench",
+                    "--json",
+                    "--url",
+                    &url,
+                    "--model",
+                    "sim-instant",
+                    "--requests",
+                    "2",
+                    "--api-key",
+                    "bad",
+                ])
                 .output()
                 .unwrap()
         }

@@ -41,7 +41,8 @@ impl Panel {
         self.top + PANEL - MARGIN.3 - v / self.y_max * (PANEL - MARGIN.2 - MARGIN.3)
     }
 
-    fn axes(&self, out: &mut String, title: &str, x_label: &str, y_label: &str, y_ticks: f64) {
+    /// `numbered_x`: tick numbers on the x axis (not for categories).
+    fn axes(&self, out: &mut String, title: &str, x_label: &str, y_label: &str, y_ticks: f64, numbered_x: bool) {
         let (x0, y0) = (self.x(0.0), self.y(0.0));
         let _ = write!(
             out,
@@ -52,20 +53,20 @@ impl Panel {
             self.x(self.x_max),
             self.y(self.y_max)
         );
-        let step = tick_step(self.x_max);
+        let step = if numbered_x { tick_step(self.x_max) } else { f64::INFINITY };
         for i in 0..=((self.x_max / step) as usize) {
             let v = i as f64 * step;
             let _ =
                 write!(out, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, self.x(v), y0 + 16.0, short(v));
         }
         for i in 0..=((self.y_max / y_ticks) as usize) {
-            let v = i as f64 * y_ticks;
+            let (v, y) = (i as f64 * y_ticks, self.y(i as f64 * y_ticks));
             let _ = write!(
                 out,
-                r##"<text x="{}" y="{}" text-anchor="end">{}</text><line x1="{x0}" y1="{2}" x2="{}" y2="{2}" stroke="#ddd"/>"##,
+                r##"<text x="{}" y="{}" text-anchor="end">{}</text><line x1="{x0}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
                 x0 - 6.0,
-                self.y(v) + 4.0,
-                self.y(v),
+                y + 4.0,
+                short(v),
                 self.x(self.x_max)
             );
         }
@@ -91,9 +92,19 @@ fn short(v: f64) -> String {
 
 /// Quantile curves (x = value, y = fraction of samples ≤ x), one per series.
 fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<f64>)]) {
-    let x_max = series.iter().flat_map(|(_, v)| v.iter().copied()).fold(0.0, f64::max).max(1e-3) * 1.05;
+    // The axis ends a little past the largest p99: a few stalls would otherwise squash every curve.
+    let p99 = |v: &Vec<f64>| {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            0.0
+        } else {
+            percentile(&v, 99.0)
+        }
+    };
+    let x_max = series.iter().map(|(_, v)| p99(v)).fold(0.0, f64::max).max(1e-3) * 1.25;
     let panel = Panel { top, x_max, y_max: 1.0 };
-    panel.axes(out, title, "milliseconds", "fraction ≤ x", 0.25);
+    panel.axes(out, title, "milliseconds", "fraction ≤ x", 0.25, true);
     for (i, (label, values)) in series.iter().enumerate() {
         let mut v = values.clone();
         v.sort_by(f64::total_cmp);
@@ -103,7 +114,7 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
         let points: Vec<String> = (0..=QUANTILE_STEPS)
             .map(|k| {
                 let q = k as f64 / QUANTILE_STEPS as f64;
-                format!("{:.1},{:.1}", panel.x(percentile(&v, q * 100.0)), panel.y(q))
+                format!("{:.1},{:.1}", panel.x(percentile(&v, q * 100.0).min(x_max)), panel.y(q))
             })
             .collect();
         let colour = COLOURS[i % COLOURS.len()];
@@ -122,7 +133,7 @@ fn throughput(out: &mut String, top: f64, r: &Report) {
     let n = r.levels.len();
     let y_max = r.levels.iter().map(|l| l.output_throughput).fold(0.0, f64::max).max(1e-3) * 1.1;
     let panel = Panel { top, x_max: (n + 1) as f64, y_max };
-    panel.axes(out, "Output throughput by level", "level", "output tokens / s", tick_step(y_max));
+    panel.axes(out, "Output throughput by level", "", "output tokens / s", tick_step(y_max), false);
     let points: Vec<(f64, f64)> =
         r.levels.iter().enumerate().map(|(i, l)| (panel.x((i + 1) as f64), panel.y(l.output_throughput))).collect();
     let line: Vec<String> = points.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
@@ -153,11 +164,16 @@ pub fn svg(r: &Report) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/>"#,
         3.0 * PANEL
     );
-    distribution(&mut out, 0.0, "TTFT distribution (per request)", &series(|q| q.ttft_ms.into_iter().collect()));
+    distribution(
+        &mut out,
+        0.0,
+        "TTFT distribution (per request; axis to 1.25 × p99)",
+        &series(|q| q.ttft_ms.into_iter().collect()),
+    );
     distribution(
         &mut out,
         PANEL,
-        "Inter-token latency distribution (every gap, pooled)",
+        "Inter-token latency distribution (every gap, pooled; axis to 1.25 × p99)",
         &series(|q| q.itl_ms.clone()),
     );
     throughput(&mut out, 2.0 * PANEL, r);
