@@ -37,7 +37,7 @@ enum Command {
     /// Serve the API (the default).
     Serve,
     /// Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => runtime.block_on(server::serve(config)),
-        Command::Bench(args) => runtime.block_on(bench::run(args)),
+        Command::Bench(args) => runtime.block_on(bench::run(*args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

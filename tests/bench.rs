@@ -280,6 +280,11 @@ async fn failed_requests_are_counted_by_kind() {
     assert_eq!(report["levels"][0]["errors"], json!({"http_401": 2}));
     assert_eq!(report["levels"][0]["failed"], 2);
     assert_eq!(report["levels"][0]["ttft_ms"]["mean"], Value::Null, "no sample, no figure");
+    // Plain HTTP only: an https URL is refused up front with a clear message.
+    let https =
+        Command::new(env!("CARGO_BIN_EXE_rkllmd")).args(["bench", "--url", "https://127.0.0.1:1"]).output().unwrap();
+    assert!(!https.status.success());
+    assert!(String::from_utf8_lossy(&https.stderr).contains("only http:// URLs"), "{https:?}");
     // With the right key the same run succeeds.
     let ok = bench(args(&["--url", &d.url, "--requests", "2", "--api-key", "k1"])).await;
     assert_eq!(ok["levels"][0]["succeeded"], 2);

@@ -13,7 +13,7 @@ pub const DEFINITIONS: [(&str, &str); 6] = [
     ("e2e_ms", "last chunk carrying a token − request sent"),
     ("tpot_ms", "(E2E − TTFT) / (usage.completion_tokens − 1); null when completion_tokens ≤ 1"),
     ("itl_ms", "every gap between consecutive chunks carrying a token, pooled over requests"),
-    ("request_throughput", "successful requests / wall time (first request sent → last stream ended)"),
+    ("request_throughput", "successful requests / wall time of the level (its start → last stream ended)"),
     ("output_throughput", "Σ usage.completion_tokens / the same wall time"),
 ];
 

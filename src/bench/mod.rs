@@ -43,6 +43,10 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     });
     let http = reqwest::Client::builder().tcp_nodelay(true).build().map_err(|e| format!("HTTP client: {e}"))?;
     let base = args.url.trim_end_matches('/').trim_end_matches("/v1").to_owned();
+    // TLS would add ~2 MB (rustls) to a binary that runs on boards; benchmarks run over plain HTTP.
+    if !base.starts_with("http://") {
+        return Err(format!("--url {base}: only http:// URLs are supported"));
+    }
     let mut target = Target {
         http,
         base,
