@@ -41,8 +41,10 @@ async fn figures_match_the_simulated_pacing() {
         bench(args(&["--url", &d.url, "--requests", "3", "--prompt-tokens", "40", "--output-tokens", "64"])).await;
 
     assert_eq!(report["model"], "sim-qwen2-0.5b", "default model = first id of /v1/models");
-    assert_eq!(report["server_system"], Value::Null);
-    assert!(report["server_system_note"].as_str().unwrap().contains("404"), "{}", report["server_system_note"]);
+    // /v1/system comes with the observability work: embedded when served, else a note says why not.
+    let system = &report["server_system"];
+    let note = report["server_system_note"].as_str().unwrap_or("");
+    assert!(system.is_object() && note.is_empty() || system.is_null() && note.contains("HTTP 404"), "{system} {note}");
     assert_eq!(kinds(&report), Vec::<String>::new(), "rkllmd's streams break no rule: {}", report["findings"]);
     let requests = report["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 3, "the warm-up request is not measured");
@@ -179,6 +181,8 @@ async fn serve_wrongly(mut socket: TcpStream) {
     };
     let reply = if head.starts_with("get /v1/models") {
         respond("200 OK", "application/json", json!({"object": "list", "data": [{"id": "wrong-model"}]}).to_string())
+    } else if head.starts_with("get /v1/system") {
+        respond("200 OK", "application/json", json!({"npu": {"cores": 3, "load": [1, 0, 0]}}).to_string())
     } else if head.starts_with("post /v1/chat/completions") {
         return stream_wrongly(socket).await;
     } else {
@@ -227,6 +231,7 @@ async fn every_defect_of_a_wrong_server_is_flagged() {
     let url = wrong_server().await;
     let report = bench(args(&["--url", &url, "--requests", "2", "--warmup", "0"])).await;
     assert_eq!(report["model"], "wrong-model");
+    assert_eq!(report["server_system"], json!({"npu": {"cores": 3, "load": [1, 0, 0]}}), "embedded verbatim");
     let found = kinds(&report);
     for kind in [
         "role_chunk_without_token",

@@ -48,12 +48,10 @@ pub fn render(r: &Report) -> String {
         for (name, s) in summary_rows(l) {
             let _ = writeln!(out, "| {name} | {} |", summary_cells(s).join(" | "));
         }
-        for (what, map) in [
-            ("Errors", &l.errors.iter().map(|(k, n)| (k.as_str(), *n)).collect::<Vec<_>>()),
-            ("Findings", &l.findings.iter().map(|(k, n)| (*k, *n)).collect()),
-        ] {
-            if !map.is_empty() {
-                let list: Vec<String> = map.iter().map(|(k, n)| format!("`{k}` × {n}")).collect();
+        let errors: Vec<String> = l.errors.iter().map(|(k, n)| format!("`{k}` × {n}")).collect();
+        let findings: Vec<String> = l.findings.iter().map(|(k, n)| format!("`{k}` × {n}")).collect();
+        for (what, list) in [("Errors", errors), ("Findings", findings)] {
+            if !list.is_empty() {
                 let _ = writeln!(out, "\n{what}: {}.", list.join(", "));
             }
         }
