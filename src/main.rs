@@ -1,6 +1,7 @@
 //! rkllmd: an OpenAI-compatible server for LLMs on Rockchip NPUs.
 
 mod api;
+mod bench;
 mod config;
 mod conversation;
 mod doctor;
@@ -39,6 +40,8 @@ enum Command {
     Serve,
     /// Check the board, runtime library and model; each line OK/WARN/FAIL with the fix.
     Doctor(doctor::DoctorArgs),
+    /// Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
     let result = match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => runtime.block_on(server::serve(config)),
         Command::Doctor(args) => return doctor::run(&config, &args, &runtime),
+        Command::Bench(args) => runtime.block_on(bench::run(*args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

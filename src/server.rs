@@ -42,6 +42,13 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let app = api::router(state.clone());
     api::serve_metrics_separately(&state).await?;
     let shutdown = shutdown_signal(state.clone(), notify.clone());
+    // Without TCP_NODELAY each small SSE write waits for the ACK of the one before, and on a kept-alive
+    // connection the client delays that ACK by ~40 ms: `rkllmd bench` measured TTFT 43 ms instead of 1 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
 
     let load_config = config.clone();

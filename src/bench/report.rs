@@ -1,0 +1,170 @@
+//! The report: per-request rows, per-level summaries, findings, and the
+//! server's self-description. Every renderer (table, JSON, Markdown, charts)
+//! reads this one structure.
+
+use super::args::BenchArgs;
+use super::client::{Failure, RequestRecord};
+use super::finding::Finding;
+use super::measure::figures;
+use super::procstat::ServerProcess;
+use super::stats::Summary;
+use super::workload::Load;
+use super::{crosscheck, wire};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Serialize)]
+pub struct RequestRow {
+    /// Index into `levels`.
+    pub level: usize,
+    /// The prompt's number (synthetic prompts are numbered; file prompts cycle).
+    pub prompt: usize,
+    pub ok: bool,
+    pub error: Option<Failure>,
+    pub http_status: Option<u16>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub ttft_ms: Option<f64>,
+    pub tpot_ms: Option<f64>,
+    pub e2e_ms: Option<f64>,
+    pub itl_ms: Vec<f64>,
+    pub token_chunks: usize,
+    /// The server's `timings` (or Ollama's durations) as sent.
+    pub server_timings: Option<Value>,
+    #[serde(skip)]
+    pub prompt_text: String,
+    #[serde(skip)]
+    pub response: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FindingRow {
+    pub level: usize,
+    pub prompt: usize,
+    #[serde(flatten)]
+    pub finding: Finding,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LevelReport {
+    pub label: String,
+    pub concurrency: Option<usize>,
+    pub rate: Option<f64>,
+    pub requests: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    pub errors: BTreeMap<String, usize>,
+    pub wall_s: f64,
+    pub request_throughput: f64,
+    pub output_throughput: f64,
+    pub output_tokens: u64,
+    pub ttft_ms: Summary,
+    pub tpot_ms: Summary,
+    pub itl_ms: Summary,
+    pub e2e_ms: Summary,
+    pub prompt_tokens: Summary,
+    pub completion_tokens: Summary,
+    /// Count of findings by kind.
+    pub findings: BTreeMap<&'static str, usize>,
+    pub server_process: Option<ServerProcess>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub tool: &'static str,
+    pub version: &'static str,
+    pub url: String,
+    pub model: String,
+    pub settings: BenchArgs,
+    /// GET /v1/system as the server sent it, when it answered 200 with JSON.
+    pub server_system: Option<Value>,
+    pub server_system_note: Option<String>,
+    pub definitions: BTreeMap<&'static str, &'static str>,
+    pub levels: Vec<LevelReport>,
+    pub findings: Vec<FindingRow>,
+    pub requests: Vec<RequestRow>,
+}
+
+/// Measures and checks one finished request.
+pub fn request_row(level: usize, prompt: usize, record: &RequestRecord) -> (RequestRow, Vec<Finding>) {
+    let fig = figures(record);
+    let mut findings = Vec::new();
+    if record.status == Some(200) {
+        findings.extend(wire::check(record, &fig));
+        findings.extend(crosscheck::check(&fig, record.end_ms));
+    }
+    let error = record.failure.clone().or_else(|| {
+        fig.ttft_ms
+            .is_none()
+            .then(|| Failure { kind: "no_tokens".into(), message: "the stream carried no token".into() })
+    });
+    let prompt_text = record.prompt.messages.as_array().and_then(|m| m.last()).map_or_else(
+        || record.prompt.messages.to_string(),
+        |m| m["content"].as_str().map_or_else(|| m["content"].to_string(), str::to_owned),
+    );
+    let row = RequestRow {
+        level,
+        prompt,
+        ok: error.is_none(),
+        error,
+        http_status: record.status,
+        prompt_tokens: fig.prompt_tokens,
+        completion_tokens: fig.completion_tokens,
+        ttft_ms: fig.ttft_ms,
+        tpot_ms: fig.tpot_ms,
+        e2e_ms: fig.e2e_ms,
+        itl_ms: fig.itl_ms,
+        token_chunks: fig.token_chunks,
+        server_timings: fig.timings,
+        prompt_text,
+        response: fig.text,
+    };
+    (row, findings)
+}
+
+pub fn level_report(
+    load: Load,
+    rows: &[&RequestRow],
+    findings: &[&Finding],
+    wall_s: f64,
+    server_process: Option<ServerProcess>,
+) -> LevelReport {
+    let ok: Vec<&&RequestRow> = rows.iter().filter(|r| r.ok).collect();
+    let mut errors = BTreeMap::new();
+    for e in rows.iter().filter_map(|r| r.error.as_ref()) {
+        *errors.entry(e.kind.clone()).or_insert(0) += 1;
+    }
+    let mut counts = BTreeMap::new();
+    for f in findings {
+        *counts.entry(f.kind).or_insert(0) += 1;
+    }
+    let output_tokens: u64 = ok.iter().filter_map(|r| r.completion_tokens).sum();
+    let per_s = |x: f64| if wall_s > 0.0 { x / wall_s } else { 0.0 };
+    let summary = |f: fn(&RequestRow) -> Option<f64>| Summary::of(ok.iter().filter_map(|r| f(r)));
+    let (label, concurrency, rate) = match load {
+        Load::Concurrency(c) => (format!("concurrency {c}"), Some(c), None),
+        Load::Rate(r) => (format!("rate {r} req/s"), None, Some(r)),
+    };
+    LevelReport {
+        label,
+        concurrency,
+        rate,
+        requests: rows.len(),
+        succeeded: ok.len(),
+        failed: rows.len() - ok.len(),
+        errors,
+        wall_s,
+        request_throughput: per_s(ok.len() as f64),
+        output_throughput: per_s(output_tokens as f64),
+        output_tokens,
+        ttft_ms: summary(|r| r.ttft_ms),
+        tpot_ms: summary(|r| r.tpot_ms),
+        itl_ms: Summary::of(ok.iter().flat_map(|r| r.itl_ms.iter().copied())),
+        e2e_ms: summary(|r| r.e2e_ms),
+        prompt_tokens: summary(|r| r.prompt_tokens.map(|n| n as f64)),
+        completion_tokens: summary(|r| r.completion_tokens.map(|n| n as f64)),
+        findings: counts,
+        server_process,
+    }
+}
