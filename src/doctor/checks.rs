@@ -1,8 +1,8 @@
 //! The checks, each turning facts into report lines with a fix.
 
-use super::board::{version_parts, Board};
 use super::{Check, Report};
 use crate::config::{Backend, Config};
+use crate::metrics::board::Board;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -326,4 +326,21 @@ fn governor_check(title: &'static str, text: String, governor: Option<&str>, fix
 
 fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// A dotted version as numbers, for comparison (`0.9.8` → [0, 9, 8]).
+pub fn version_parts(version: &str) -> Vec<u32> {
+    version.split('.').map_while(|p| p.parse().ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_compare_numerically() {
+        assert!(version_parts("0.9.10") > version_parts("0.9.8"));
+        assert!(version_parts("0.9.7") < version_parts("0.9.8"));
+        assert_eq!(version_parts("0.9.8"), vec![0, 9, 8]);
+    }
 }

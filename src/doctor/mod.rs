@@ -8,12 +8,11 @@
 //! directories) is read under `--root`, so the checks are tested on fixture
 //! trees of real boards' files (`tests/fixtures/boards/`).
 
-mod board;
 mod checks;
 mod smoke;
 
 use crate::config::Config;
-use board::Board;
+use crate::metrics::board::Board;
 use checks::Plan;
 use std::path::PathBuf;
 use std::process::ExitCode;

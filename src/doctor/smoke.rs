@@ -2,7 +2,7 @@
 //! A runtime that accepts a model at init and then cannot run it (runtime
 //! 1.1.x returned 0 from a failed init) is caught only this way.
 
-use super::board::version_parts;
+use super::checks::version_parts;
 use super::{Check, Report};
 use crate::config::Config;
 use crate::engine::{Engine, GenEvent, Job, SamplingOverrides};
