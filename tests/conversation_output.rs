@@ -147,6 +147,18 @@ async fn tool_call_non_stream_and_stream_agree() {
         assert!(b["choices"][0]["message"].get("tool_calls").is_none());
         assert_eq!(b["choices"][0]["finish_reason"], "stop");
     }
+
+    // The request log and metrics report the finish reason the replies carried.
+    let metrics = reqwest::get(format!("{}/metrics", d.url)).await.unwrap().text().await.unwrap();
+    let count = |reason: &str| -> f64 {
+        let label = format!("finish_reason=\"{reason}\"");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("rkllmd_requests_total{") && l.contains(&label))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    assert_eq!((count("tool_calls"), count("stop")), (2.0, 2.0), "{metrics}");
 }
 
 #[tokio::test]

@@ -30,6 +30,7 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules)
     async_stream::stream! {
         let mut parser = ReplyParser::new(rules, stops);
         let mut matched = false;
+        let mut noted_tools = false;
         while let Some(event) = generation.next().await {
             match event {
                 GenEvent::Token { text } => {
@@ -37,6 +38,10 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules)
                         continue;
                     }
                     let step = parser.push(&text);
+                    if !noted_tools && parser.called_tools() {
+                        noted_tools = true;
+                        generation.note_tool_calls();
+                    }
                     if step.stopped {
                         matched = true;
                         generation.stop();

@@ -37,9 +37,11 @@ pub enum EndReason {
 impl EndReason {
     /// The HTTP status and OpenAI-style finish reason this end is reported
     /// with (for the request log and metrics; a stream that already started
-    /// carries the status in its error event).
-    pub fn status_and_finish_reason(&self) -> (u16, &'static str) {
+    /// carries the status in its error event). `called_tools`: the reply
+    /// held tool calls ([`Generation::note_tool_calls`]).
+    pub fn status_and_finish_reason(&self, called_tools: bool) -> (u16, &'static str) {
         match self {
+            EndReason::Eos | EndReason::Stopped if called_tools => (200, "tool_calls"),
             EndReason::Eos | EndReason::Stopped => (200, "stop"),
             EndReason::Length => (200, "length"),
             EndReason::Timeout(_) => (504, "timeout"),
@@ -71,11 +73,14 @@ pub enum GenEvent {
     Done(Outcome),
 }
 
-/// Lets the consumer end a generation early (stop sequences).
+/// What the consumer tells a running generation: end early (stop
+/// sequences), and that the reply holds tool calls (so the request log and
+/// metrics report `tool_calls` as the reply does).
 #[derive(Default)]
 struct StopState {
     requested: bool,
     control: Option<RunControl>,
+    called_tools: bool,
 }
 
 pub struct Generation {
@@ -93,6 +98,11 @@ impl Generation {
         if let Some(control) = &state.control {
             control.abort();
         }
+    }
+
+    /// The reply parsed a tool call out of the text.
+    pub fn note_tool_calls(&self) {
+        self.stop.lock().unwrap_or_else(|e| e.into_inner()).called_tools = true;
     }
 }
 
@@ -152,7 +162,7 @@ impl Drop for RunGuard {
                 aborted: true,
                 prompt_tokens,
             };
-            super::log_request(&job_id, &outcome, true);
+            super::log_request(&job_id, &outcome, true, false);
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(drain);
@@ -207,7 +217,7 @@ fn run(
                 waiting.disarm();
                 timeline.finished = Some(Instant::now());
                 let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
-                log_outcome(&job.id, &outcome);
+                log_outcome(&job.id, &outcome, false);
                 yield GenEvent::Done(outcome);
                 return;
             }
@@ -299,7 +309,7 @@ fn run(
                         EndReason::Eos
                     };
                     let outcome = Outcome { reason, timeline: guard.timeline, perf: finish.perf.map(RuntimePerf::from), tail: finish.tail, aborted: finish.aborted, prompt_tokens: job.prompt_tokens };
-                    log_outcome(&job.id, &outcome);
+                    log_outcome(&job.id, &outcome, stop.lock().map(|s| s.called_tools).unwrap_or(false));
                     yield GenEvent::Done(outcome);
                     break;
                 }
@@ -307,7 +317,7 @@ fn run(
                     guard.finished = true;
                     guard.timeline.finished = Some(Instant::now());
                     let outcome = Outcome { reason: EndReason::RuntimeError("the runtime thread stopped".into()), timeline: guard.timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
-                    log_outcome(&job.id, &outcome);
+                    log_outcome(&job.id, &outcome, stop.lock().map(|s| s.called_tools).unwrap_or(false));
                     yield GenEvent::Done(outcome);
                     break;
                 }
@@ -344,7 +354,7 @@ impl Drop for WaitGuard {
                 aborted: false,
                 prompt_tokens: self.prompt_tokens,
             };
-            super::log_request(&self.job_id, &outcome, true);
+            super::log_request(&self.job_id, &outcome, true, false);
         }
     }
 }
@@ -363,8 +373,8 @@ fn sample_kv_cache(engine: &Engine) {
     }
 }
 
-fn log_outcome(job_id: &str, outcome: &Outcome) {
-    super::log_request(job_id, outcome, false);
+fn log_outcome(job_id: &str, outcome: &Outcome, called_tools: bool) {
+    super::log_request(job_id, outcome, false, called_tools);
 }
 
 impl Limits {

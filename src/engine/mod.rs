@@ -162,8 +162,9 @@ impl Engine {
 
 /// Hands a finished request to the observer (request log, cross-check,
 /// metrics, timings log).
-pub(crate) fn log_request(job_id: &str, outcome: &Outcome, disconnected: bool) {
-    let (status, finish_reason) = if disconnected { (499, "abort") } else { outcome.reason.status_and_finish_reason() };
+pub(crate) fn log_request(job_id: &str, outcome: &Outcome, disconnected: bool, called_tools: bool) {
+    let (status, finish_reason) =
+        if disconnected { (499, "abort") } else { outcome.reason.status_and_finish_reason(called_tools) };
     crate::metrics::finish_request(&crate::metrics::Finished {
         id: job_id,
         status,
