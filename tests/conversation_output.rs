@@ -223,6 +223,58 @@ async fn parallel_calls_and_malformed_calls() {
     }
 }
 
+/// The non-stream reply and the stream's finish reason and whether its
+/// deltas carried call steps.
+async fn both_shapes(d: &Daemon, body: &Value) -> (Value, Value, bool) {
+    let b: Value = d.post("/v1/chat/completions", body.clone()).await.json().await.unwrap();
+    let chunks = stream_chunks(d, body.clone()).await;
+    let streamed_steps = deltas(&chunks).iter().any(|d| d.get("tool_calls").is_some());
+    (b["choices"][0].clone(), finish_reason(&chunks), streamed_steps)
+}
+
+#[tokio::test]
+async fn calls_without_complete_valid_arguments_fall_back_to_content() {
+    let broken = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \n</tool_call>";
+    let (d, _f) = scripted(&[("broken", broken), ("weather", CALL)], &[]);
+    let ask = |text: &str, extra: Value| {
+        let mut body = chat("m", text);
+        body["tools"] = tools();
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    // The block closes inside the arguments.
+    let (choice, stream_finish, streamed) = both_shapes(&d, &ask("broken", json!({}))).await;
+    assert_eq!(choice["message"]["content"], broken, "{choice}");
+    assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
+    assert_eq!(choice["finish_reason"], "stop");
+    assert!(streamed, "a stream passes the call's head on before its arguments end");
+    assert_eq!(stream_finish, "stop", "a stream never reports tool_calls for a call that did not close");
+
+    // max_tokens cuts the call in its arguments.
+    let tokens = rkllm_sim::tokenize(CALL);
+    let n = (1..tokens.len()).find(|&n| tokens[..n].concat().contains("\"city\": \"P")).unwrap();
+    let cut: String = tokens[..n].concat();
+    let (choice, stream_finish, _) = both_shapes(&d, &ask("weather", json!({"max_tokens": n}))).await;
+    assert_eq!((&choice["message"]["content"], &choice["finish_reason"]), (&json!(cut), &json!("length")));
+    assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
+    assert_eq!(stream_finish, "length");
+
+    // A stop string cuts it.
+    let (choice, stream_finish, _) = both_shapes(&d, &ask("weather", json!({"stop": "Paris"}))).await;
+    let before = &CALL[..CALL.find("Paris").unwrap()];
+    assert_eq!((&choice["message"]["content"], &choice["finish_reason"]), (&json!(before), &json!("stop")));
+    assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
+    assert_eq!(stream_finish, "stop");
+
+    // The request log and metrics agree: no reply here ended with tool calls.
+    let metrics = reqwest::get(format!("{}/metrics", d.url)).await.unwrap().text().await.unwrap();
+    let tool_call_lines = metrics
+        .lines()
+        .filter(|l| l.starts_with("rkllmd_requests_total{") && l.contains("finish_reason=\"tool_calls\""))
+        .count();
+    assert_eq!(tool_call_lines, 0, "{metrics}");
+}
+
 #[tokio::test]
 async fn stop_string_after_thinking_is_matched_across_tokens() {
     // "END" reaches the runtime as "END" in one token; "</end>" is 5 sim tokens.

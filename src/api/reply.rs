@@ -38,9 +38,10 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules)
                         continue;
                     }
                     let step = parser.push(&text);
-                    if !noted_tools && parser.called_tools() {
-                        noted_tools = true;
-                        generation.note_tool_calls();
+                    // A later malformed call can take the finish reason back.
+                    if noted_tools != parser.called_tools() {
+                        noted_tools = !noted_tools;
+                        generation.note_tool_calls(noted_tools);
                     }
                     if step.stopped {
                         matched = true;

@@ -7,7 +7,9 @@ use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Usage {
-    /// Prompt tokens the runtime prefilled (null if the runtime reported none).
+    /// The prompt's length in tokens: the tokenizer's exact count when a
+    /// tokenizer is configured, else the runtime's prefill count (null if it
+    /// reported none).
     pub prompt_tokens: Option<i64>,
     /// Generated tokens, counted as the runtime's callback delivered them.
     pub completion_tokens: u32,
@@ -172,7 +174,9 @@ impl Delta {
         let ReplyDelta { content, reasoning, calls } = step;
         let tool_calls: Vec<ToolCallDelta> = calls
             .into_iter()
-            .map(|CallDelta { index, head, arguments }| {
+            // A malformed call's last step only says so: what was sent stands.
+            .filter(|step| step.head.is_some() || !step.arguments.is_empty())
+            .map(|CallDelta { index, head, arguments, .. }| {
                 let (id, name) = head.map(|CallHead { id, name }| (id, name)).unzip();
                 ToolCallDelta {
                     index,

@@ -38,6 +38,18 @@ pub struct CallDelta {
     pub head: Option<CallHead>,
     /// The next part of the JSON-encoded arguments (may be empty).
     pub arguments: String,
+    /// Set on the last step of a call whose arguments did not end as one
+    /// complete, valid JSON object. A stream has sent its steps already; a
+    /// whole reply drops the call and returns its text as content.
+    pub malformed: Option<Malformed>,
+}
+
+/// A malformed call's text as the model wrote it, and where it goes in the
+/// content: `at` is a byte offset into the same delta's `content`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    pub at: usize,
+    pub text: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,9 +113,10 @@ impl ReplyParser {
         delta
     }
 
-    /// Whether the reply made any tool call (its finish reason is then `tool_calls`).
+    /// Whether the reply made tool calls, each with valid arguments (its
+    /// finish reason is then `tool_calls`).
     pub fn called_tools(&self) -> bool {
-        self.tools.as_ref().is_some_and(|t| t.calls() > 0)
+        self.tools.as_ref().is_some_and(ToolCallParser::called_tools)
     }
 
     fn parse(&mut self, text: &str, end: bool, delta: &mut Delta) {
@@ -139,13 +152,23 @@ impl ReplyParser {
         for out in outs {
             match out {
                 ToolOut::Content(t) => delta.content.push_str(&t),
-                ToolOut::Start { index, id, name } => {
-                    delta.calls.push(CallDelta { index, head: Some(CallHead { id, name }), arguments: String::new() })
-                }
+                ToolOut::Start { index, id, name } => delta.calls.push(CallDelta {
+                    index,
+                    head: Some(CallHead { id, name }),
+                    arguments: String::new(),
+                    malformed: None,
+                }),
                 ToolOut::Args { index, text } => match delta.calls.last_mut() {
                     Some(last) if last.index == index => last.arguments.push_str(&text),
-                    _ => delta.calls.push(CallDelta { index, head: None, arguments: text }),
+                    _ => delta.calls.push(CallDelta { index, head: None, arguments: text, malformed: None }),
                 },
+                ToolOut::Malformed { index, text } => {
+                    let malformed = Some(Malformed { at: delta.content.len(), text });
+                    match delta.calls.last_mut() {
+                        Some(last) if last.index == index => last.malformed = malformed,
+                        _ => delta.calls.push(CallDelta { index, head: None, arguments: String::new(), malformed }),
+                    }
+                }
             }
         }
     }
@@ -170,17 +193,29 @@ pub struct Call {
 
 impl Reply {
     pub fn absorb(&mut self, delta: Delta) {
-        self.content.push_str(&delta.content);
+        let mut content = delta.content;
+        let mut malformed = Vec::new();
         self.reasoning.push_str(&delta.reasoning);
+        // Calls never interleave: every step after a head is the latest call's.
         for step in delta.calls {
             if let Some(CallHead { id, name }) = step.head {
                 self.calls.push(Call { id, name, arguments: String::new() });
             }
-            // Indices are assigned in order, so a call's index is its position.
-            if let Some(call) = self.calls.get_mut(step.index as usize) {
+            if let Some(call) = self.calls.last_mut() {
                 call.arguments.push_str(&step.arguments);
             }
+            if let Some(m) = step.malformed {
+                self.calls.pop();
+                malformed.push(m);
+            }
         }
+        // Back to front, so the earlier offsets still hold.
+        for Malformed { at, text } in malformed.into_iter().rev() {
+            if content.is_char_boundary(at) {
+                content.insert_str(at, &text);
+            }
+        }
+        self.content.push_str(&content);
     }
 }
 

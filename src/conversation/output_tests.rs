@@ -29,7 +29,8 @@ fn run(rules: ReplyRules, stops: &[&str], tokens: &[&str]) -> (Vec<Delta>, Reply
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), reply.calls.len(), "call ids are unique");
-    assert_eq!(reply.calls.is_empty(), !p.called_tools());
+    let malformed = deltas.iter().flat_map(|d| &d.calls).any(|c| c.malformed.is_some());
+    assert_eq!(p.called_tools(), !reply.calls.is_empty() && !malformed);
     reply.calls.iter_mut().for_each(|c| c.id.clear());
     (deltas, reply, stopped)
 }
@@ -111,14 +112,42 @@ fn hermes_calls_that_need_reading_whole() {
 }
 
 #[test]
-fn a_committed_call_keeps_its_arguments_as_written() {
-    // Missing the outer "}" before the tag; a closing tag inside a string; cut off.
+fn a_committed_call_with_valid_arguments_stays_a_call() {
+    // Missing the outer "}" before the tag, with a closing tag inside a string.
     let text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"</tool_call>\"}</tool_call>";
     every_split(SPLIT_HERMES, text, &reply("", "", &[("f", "{\"a\": \"</tool_call>\"}")]));
-    let text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>";
-    every_split(SPLIT_HERMES, text, &reply("", "", &[("f", "{\"a\": 1")]));
-    let text = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ";
-    every_split(SPLIT_HERMES, text, &reply("", "", &[("f", "{\"a\": ")]));
+}
+
+#[test]
+fn a_call_without_valid_arguments_is_content_as_written() {
+    // Closed before its arguments ended, cut off, broken JSON: no call, and
+    // no finish reason `tool_calls`, though a stream has sent the call's steps.
+    for text in [
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \n</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ",
+        "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": tru}}</tool_call>",
+    ] {
+        every_split(SPLIT_HERMES, text, &reply(text, "", &[]));
+        let (deltas, _, _) = run(SPLIT_HERMES, &[], &[text]);
+        assert!(deltas[0].calls[0].head.is_some(), "{text}: the call's head was streamed");
+    }
+    // In its place among the text around it; an earlier good call stays.
+    let bad = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1</tool_call>";
+    let text = format!("Sure.\n{CALL}\n{bad} Done.");
+    every_split(SPLIT_HERMES, &text, &reply(&format!("Sure.\n\n{bad} Done."), "", &[("get_weather", ARGS)]));
+    // Llama 3: the object closes, the arguments are no JSON.
+    let llama = rules(ReasoningMode::Split, false, Some(ToolSyntax::Llama3Json));
+    let text = "{\"name\": \"f\", \"parameters\": {\"a\": }}";
+    every_split(llama, text, &reply(text, "", &[]));
+}
+
+#[test]
+fn a_stop_string_cutting_a_call_leaves_its_text() {
+    let tokens = ["Ok <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": ", "1 STOP", "}}</tool_call>"];
+    let (_, got, stopped) = run(SPLIT_HERMES, &["STOP"], &tokens);
+    assert!(stopped);
+    assert_eq!(got, reply("Ok <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1 ", "", &[]));
 }
 
 #[test]
@@ -176,7 +205,7 @@ fn tokens_that_cannot_start_a_pattern_pass_in_the_same_step() {
     assert_eq!(contents, ["Hi", " ", "", "", "", "", "", "", "", "", ""]);
     assert_eq!(
         deltas[6].calls,
-        vec![CallDelta { index: 0, head: deltas[6].calls[0].head.clone(), arguments: "{".into() }]
+        vec![CallDelta { index: 0, head: deltas[6].calls[0].head.clone(), arguments: "{".into(), malformed: None }]
     );
     assert_eq!(deltas[6].calls[0].head.as_ref().map(|h| h.name.as_str()), Some("f"));
     assert_eq!(deltas[7].calls[0].arguments, "\"a\"");

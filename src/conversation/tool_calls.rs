@@ -13,6 +13,11 @@
 //! arguments, not JSON at all) is held until its block ends and then read as a
 //! whole; if it is not a call after all, its text is returned as content, as
 //! written. Only what could still be a call or its opening tag is ever held.
+//!
+//! A committed call whose arguments do not end as one complete, valid JSON
+//! object (the block closed early, the reply was cut off, the JSON is broken)
+//! is **malformed**: its steps have been passed on, so it is reported with the
+//! call's text as written, for a whole reply to return as content instead.
 
 use super::stop::partial_suffix;
 use super::tool_json::{head, whole_call, Head, ValueEnd};
@@ -39,13 +44,22 @@ pub enum ToolOut {
         index: u32,
         text: String,
     },
+    /// A committed call turned out malformed; `text` is the call as written.
+    Malformed {
+        index: u32,
+        text: String,
+    },
 }
 
 #[derive(Debug)]
 pub struct ToolCallParser {
     syntax: ToolSyntax,
     state: State,
+    /// Calls started (the next call's index).
     calls: u32,
+    /// Calls that ended with valid arguments.
+    valid: u32,
+    malformed: u32,
 }
 
 #[derive(Debug)]
@@ -77,22 +91,31 @@ struct Block {
 enum Phase {
     /// Matching `{"name": "…", "arguments": {`.
     Head,
-    /// Committed; passing the arguments object on.
-    Args { index: u32, args: ValueEnd },
-    /// Committed, arguments complete; waiting for the block's end.
-    Tail,
+    /// Committed; passing the arguments object on. `start`: where it begins in the block's text.
+    Args { index: u32, start: usize, args: ValueEnd },
+    /// Committed, arguments ended (`valid`: as one JSON object); waiting for the block's end.
+    Tail { index: u32, valid: bool },
     /// Not a streamable head: held until the block ends, then read whole.
     Whole,
 }
 
 impl ToolCallParser {
     pub fn new(syntax: ToolSyntax) -> Self {
-        ToolCallParser { syntax, state: State::Text { held: String::new(), after_call: false }, calls: 0 }
+        ToolCallParser {
+            syntax,
+            state: State::Text { held: String::new(), after_call: false },
+            calls: 0,
+            valid: 0,
+            malformed: 0,
+        }
     }
 
-    /// Calls emitted so far.
-    pub fn calls(&self) -> u32 {
-        self.calls
+    /// Whether the reply so far holds tool calls, every one of them complete
+    /// with valid arguments (its finish reason is then `tool_calls`). A call
+    /// still open does not count yet.
+    pub fn called_tools(&self) -> bool {
+        let open = matches!(&self.state, State::Block(b) if matches!(b.phase, Phase::Args { .. } | Phase::Tail { valid: false, .. }));
+        self.valid > 0 && self.malformed == 0 && !open
     }
 
     pub fn push(&mut self, text: &str, out: &mut Vec<ToolOut>) {
@@ -171,19 +194,22 @@ impl ToolCallParser {
                     emit(out, ToolOut::Args { index, text: "{".to_owned() });
                     let mut args = ValueEnd::default();
                     args.push('{');
-                    block.phase = Phase::Args { index, args };
+                    block.phase = Phase::Args { index, start: block.text.len() - 1, args };
                 }
             },
             // `<` outside a string is never JSON: a Hermes model closing the
-            // block before its arguments' `}`. The call keeps what it had.
-            Phase::Args { args, .. } if !llama && c == '<' && !args.in_string() => block.phase = Phase::Tail,
-            Phase::Args { index, args } => {
+            // block before its arguments' `}`.
+            Phase::Args { index, args, .. } if !llama && c == '<' && !args.in_string() => {
+                block.phase = Phase::Tail { index: *index, valid: false }
+            }
+            Phase::Args { index, start, args } => {
                 emit(out, ToolOut::Args { index: *index, text: c.to_string() });
                 if args.push(c) {
-                    block.phase = Phase::Tail;
+                    let valid = serde_json::from_str::<serde_json::Value>(&block.text[*start..]).is_ok();
+                    block.phase = Phase::Tail { index: *index, valid };
                 }
             }
-            Phase::Tail | Phase::Whole => {}
+            Phase::Tail { .. } | Phase::Whole => {}
         }
         // Hermes blocks end at the tag, but not inside the arguments, where it can only be text.
         let closed =
@@ -196,22 +222,38 @@ impl ToolCallParser {
     /// The block's end was seen (or the reply ended inside it).
     fn end_block(&mut self, out: &mut Vec<ToolOut>) {
         let State::Block(block) = std::mem::replace(&mut self.state, State::Plain) else { return };
-        let committed = matches!(block.phase, Phase::Args { .. } | Phase::Tail);
-        let inner = block.text.strip_suffix(CLOSE).unwrap_or(&block.text);
-        let whole = if committed { None } else { whole_call(inner) };
-        let is_call = committed || whole.is_some();
-        if let Some((name, arguments)) = whole {
-            let index = self.calls;
-            self.calls += 1;
-            emit(out, ToolOut::Start { index, id: call_id(), name });
-            emit(out, ToolOut::Args { index, text: arguments });
-        }
+        let is_call = match block.phase {
+            Phase::Tail { valid: true, .. } => true,
+            // Cut off in its arguments, or they are not JSON: what was
+            // passed on stands, but the call is no call.
+            Phase::Args { index, .. } | Phase::Tail { index, valid: false } => {
+                self.malformed += 1;
+                emit(out, ToolOut::Malformed { index, text: block.opening + &block.text });
+                false
+            }
+            Phase::Head | Phase::Whole => {
+                let inner = block.text.strip_suffix(CLOSE).unwrap_or(&block.text);
+                match whole_call(inner) {
+                    Some((name, arguments)) => {
+                        let index = self.calls;
+                        self.calls += 1;
+                        emit(out, ToolOut::Start { index, id: call_id(), name });
+                        emit(out, ToolOut::Args { index, text: arguments });
+                        true
+                    }
+                    None => {
+                        // Not a call: the text goes out as the model wrote it.
+                        emit(out, ToolOut::Content(block.opening + &block.text));
+                        false
+                    }
+                }
+            }
+        };
         if is_call {
+            self.valid += 1;
             self.state = State::Text { held: String::new(), after_call: true };
             return;
         }
-        // Not a call: the text goes out as the model wrote it.
-        emit(out, ToolOut::Content(block.opening + &block.text));
         if self.syntax == ToolSyntax::Hermes {
             self.state = State::Text { held: String::new(), after_call: false };
         }

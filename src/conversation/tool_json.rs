@@ -132,7 +132,8 @@ impl ValueEnd {
 
 /// A complete call object read at once: `{"name": …, "arguments"|"parameters": …}`
 /// in any key order. Arguments given as an object are re-encoded; given as a
-/// string (some models JSON-encode them) they are taken as they are; absent, `{}`.
+/// string (some models JSON-encode them) they are taken as they are if they
+/// encode an object; absent, `{}`.
 pub fn whole_call(text: &str) -> Option<(String, String)> {
     let Value::Object(mut call) = serde_json::from_str::<Value>(text.trim()).ok()? else {
         return None;
@@ -142,7 +143,7 @@ pub fn whole_call(text: &str) -> Option<(String, String)> {
     };
     let arguments = match call.remove("arguments").or_else(|| call.remove("parameters")) {
         None => "{}".to_owned(),
-        Some(Value::String(s)) => s,
+        Some(Value::String(s)) if serde_json::from_str::<Value>(&s).is_ok_and(|v| v.is_object()) => s,
         Some(v @ Value::Object(_)) => v.to_string(),
         Some(_) => return None,
     };
@@ -187,6 +188,8 @@ mod tests {
         assert_eq!(whole_call(r#"{"name": "f", "arguments": "{\"a\":1}"}"#), Some(("f".into(), r#"{"a":1}"#.into())));
         assert_eq!(whole_call(r#"{"name": "f"}"#), Some(("f".into(), "{}".into())));
         assert_eq!(whole_call(r#"{"name": "f", "arguments": 3}"#), None);
+        assert_eq!(whole_call(r#"{"name": "f", "arguments": "{\"a\": "}"#), None, "string arguments that are no JSON object");
+        assert_eq!(whole_call(r#"{"name": "f", "arguments": "[1]"}"#), None);
         assert_eq!(whole_call("not json"), None);
         assert_eq!(whole_call(r#"{"answer": 42}"#), None);
     }

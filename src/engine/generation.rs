@@ -100,9 +100,9 @@ impl Generation {
         }
     }
 
-    /// The reply parsed a tool call out of the text.
-    pub fn note_tool_calls(&self) {
-        self.stop.lock().unwrap_or_else(|e| e.into_inner()).called_tools = true;
+    /// Whether the reply's text so far holds tool calls (all well-formed).
+    pub fn note_tool_calls(&self, called: bool) {
+        self.stop.lock().unwrap_or_else(|e| e.into_inner()).called_tools = called;
     }
 }
 
