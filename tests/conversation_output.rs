@@ -276,6 +276,19 @@ async fn calls_without_complete_valid_arguments_fall_back_to_content() {
 }
 
 #[tokio::test]
+async fn a_model_that_reopens_the_block_its_prompt_opened_gets_clean_reasoning() {
+    // DeepSeek-R1's generation prompt ends with `<think>\n`; some models write it again.
+    let reply = "<think>\nLet me reason.\n</think>\n\nFour.";
+    let (d, _f) = scripted(&[("sum", reply)], &["--template", "deepseek-r1"]);
+    let b: Value = d.post("/v1/chat/completions", chat("m", "sum 2+2")).await.json().await.unwrap();
+    let msg = &b["choices"][0]["message"];
+    assert_eq!((&msg["reasoning_content"], &msg["content"]), (&json!("Let me reason.\n"), &json!("Four.")), "{msg}");
+    let chunks = stream_chunks(&d, chat("m", "sum 2+2")).await;
+    let ds = deltas(&chunks);
+    assert_eq!((concat(&ds, "reasoning_content"), concat(&ds, "content")), ("Let me reason.\n".into(), "Four.".into()));
+}
+
+#[tokio::test]
 async fn stop_string_after_thinking_is_matched_across_tokens() {
     // "END" reaches the runtime as "END" in one token; "</end>" is 5 sim tokens.
     let (d, _f) = scripted(&[("report", "<think>plan</think>\nIt is sunny. </end> more")], &[]);

@@ -238,6 +238,11 @@ async fn models_health_and_openapi() {
     {
         assert!(doc["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
     }
+    // usage.prompt_tokens is documented as what it reports: the tokenizer's count, else the runtime's.
+    let prompt_tokens = doc["components"]["schemas"]["Usage"]["properties"]["prompt_tokens"]["description"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(prompt_tokens.contains("tokenizer") && prompt_tokens.contains("prefill"), "{prompt_tokens:?}");
     let ui = d.client().get(format!("{}/docs/", d.url)).send().await.unwrap();
     assert_eq!(ui.status(), 200);
     assert!(ui.text().await.unwrap().contains("swagger-ui-bundle.js"));

@@ -2,7 +2,8 @@
 //!
 //! Only one block is recognised, at the start of the reply (after optional
 //! whitespace), or from the first character when the prompt already opened
-//! it (`starts_in_thinking`). Once the reply has shown it is not starting
+//! it (`starts_in_thinking`; a model that writes `<think>` again anyway has
+//! that one tag skipped). Once the reply has shown it is not starting
 //! with `<think>`, or the block has closed, every character passes straight
 //! through: a `<think>` in the answer is the answer's text. Text is held only
 //! while it may still be part of a tag.
@@ -28,6 +29,9 @@ pub enum Part {
 enum State {
     /// Nothing but whitespace and a possible beginning of `<think>` so far.
     Start,
+    /// The prompt opened the block, and the reply so far is whitespace and
+    /// a possible beginning of a redundant `<think>`.
+    StartInside,
     /// Right after `<think>`: leading whitespace is not reasoning.
     Opened,
     Thinking,
@@ -45,7 +49,10 @@ pub struct ThinkSplitter {
 
 impl ThinkSplitter {
     pub fn new(starts_in_thinking: bool) -> Self {
-        ThinkSplitter { state: if starts_in_thinking { State::Opened } else { State::Start }, held: String::new() }
+        ThinkSplitter {
+            state: if starts_in_thinking { State::StartInside } else { State::Start },
+            held: String::new(),
+        }
     }
 
     /// Splits the next released text; parts come out in reply order.
@@ -70,6 +77,20 @@ impl ThinkSplitter {
                 } else if !OPEN.starts_with(tag) {
                     emit(out, Part::Content(std::mem::take(&mut self.held)));
                     self.state = State::Answer;
+                }
+            }
+            State::StartInside => {
+                self.held.push(c);
+                let tag = self.held.trim_start();
+                if tag == OPEN {
+                    emit(out, Part::Markup(std::mem::take(&mut self.held)));
+                    self.state = State::Opened;
+                } else if !OPEN.starts_with(tag) {
+                    // No second tag: the held text is the block's, read as such.
+                    self.state = State::Opened;
+                    for c in std::mem::take(&mut self.held).chars() {
+                        self.push_char(c, out);
+                    }
                 }
             }
             State::Opened if c.is_whitespace() => emit(out, Part::Markup(c.to_string())),
@@ -108,6 +129,18 @@ impl ThinkSplitter {
         }
         let part = match self.state {
             State::Thinking => Part::Reasoning(held),
+            // A partial `<think>` inside the block is thinking text; the whitespace before it is not.
+            State::StartInside => {
+                let text = held.trim_start();
+                let blank = held.len() - text.len();
+                if blank > 0 {
+                    emit(out, Part::Markup(held[..blank].to_owned()));
+                }
+                if text.is_empty() {
+                    return;
+                }
+                Part::Reasoning(text.to_owned())
+            }
             _ => Part::Content(held),
         };
         emit(out, part);
@@ -176,6 +209,19 @@ mod tests {
     fn reply_that_starts_inside_the_block() {
         every_split(true, "plan: x</think> done", ("plan: x", "</think> ", "done"));
         every_split(true, "\nplan</think>", ("plan", "\n</think>", ""));
+    }
+
+    #[test]
+    fn a_redundant_think_tag_is_skipped_when_the_reply_starts_inside() {
+        every_split(true, "<think>\nLet me reason.\n</think>\n\nHi", ("Let me reason.\n", "<think>\n</think>\n\n", "Hi"));
+        every_split(true, " \n<think>a</think>b", ("a", " \n<think></think>", "b"));
+        // Only one, and only at the start.
+        every_split(true, "<think><think>a</think>", ("<think>a", "<think></think>", ""));
+        every_split(true, "a<think>b</think>", ("a<think>b", "</think>", ""));
+        // A beginning of the tag that is not it is thinking text.
+        every_split(true, "<thin", ("<thin", "", ""));
+        every_split(true, "\n<thin", ("<thin", "\n", ""));
+        every_split(true, "\n<b></think>", ("<b>", "\n</think>", ""));
     }
 
     #[test]
