@@ -222,6 +222,82 @@ async fn tools_and_tool_choice_are_validated_and_rendered() {
     assert_eq!(runs[1]["enable_thinking"], false);
 }
 
+/// A tool-call turn as OpenAI clients send it: `content: null`.
+fn call_turn() -> Value {
+    json!({"role": "assistant", "content": null,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]})
+}
+
+#[tokio::test]
+async fn a_null_content_on_a_tool_call_turn_renders_as_empty_where_templates_need_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for (family, messages, want) in [
+        (
+            "phi3",
+            json!([{"role": "user", "content": "Time?"}, call_turn(),
+                {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}, {"role": "user", "content": "Thanks"}]),
+            "<|user|>\nTime?<|end|>\n<|assistant|>\n<|end|>\n<|user|>\nThanks<|end|>\n<|assistant|>\n",
+        ),
+        (
+            "gemma",
+            json!([{"role": "user", "content": "Time?"}, call_turn(), {"role": "user", "content": "Thanks"}]),
+            "<bos><start_of_turn>user\nTime?<end_of_turn>\n<start_of_turn>model\n<end_of_turn>\n<start_of_turn>user\nThanks<end_of_turn>\n<start_of_turn>model\n",
+        ),
+    ] {
+        let record = dir.path().join(format!("{family}.jsonl"));
+        let d = Daemon::start(&["--model", &sim(&record), "--template", family]);
+        let (status, body) = chat(&d, json!({"model": "sim-instant", "messages": messages})).await;
+        assert_eq!(status, 200, "{family}: {body}");
+        assert_eq!(runs(&record)[0]["prompt"], want, "{family}");
+    }
+}
+
+#[tokio::test]
+async fn a_template_failure_names_the_message_it_comes_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("strict.jinja");
+    // Fails on `tool` messages only (a string plus a number).
+    std::fs::write(&template, "{% for m in messages %}{% if m.role == 'tool' %}{{ m.tool_call_id + 1 }}{% endif %}{{ m.content }}{% endfor %}").unwrap();
+    let record = dir.path().join("record.jsonl");
+    let d = Daemon::start(&["--model", &sim(&record), "--chat-template", template.to_str().unwrap()]);
+    let messages = json!([{"role": "user", "content": "Time?"}, call_turn(),
+        {"role": "tool", "tool_call_id": "call_1", "content": "12:00"}]);
+    let tool = json!({"type": "function", "function": {"name": "get_time"}});
+    // With a tool choice that puts a system message first, the index is still the client's.
+    for extra in [json!({}), json!({"tools": [tool], "tool_choice": "required"})] {
+        let mut body = json!({"model": "sim-instant", "messages": messages});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, body) = chat(&d, body).await;
+        assert_eq!((status, body["error"]["param"].as_str()), (400, Some("messages[2]")), "{extra}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("the chat template failed on messages[2] (a `tool` message): "), "{message}");
+        assert!(message.contains("unsupported types"), "{message}");
+    }
+    assert!(runs(&record).is_empty());
+}
+
+#[tokio::test]
+async fn enable_thinking_in_chat_template_kwargs_must_be_a_boolean() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let d = Daemon::start(&["--model", &sim(&record), "--template", "qwen3"]);
+    for value in [json!("false"), json!(0), json!(null)] {
+        let mut body = common::chat("sim-instant", "Hi");
+        body["chat_template_kwargs"] = json!({"enable_thinking": value});
+        let (status, body) = chat(&d, body).await;
+        assert_eq!(
+            (status, body["error"]["param"].as_str()),
+            (400, Some("chat_template_kwargs.enable_thinking")),
+            "{value}: {body}"
+        );
+    }
+    assert!(runs(&record).is_empty(), "nothing ran");
+    let mut body = common::chat("sim-instant", "Hi");
+    body["chat_template_kwargs"] = json!({"enable_thinking": false});
+    assert_eq!(chat(&d, body).await.0, 200);
+    assert_eq!(runs(&record)[0]["enable_thinking"], false);
+}
+
 #[tokio::test]
 async fn without_a_template_the_runtime_template_takes_one_user_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -242,6 +242,13 @@ impl ChatCompletionRequest {
         validate_tools(&tools)?;
         let tool_choice = tool_choice(self.tool_choice.as_ref(), &tools)?;
         let mut variables = self.chat_template_kwargs.clone().unwrap_or_default();
+        // Any non-empty string is true to a template: "false" would turn thinking on.
+        if variables.get("enable_thinking").is_some_and(|v| !v.is_boolean()) {
+            return Err(ApiError::invalid_value(
+                "chat_template_kwargs.enable_thinking",
+                "`chat_template_kwargs.enable_thinking` must be a boolean (true or false).",
+            ));
+        }
         if let Some(on) = self.enable_thinking {
             variables.insert("enable_thinking".into(), Value::Bool(on));
         }
@@ -250,6 +257,9 @@ impl ChatCompletionRequest {
         let rendered = engine.prompter().render(&chat).map_err(|e| match e {
             PromptError::Template(e) => ApiError::bad_request(Some("messages"), e.to_string()),
             PromptError::NeedsTemplate { param, message } => ApiError::invalid_value(param, message),
+            e @ PromptError::AtMessage { index, .. } => {
+                ApiError::bad_request(Some(&format!("messages[{index}]")), e.to_string())
+            }
         })?;
         let limit = engine.limits().max_new_tokens;
         let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;

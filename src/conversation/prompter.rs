@@ -30,6 +30,10 @@ pub enum PromptError {
     /// The runtime's own template cannot express this request.
     #[error("{message}")]
     NeedsTemplate { param: &'static str, message: String },
+    /// The template failed, and rendering the conversation up to this
+    /// message (the client's index) fails the same way.
+    #[error("the chat template failed on messages[{index}] (a `{role}` message): {reason}")]
+    AtMessage { index: usize, role: &'static str, reason: String },
 }
 
 impl Prompter {
@@ -62,8 +66,21 @@ impl Prompter {
         };
         let tools = offered.then_some(tools.as_slice());
         let messages = with_tool_instruction(&chat.messages, &chat.tool_choice, offered);
-        let messages: Vec<Json> = messages.iter().map(|m| to_template(m, template.arguments)).collect();
-        let prompt = template.render(&messages, tools, &chat.variables, true)?;
+        let to_json = |null_as_empty| -> Vec<Json> {
+            messages.iter().map(|m| to_template(m, template.arguments, null_as_empty)).collect()
+        };
+        let mut json = to_json(false);
+        let mut prompt = template.render(&json, tools, &chat.variables, true);
+        // Clients send `content: null` on tool-call turns, as `transformers`
+        // passes it on; templates that cannot take it (`+` on none, Gemma's
+        // "Invalid content type") get "" instead. Those that test for none
+        // (DeepSeek-R1's calls) keep it.
+        if prompt.is_err() && messages.iter().any(|m| m.content.is_none()) {
+            json = to_json(true);
+            prompt = template.render(&json, tools, &chat.variables, true);
+        }
+        let prompt = prompt.map_err(|e| locate(template, &json, tools, chat, e))?;
+        let messages = json;
         // The generation prompt is what rendering adds for the reply to come.
         let opening = match template.render(&messages, tools, &chat.variables, false) {
             Ok(base) if prompt.starts_with(&base) => &prompt[base.len()..],
@@ -112,6 +129,30 @@ fn runtime_prompt(chat: &ChatInput, offered: bool) -> Result<Rendered, PromptErr
     }
 }
 
+/// Names the message a template failure comes from: the first one that,
+/// rendered with those before it, fails with the same error. Refusals
+/// (`raise_exception`) carry the template's own message and stay as they are.
+fn locate(
+    template: &ChatTemplate,
+    messages: &[Json],
+    tools: Option<&[Json]>,
+    chat: &ChatInput,
+    error: RenderError,
+) -> PromptError {
+    let RenderError::Failed(reason) = &error else { return error.into() };
+    let fails_alike = |n: usize| {
+        let rendered = template.render(&messages[..n], tools, &chat.variables, true);
+        matches!(rendered, Err(RenderError::Failed(r)) if r == *reason)
+    };
+    // A system message the tool instruction put first is not the client's.
+    let shift = messages.len().saturating_sub(chat.messages.len());
+    let at = (1..=messages.len()).find(|&n| fails_alike(n)).and_then(|n| (n - 1).checked_sub(shift));
+    match at.and_then(|index| Some((index, chat.messages.get(index)?))) {
+        Some((index, m)) => PromptError::AtMessage { index, role: m.role.as_str(), reason: reason.clone() },
+        None => error.into(),
+    }
+}
+
 fn tool_name(tool: &Json) -> Option<&str> {
     tool.get("function")?.get("name")?.as_str()
 }
@@ -143,10 +184,16 @@ fn with_tool_instruction<'a>(
 
 /// A message as `transformers` hands it to a template: only the keys that
 /// apply (templates test `'tool_calls' in message`), OpenAI-shaped calls.
-fn to_template(m: &Message, arguments: Arguments) -> Json {
+/// `null_as_empty`: a null content (a tool-call turn's) is given as "".
+fn to_template(m: &Message, arguments: Arguments, null_as_empty: bool) -> Json {
     let mut out = Map::new();
     out.insert("role".into(), json!(m.role.as_str()));
-    out.insert("content".into(), m.content.as_deref().map_or(Json::Null, |c| json!(c)));
+    let content = match m.content.as_deref() {
+        Some(c) => json!(c),
+        None if null_as_empty => json!(""),
+        None => Json::Null,
+    };
+    out.insert("content".into(), content);
     if let Some(name) = &m.name {
         out.insert("name".into(), json!(name));
     }

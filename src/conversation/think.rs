@@ -49,10 +49,7 @@ pub struct ThinkSplitter {
 
 impl ThinkSplitter {
     pub fn new(starts_in_thinking: bool) -> Self {
-        ThinkSplitter {
-            state: if starts_in_thinking { State::StartInside } else { State::Start },
-            held: String::new(),
-        }
+        ThinkSplitter { state: if starts_in_thinking { State::StartInside } else { State::Start }, held: String::new() }
     }
 
     /// Splits the next released text; parts come out in reply order.
@@ -213,7 +210,11 @@ mod tests {
 
     #[test]
     fn a_redundant_think_tag_is_skipped_when_the_reply_starts_inside() {
-        every_split(true, "<think>\nLet me reason.\n</think>\n\nHi", ("Let me reason.\n", "<think>\n</think>\n\n", "Hi"));
+        every_split(
+            true,
+            "<think>\nLet me reason.\n</think>\n\nHi",
+            ("Let me reason.\n", "<think>\n</think>\n\n", "Hi"),
+        );
         every_split(true, " \n<think>a</think>b", ("a", " \n<think></think>", "b"));
         // Only one, and only at the start.
         every_split(true, "<think><think>a</think>", ("<think>a", "<think></think>", ""));

@@ -188,7 +188,11 @@ mod tests {
         assert_eq!(whole_call(r#"{"name": "f", "arguments": "{\"a\":1}"}"#), Some(("f".into(), r#"{"a":1}"#.into())));
         assert_eq!(whole_call(r#"{"name": "f"}"#), Some(("f".into(), "{}".into())));
         assert_eq!(whole_call(r#"{"name": "f", "arguments": 3}"#), None);
-        assert_eq!(whole_call(r#"{"name": "f", "arguments": "{\"a\": "}"#), None, "string arguments that are no JSON object");
+        assert_eq!(
+            whole_call(r#"{"name": "f", "arguments": "{\"a\": "}"#),
+            None,
+            "string arguments that are no JSON object"
+        );
         assert_eq!(whole_call(r#"{"name": "f", "arguments": "[1]"}"#), None);
         assert_eq!(whole_call("not json"), None);
         assert_eq!(whole_call(r#"{"answer": 42}"#), None);
