@@ -151,6 +151,34 @@ fn off_a_board_the_simulator_serves_with_warnings_only() {
 }
 
 #[test]
+fn the_chat_template_is_resolved_as_serve_does_and_a_bare_model_file_warns() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "qwen.rkllm", 16);
+    // A bare .rkllm: the runtime's template, one user message only.
+    let run = doctor(&["--backend", "sim", "--model", &model], &["--root", root], &[]);
+    let line = run.line("WARN", "chat template");
+    assert!(line.contains("the runtime's built-in one — only single-message requests"), "{line}");
+    let fix = run.fix("WARN", "chat template");
+    assert!(fix.contains("tokenizer_config.json") && fix.contains("template = ") && fix.contains("qwen3"), "{fix}");
+    assert_eq!(run.code, 0, "a warning, not a failure: {}", run.out);
+    // A built-in chosen in the config.
+    let run = doctor(&["--backend", "sim", "--model", &model, "--template", "qwen3"], &["--root", root], &[]);
+    assert!(run.line("OK", "chat template").contains("qwen3"), "{}", run.out);
+    // The model's tokenizer_config.json beside it is found, as serve finds it.
+    let config = dir.path().join("tokenizer_config.json");
+    std::fs::write(&config, r#"{"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}"#).unwrap();
+    let run = doctor(&["--backend", "sim", "--model", &model], &["--root", root], &[]);
+    assert!(run.line("OK", "chat template").contains(&config.display().to_string()), "{}", run.out);
+    // A template serve would refuse to load fails.
+    std::fs::write(&config, r#"{"chat_template": "{% for m in messages %}"}"#).unwrap();
+    let run = doctor(&["--backend", "sim", "--model", &model], &["--root", root], &[]);
+    assert!(run.line("FAIL", "chat template").contains("tokenizer_config.json"), "{}", run.out);
+    assert_eq!(run.code, 1, "{}", run.out);
+}
+
+#[test]
 fn smoke_generates_a_token_through_the_loaded_library() {
     let dir = tempfile::tempdir().unwrap();
     let model = model_file(dir.path(), "qwen.rkllm", 64);

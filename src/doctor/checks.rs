@@ -2,7 +2,9 @@
 
 use super::{Check, Report};
 use crate::config::{Backend, Config};
+use crate::conversation::{Prompter, TemplateFamily};
 use crate::metrics::board::Board;
+use clap::ValueEnum;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -233,6 +235,46 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
 }
 
 /// The model file; returns its size when it is a readable file.
+/// The chat template `serve` would render with, found and loaded as it
+/// does: without one, the runtime's own template takes a single user
+/// message, so chat clients that send a system prompt or history get 400s.
+pub fn chat_template(plan: &Plan, report: &mut Report) {
+    const TITLE: &str = "chat template";
+    let config = plan.config;
+    let model = match &config.model {
+        Some(model) => model.clone(),
+        // The model check has failed already.
+        None if plan.needs_npu => return,
+        None => format!("sim:{}", config.sim_profile),
+    };
+    match Prompter::load(config, &model) {
+        Ok(prompter) if prompter.renders() => {
+            let (template, tokenizer) = prompter.describe();
+            report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));
+        }
+        Ok(_) => {
+            let families: Vec<&str> = TemplateFamily::value_variants().iter().map(|f| f.name()).collect();
+            report.push(Check::warn(
+                TITLE,
+                "the runtime's built-in one — only single-message requests: a system prompt, earlier turns \
+                 or tools are refused with 400 (chat clients such as Open WebUI send them)"
+                    .into(),
+                &format!(
+                    "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
+                     or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" \
+                     ({}) in the config",
+                    families.join(", ")
+                ),
+            ));
+        }
+        Err(e) => report.push(Check::fail(
+            TITLE,
+            e.to_string(),
+            "fix the file named (or point chat_template / tokenizer elsewhere); serve refuses to start with it",
+        )),
+    }
+}
+
 pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
     const TITLE: &str = "model";
     let Some(model) = plan.config.model.as_deref() else {

@@ -1,8 +1,8 @@
 //! `rkllmd doctor`: what a person on a fresh board wants to know before
 //! serving — the runtime library, the NPU driver and device nodes, CPU cores,
-//! memory against the model, the model file, clocks and governors, and with
-//! `--smoke` one real token. Each line is OK, WARN or FAIL with the fix; the
-//! exit status is 1 when serving would fail.
+//! memory against the model, the model file and its chat template, clocks
+//! and governors, and with `--smoke` one real token. Each line is OK, WARN or
+//! FAIL with the fix; the exit status is 1 when serving would fail.
 //!
 //! Every system path (/sys, /proc, /dev, /etc/group, the default library
 //! directories) is read under `--root`, so the checks are tested on fixture
@@ -118,6 +118,7 @@ async fn examine(config: &Config, args: &DoctorArgs) -> Report {
     checks::devices(&board, &plan, &mut report);
     checks::cpus(&board, &mut report);
     let model_size = checks::model(&plan, &mut report);
+    checks::chat_template(&plan, &mut report);
     checks::memory(&board, model_size, &mut report);
     checks::frequencies(&board, &mut report);
     // The smoke run loads the library itself, as `serve` does.
