@@ -5,8 +5,6 @@
 mod common;
 use common::*;
 use serde_json::{json, Value};
-use std::path::Path;
-use std::time::{Duration, Instant};
 
 /// Every invariant of docs/timings.md that one response's figures must satisfy.
 fn check_timings(t: &Value, usage: &Value) {
@@ -148,19 +146,6 @@ async fn reported_ttft_and_tpot_match_a_known_pacing() {
         "median TPOT {tpot:.2} ms outside {lo:.1} … {hi:.1} (pacing {:.1})",
         profile.decode_ms
     );
-}
-
-/// Reads the timings log until it has `n` lines (the engine writes each line
-/// as the request ends, on a thread of its own).
-fn timings_log_lines(path: &Path, n: usize) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.lines().count() >= n || Instant::now() > deadline {
-            return text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[tokio::test]

@@ -6,12 +6,22 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
+use std::time::Duration;
 use utoipa::ToSchema;
+
+/// How long `/health` waits for an idle runtime thread to answer its ping.
+/// An idle thread answers at once; a thread inside a run is not pinged but
+/// judged by its signs of life, so the probe never waits for a generation.
+const PING_TIMEOUT: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
-    /// `ok` once the model is loaded, `loading` before.
+    /// `ok` once the model is loaded, `loading` before, `stalled` (503) when
+    /// the runtime thread fails the liveness check.
     pub status: &'static str,
+    /// Why the runtime counts as stalled (only with `stalled`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub version: &'static str,
     pub backend: Option<&'static str>,
     pub runtime: Option<RuntimeInfo>,
@@ -19,18 +29,34 @@ pub struct Health {
     pub queue: Option<QueueState>,
 }
 
-/// Liveness: always 200 while the process serves HTTP.
-#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, body = Health)))]
-pub async fn live(State(state): State<AppState>) -> Json<Health> {
+/// Liveness: 200 while the process serves HTTP and the runtime thread is
+/// alive (the systemd watchdog's check, `Engine::check_alive`); 503
+/// `stalled` when the runtime hangs.
+#[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, body = Health), (status = 503, body = Health)))]
+pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
     let loaded = state.loaded().ok();
-    Json(Health {
-        status: if loaded.is_some() { "ok" } else { "loading" },
+    let stalled = match loaded {
+        Some(l) => l.engine.check_alive(PING_TIMEOUT).await.err(),
+        None => None,
+    };
+    let status = if stalled.is_some() {
+        "stalled"
+    } else if loaded.is_some() {
+        "ok"
+    } else {
+        "loading"
+    };
+    let code = if stalled.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    let body = Json(Health {
+        status,
+        reason: stalled,
         version: env!("CARGO_PKG_VERSION"),
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
         runtime: loaded.map(|l| l.engine.info().clone()),
         model: loaded.map(|l| l.model_id.clone()),
         queue: loaded.map(|l| l.engine.queue_state()),
-    })
+    });
+    (code, body)
 }
 
 #[derive(Debug, Serialize, ToSchema)]

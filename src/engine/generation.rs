@@ -59,8 +59,10 @@ pub struct Outcome {
     pub perf: Option<RuntimePerf>,
     /// Bytes of an unfinished character at the end, as U+FFFD ("" normally).
     pub tail: String,
-    /// The run was aborted by us (limit on ABI 1.2, stop, time-out, disconnect).
-    pub aborted: bool,
+    /// Tokens the runtime generated that are not part of the reply: those
+    /// after a stop sequence, the limit, a time-out or the client leaving
+    /// (an abort lands at a token boundary, or the run ends first).
+    pub dropped_tokens: u32,
     /// The prompt's length by the model's tokenizer (the job's count).
     pub prompt_tokens: Option<u32>,
 }
@@ -122,6 +124,8 @@ struct RunGuard {
     timeline: Timeline,
     job_id: String,
     prompt_tokens: Option<u32>,
+    /// Tokens received but not part of the reply ([`Outcome::dropped_tokens`]).
+    dropped: u32,
     finished: bool,
 }
 
@@ -137,6 +141,7 @@ impl Drop for RunGuard {
         let mut timeline = self.timeline;
         let job_id = std::mem::take(&mut self.job_id);
         let prompt_tokens = self.prompt_tokens;
+        let mut dropped = self.dropped;
         let engine = self.engine.clone();
         let drain = async move {
             let mut perf = None;
@@ -144,7 +149,7 @@ impl Drop for RunGuard {
                 match event {
                     // Tokens after the client left are not part of any reply.
                     Event::Started { at } => timeline.admitted = Some(at),
-                    Event::Token(_) => {}
+                    Event::Token(_) => dropped += 1,
                     Event::Finished(f) => {
                         timeline.finished = Some(f.at);
                         perf = f.perf.map(RuntimePerf::from);
@@ -159,7 +164,7 @@ impl Drop for RunGuard {
                 timeline,
                 perf,
                 tail: String::new(),
-                aborted: true,
+                dropped_tokens: dropped,
                 prompt_tokens,
             };
             super::log_request(&job_id, &outcome, true, false);
@@ -216,7 +221,7 @@ fn run(
             Err(reason) => {
                 waiting.disarm();
                 timeline.finished = Some(Instant::now());
-                let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
+                let outcome = Outcome { reason, timeline, perf: None, tail: String::new(), dropped_tokens: 0, prompt_tokens: job.prompt_tokens };
                 log_outcome(&job.id, &outcome, false);
                 yield GenEvent::Done(outcome);
                 return;
@@ -233,7 +238,7 @@ fn run(
         }
         // From here the run guard accounts for a client that goes away.
         waiting.disarm();
-        let mut guard = RunGuard { engine: engine.clone(), control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), prompt_tokens: job.prompt_tokens, finished: false };
+        let mut guard = RunGuard { engine: engine.clone(), control, events: Some(rx), turn: Some(turn), timeline, job_id: job.id.clone(), prompt_tokens: job.prompt_tokens, dropped: 0, finished: false };
         // Until admission there is no deadline of ours (the turn is held, so
         // the runtime thread is about to start); then first-token, then total.
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -259,6 +264,7 @@ fn run(
                     let stopped = stop.lock().map(|s| s.requested).unwrap_or(true);
                     if guard.timeline.tokens >= limit || reason.is_some() || stopped {
                         // Past the limit or after an abort: not part of the reply.
+                        guard.dropped += 1;
                         continue;
                     }
                     if let Some(gap) = guard.timeline.token(token.at) {
@@ -308,7 +314,7 @@ fn run(
                     } else {
                         EndReason::Eos
                     };
-                    let outcome = Outcome { reason, timeline: guard.timeline, perf: finish.perf.map(RuntimePerf::from), tail: finish.tail, aborted: finish.aborted, prompt_tokens: job.prompt_tokens };
+                    let outcome = Outcome { reason, timeline: guard.timeline, perf: finish.perf.map(RuntimePerf::from), tail: finish.tail, dropped_tokens: guard.dropped, prompt_tokens: job.prompt_tokens };
                     log_outcome(&job.id, &outcome, stop.lock().map(|s| s.called_tools).unwrap_or(false));
                     yield GenEvent::Done(outcome);
                     break;
@@ -316,7 +322,7 @@ fn run(
                 None => {
                     guard.finished = true;
                     guard.timeline.finished = Some(Instant::now());
-                    let outcome = Outcome { reason: EndReason::RuntimeError("the runtime thread stopped".into()), timeline: guard.timeline, perf: None, tail: String::new(), aborted: false, prompt_tokens: job.prompt_tokens };
+                    let outcome = Outcome { reason: EndReason::RuntimeError("the runtime thread stopped".into()), timeline: guard.timeline, perf: None, tail: String::new(), dropped_tokens: 0, prompt_tokens: job.prompt_tokens };
                     log_outcome(&job.id, &outcome, stop.lock().map(|s| s.called_tools).unwrap_or(false));
                     yield GenEvent::Done(outcome);
                     break;
@@ -351,7 +357,7 @@ impl Drop for WaitGuard {
                 timeline,
                 perf: None,
                 tail: String::new(),
-                aborted: false,
+                dropped_tokens: 0,
                 prompt_tokens: self.prompt_tokens,
             };
             super::log_request(&self.job_id, &outcome, true, false);

@@ -11,16 +11,33 @@ use super::{Engine, Limits};
 use rkllm_sys::Activity;
 use std::time::Duration;
 
+/// How often a pending ping looks whether a run started instead.
+const RUN_START_POLL: Duration = Duration::from_millis(10);
+
 impl Engine {
     /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
     /// or is inside a run that progresses as fast as its limits allow.
     pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
         if !self.model.activity().running {
-            match tokio::time::timeout(ping_timeout, self.model.ping()).await {
-                Ok(Ok(Ok(()))) => return Ok(()),
-                Ok(_) => return Err("the runtime thread has stopped".into()),
-                // A run queued just before the ping delays the answer: judged below.
-                Err(_) => {}
+            let answer = self.model.ping();
+            // A run queued just before the ping delays the answer until the
+            // run ends: stop waiting once it has started, and judge it below.
+            let run_started = async {
+                let mut every = tokio::time::interval(RUN_START_POLL);
+                while !self.model.activity().running {
+                    every.tick().await;
+                }
+            };
+            let answered = async {
+                tokio::select! {
+                    answer = answer => Some(answer),
+                    () = run_started => None,
+                }
+            };
+            match tokio::time::timeout(ping_timeout, answered).await {
+                Ok(Some(Ok(Ok(())))) => return Ok(()),
+                Ok(Some(_)) => return Err("the runtime thread has stopped".into()),
+                Ok(None) | Err(_) => {}
             }
         }
         let activity = self.model.activity();

@@ -171,7 +171,7 @@ pub(crate) fn log_request(job_id: &str, outcome: &Outcome, disconnected: bool, c
         finish_reason,
         timeline: &outcome.timeline,
         perf: outcome.perf,
-        aborted: outcome.aborted,
+        dropped_tokens: outcome.dropped_tokens,
         client_disconnected: disconnected,
         counted_prompt_tokens: outcome.prompt_tokens,
     });

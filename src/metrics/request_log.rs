@@ -21,8 +21,9 @@ pub struct Finished<'a> {
     pub finish_reason: &'static str,
     pub timeline: &'a Timeline,
     pub perf: Option<RuntimePerf>,
-    /// rkllmd aborted the run (the runtime may have generated tokens we dropped).
-    pub aborted: bool,
+    /// Tokens the runtime generated that rkllmd left out of the reply (after
+    /// a stop sequence, the limit, a time-out or a disconnect).
+    pub dropped_tokens: u32,
     pub client_disconnected: bool,
     /// The prompt's length by the model's tokenizer, when one is configured.
     pub counted_prompt_tokens: Option<u32>,
@@ -119,11 +120,12 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
 pub fn cross_check(f: &Finished, t: &Timings) -> Vec<Mismatch> {
     let Some(p) = f.perf else { return Vec::new() };
     let mut found = Vec::new();
-    // After an abort the runtime may have generated tokens we dropped.
-    if !f.aborted && p.generate_tokens != i64::from(t.predicted_n) {
+    // The runtime counts every token it generated, the ones we dropped too.
+    if p.generate_tokens != i64::from(t.predicted_n) + i64::from(f.dropped_tokens) {
         tracing::warn!(
             id = f.id,
             ours = t.predicted_n,
+            dropped = f.dropped_tokens,
             runtime = p.generate_tokens,
             "generated-token count differs from the runtime's"
         );
@@ -203,7 +205,7 @@ mod tests {
         }
     }
 
-    fn check(prefill_ms: f64, runtime_tokens: i64, aborted: bool) -> Vec<Mismatch> {
+    fn check(prefill_ms: f64, runtime_tokens: i64, dropped_tokens: u32) -> Vec<Mismatch> {
         let r = Instant::now();
         let mut t = Timeline::new(r);
         t.admitted = Some(r);
@@ -216,7 +218,7 @@ mod tests {
             finish_reason: "stop",
             timeline: &t,
             perf: Some(p),
-            aborted,
+            dropped_tokens,
             client_disconnected: false,
             counted_prompt_tokens: None,
         };
@@ -225,9 +227,11 @@ mod tests {
 
     #[test]
     fn cross_check_finds_each_disagreement() {
-        assert_eq!(check(99.0, 2, false), vec![]);
-        assert_eq!(check(99.0, 3, false), vec![Mismatch::Tokens]);
-        assert_eq!(check(99.0, 3, true), vec![], "an abort may leave tokens we dropped");
-        assert_eq!(check(150.0, 2, false), vec![Mismatch::Prefill]);
+        assert_eq!(check(99.0, 2, 0), vec![]);
+        assert_eq!(check(99.0, 3, 0), vec![Mismatch::Tokens]);
+        assert_eq!(check(99.0, 5, 3), vec![], "the runtime also counts the tokens we dropped");
+        assert_eq!(check(99.0, 6, 3), vec![Mismatch::Tokens], "dropped tokens do not excuse a real gap");
+        assert_eq!(check(99.0, 4, 3), vec![Mismatch::Tokens], "nor fewer tokens than we saw");
+        assert_eq!(check(150.0, 2, 0), vec![Mismatch::Prefill]);
     }
 }

@@ -2,7 +2,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -183,4 +183,18 @@ pub fn script(entries: &[(&str, &str)]) -> tempfile::NamedTempFile {
 
 pub fn close(a: f64, b: f64, tol: f64) -> bool {
     (a - b).abs() <= tol
+}
+
+/// Reads the timings log until it has `n` lines (the engine writes each line
+/// as the request ends, on a thread of its own); gives up after 10 s with
+/// what is there.
+pub fn timings_log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().count() >= n || Instant::now() > deadline {
+            return text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -1,0 +1,76 @@
+//! `GET /health` as a liveness probe: 503 `stalled` when the runtime thread
+//! hangs (the systemd watchdog's check, over HTTP), 200 on a healthy daemon,
+//! and never held up by a running generation.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// `GET /health`; a probe that waited for the runtime would never answer here.
+async fn health(d: &Daemon) -> (u16, Value) {
+    tokio::time::timeout(Duration::from_secs(5), d.get_json("/health")).await.expect("/health must answer promptly")
+}
+
+/// Starts a request whose run hangs for good after 2 tokens, and waits until it has them.
+async fn wedge(d: &Daemon) -> tokio::task::JoinHandle<reqwest::Result<reqwest::Response>> {
+    let (client, url) = (d.client(), d.url.clone());
+    let request =
+        tokio::spawn(
+            async move { client.post(format!("{url}/v1/chat/completions")).json(&chat("m", "hang")).send().await },
+        );
+    d.wait_generating().await;
+    request
+}
+
+#[tokio::test]
+async fn a_wedged_runtime_turns_health_503_while_readiness_keeps_its_meaning() {
+    // The run hangs after 2 tokens; a decode gap of first_token_timeout_secs (1 s) is a hang.
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=2&reply_tokens=10",
+        "--model-id",
+        "m",
+        "--first-token-timeout-secs",
+        "1",
+    ]);
+    let (code, h) = health(&d).await;
+    assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "an idle runtime answers its ping: {h}");
+    assert!(h.get("reason").is_none(), "{h}");
+
+    let request = wedge(&d).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let (code, h) = loop {
+        let (code, h) = health(&d).await;
+        if code != 200 || Instant::now() > deadline {
+            break (code, h);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!((code, h["status"].as_str()), (503, Some("stalled")), "{h}");
+    let reason = h["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("no progress from the runtime") && reason.contains("during decoding"), "{h}");
+    assert_eq!((h["model"].as_str(), h["queue"]["running"].as_u64()), (Some("m"), Some(1)), "{h}");
+
+    // Readiness is still "would a request be accepted now": a queue place is free.
+    let (code, r) = d.get_json("/health/ready").await;
+    assert_eq!((code, r["status"].as_str()), (200, Some("ready")), "{r}");
+    request.abort();
+}
+
+#[tokio::test]
+async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
+    // The same hung run, but within the default allowance (120 s): judged by
+    // its activity, not pinged, so /health answers while the run never ends.
+    let d =
+        Daemon::start(&["--backend", "sim", "--model", "sim:instant?hang_after=2&reply_tokens=10", "--model-id", "m"]);
+    let request = wedge(&d).await;
+    for _ in 0..3 {
+        let (code, h) = health(&d).await;
+        assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "{h}");
+        assert_eq!(h["queue"]["running"].as_u64(), Some(1), "{h}");
+    }
+    request.abort();
+}
