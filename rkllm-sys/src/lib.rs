@@ -14,6 +14,7 @@ pub mod common;
 pub mod loader;
 mod marshal;
 pub mod model;
+mod params;
 pub mod sniff;
 pub mod utf8;
 pub mod v1_2;

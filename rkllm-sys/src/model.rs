@@ -20,6 +20,7 @@ use crate::activity::Progress;
 use crate::capture::capture_output;
 use crate::common::*;
 use crate::marshal::Marshal;
+pub use crate::params::{InitConfig, Role, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
 use std::ffi::{c_int, c_void, CStr, CString};
@@ -29,121 +30,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::{mpsc::UnboundedSender, oneshot};
-
-/// Sampling fields, the same set in `RKLLMParam` and `RKLLMSamplingParam`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SamplingParams {
-    pub top_k: i32,
-    pub top_p: f32,
-    pub temperature: f32,
-    pub repeat_penalty: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub mirostat: i32,
-    pub mirostat_tau: f32,
-    pub mirostat_eta: f32,
-}
-
-impl SamplingParams {
-    /// "RKLLM default sampling": what the vendor's demos always set, since
-    /// `rkllm_createDefaultParam()`'s own values are undocumented.
-    pub const RKLLM_DEFAULTS: SamplingParams = SamplingParams {
-        top_k: 1,
-        top_p: 0.9,
-        temperature: 0.8,
-        repeat_penalty: 1.1,
-        frequency_penalty: 0.0,
-        presence_penalty: 0.0,
-        mirostat: 0,
-        mirostat_tau: 5.0,
-        mirostat_eta: 0.1,
-    };
-}
-
-impl Default for SamplingParams {
-    fn default() -> Self {
-        Self::RKLLM_DEFAULTS
-    }
-}
-
-/// Everything set on `RKLLMParam` before `rkllm_init`. Every field is set
-/// explicitly over `rkllm_createDefaultParam()`; `n_batch` is always 1.
-#[derive(Debug, Clone)]
-pub struct InitConfig {
-    pub model_path: String,
-    pub max_context_len: i32,
-    pub max_new_tokens: i32,
-    pub n_keep: i32,
-    pub sampling: SamplingParams,
-    pub skip_special_token: bool,
-    /// 1 is the fix for "failed to malloc npu memory" on some boards.
-    pub base_domain_id: i32,
-    pub embed_flash: bool,
-    /// 0 = let the runtime choose the CPUs.
-    pub enabled_cpus_num: i8,
-    pub enabled_cpus_mask: u32,
-}
-
-impl InitConfig {
-    /// The vendor demos' values for a model file.
-    pub fn new(model_path: impl Into<String>) -> Self {
-        InitConfig {
-            model_path: model_path.into(),
-            max_context_len: 4096,
-            max_new_tokens: 2048,
-            n_keep: -1,
-            sampling: SamplingParams::RKLLM_DEFAULTS,
-            skip_special_token: true,
-            base_domain_id: 0,
-            embed_flash: false,
-            enabled_cpus_num: 0,
-            enabled_cpus_mask: 0,
-        }
-    }
-}
-
-/// Which role the run's input has (the only two the runtime accepts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    User,
-    Tool,
-}
-
-impl Role {
-    fn as_cstr(self) -> &'static CStr {
-        match self {
-            Role::User => c"user",
-            Role::Tool => c"tool",
-        }
-    }
-}
-
-/// One generation.
-#[derive(Debug, Clone)]
-pub struct RunRequest {
-    pub prompt: String,
-    pub role: Role,
-    pub enable_thinking: bool,
-    pub keep_history: bool,
-    /// Per-run limit (ABI 1.3 only; `None` = the init value).
-    pub max_new_tokens: Option<i32>,
-    /// Per-run sampling (ABI 1.3 only; `None` = the init values).
-    pub sampling: Option<SamplingParams>,
-}
-
-impl RunRequest {
-    /// A stateless user prompt with the init parameters.
-    pub fn prompt(prompt: impl Into<String>) -> Self {
-        RunRequest {
-            prompt: prompt.into(),
-            role: Role::User,
-            enable_thinking: false,
-            keep_history: false,
-            max_new_tokens: None,
-            sampling: None,
-        }
-    }
-}
 
 /// One generated token as the callback delivered it.
 #[derive(Debug, Clone)]
