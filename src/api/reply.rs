@@ -54,23 +54,20 @@ pub fn pieces(mut generation: Generation, stops: Vec<String>, rules: ReplyRules)
                     if !rest.is_empty() {
                         yield Piece::Delta(rest);
                     }
-                    let finish_reason = match outcome.reason {
-                        EndReason::Eos | EndReason::Stopped if parser.called_tools() => "tool_calls",
-                        EndReason::Eos | EndReason::Stopped => "stop",
-                        EndReason::Length => "length",
+                    let failure = match &outcome.reason {
+                        EndReason::Eos | EndReason::Stopped | EndReason::Length => None,
                         EndReason::Timeout(which) => {
-                            yield Piece::Failed(Box::new(ApiError::timeout(format!("The {which} time-out expired; the generation was aborted."))));
-                            break;
+                            Some(ApiError::timeout(format!("The {which} time-out expired; the generation was aborted.")))
                         }
-                        EndReason::RuntimeError(message) => {
-                            yield Piece::Failed(Box::new(ApiError::runtime(message)));
-                            break;
-                        }
-                        EndReason::ShuttingDown => {
-                            yield Piece::Failed(Box::new(ApiError::shutting_down()));
-                            break;
-                        }
+                        EndReason::RuntimeError(message) => Some(ApiError::runtime(message.clone())),
+                        EndReason::ShuttingDown => Some(ApiError::shutting_down()),
                     };
+                    if let Some(e) = failure {
+                        yield Piece::Failed(Box::new(e));
+                        break;
+                    }
+                    // The same mapping the request log and metrics use.
+                    let (_, finish_reason) = outcome.reason.status_and_finish_reason(parser.called_tools());
                     let timings = Timings::derive(&outcome.timeline, outcome.perf);
                     let prompt_tokens = crate::metrics::usage_prompt_tokens(outcome.prompt_tokens, &timings);
                     let completion_tokens = outcome.timeline.tokens;
