@@ -7,7 +7,7 @@
 //! that names them.
 
 use crate::conversation::{ReasoningMode, TemplateFamily};
-use crate::engine::SamplingOverrides;
+use crate::sampling::SamplingOverrides;
 use clap::{Args, ValueEnum};
 use rkllm_sys::{Abi, SamplingParams};
 use serde::{Deserialize, Serialize};

@@ -1,17 +1,8 @@
 //! rkllmd: an OpenAI-compatible server for LLMs on Rockchip NPUs.
 
-mod api;
-mod bench;
-mod config;
-mod conversation;
-mod doctor;
-mod engine;
-mod metrics;
-mod notify;
-mod server;
-
 use clap::{Parser, Subcommand};
-use config::{Config, LogFormat, Overrides};
+use rkllmd::config::{Config, LogFormat, Overrides};
+use rkllmd::{bench, doctor, server};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

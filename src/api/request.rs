@@ -2,7 +2,8 @@
 
 use super::error::ApiError;
 use crate::conversation::{self, ChatInput, Message, PromptError, ReasoningMode, ReplyRules, ToolChoice};
-use crate::engine::{Engine, Job, SamplingOverrides};
+use crate::engine::{Engine, Job};
+use crate::sampling::SamplingOverrides;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::time::Instant;
@@ -22,31 +23,27 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// Range checks of the sampling fields (OpenAI's plus the llama.cpp/vLLM
-/// extensions RKLLM users expect).
-fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
-    fn range(param: &str, v: Option<f32>, lo: f32, hi: f32) -> Result<(), ApiError> {
-        match v {
-            Some(x) if !(lo..=hi).contains(&x) => {
-                Err(ApiError::invalid_value(param, format!("`{param}` must be between {lo} and {hi}, got {x}")))
-            }
-            _ => Ok(()),
+macro_rules! wire_sampling {
+    ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $lo:literal ..= $hi:literal ),* $(,)?) => {
+        /// The sampling fields of a request (OpenAI's plus the llama.cpp/vLLM
+        /// extensions RKLLM users expect); an omitted field keeps the RKLLM default.
+        #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+        pub struct SamplingFields {
+            $( $(#[doc = $doc])* pub $name: Option<$ty>, )*
         }
-    }
-    range("temperature", s.temperature, 0.0, 2.0)?;
-    range("top_p", s.top_p, 0.0, 1.0)?;
-    range("frequency_penalty", s.frequency_penalty, -2.0, 2.0)?;
-    range("presence_penalty", s.presence_penalty, -2.0, 2.0)?;
-    range("repeat_penalty", s.repeat_penalty, 0.0, 10.0)?;
-    range("mirostat_tau", s.mirostat_tau, 0.0, 100.0)?;
-    range("mirostat_eta", s.mirostat_eta, 0.0, 1.0)?;
-    if matches!(s.top_k, Some(k) if k < 0) {
-        return Err(ApiError::invalid_value("top_k", "`top_k` must be >= 0"));
-    }
-    if matches!(s.mirostat, Some(m) if !(0..=2).contains(&m)) {
-        return Err(ApiError::invalid_value("mirostat", "`mirostat` must be 0, 1 or 2"));
-    }
-    Ok(())
+
+        impl From<SamplingFields> for SamplingOverrides {
+            fn from(w: SamplingFields) -> Self {
+                SamplingOverrides { $( $name: w.$name, )* }
+            }
+        }
+    };
+}
+crate::with_sampling_fields!(wire_sampling);
+
+/// Range checks of the sampling fields.
+fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
+    s.check().map_err(|e| ApiError::invalid_value(e.field, e.to_string()))
 }
 
 /// Fields both endpoints share.
@@ -60,7 +57,7 @@ pub struct Common {
     pub n: Option<u32>,
     pub stop: Option<StopSequences>,
     #[serde(flatten)]
-    pub sampling: SamplingOverrides,
+    pub sampling: SamplingFields,
     /// Anything else the client sent (ignored, logged at debug).
     #[serde(flatten)]
     #[schema(ignore)]
@@ -196,8 +193,8 @@ impl Common {
         if !self.extra.is_empty() {
             tracing::debug!(fields = ?self.extra.keys().collect::<Vec<_>>(), "ignoring unknown request fields");
         }
-        validate_sampling(&self.sampling)?;
-        let sampling = self.sampling;
+        let sampling = SamplingOverrides::from(self.sampling);
+        validate_sampling(&sampling)?;
         Ok(Validated {
             job: Job {
                 id: id.to_owned(),

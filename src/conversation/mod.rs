@@ -18,7 +18,7 @@ mod tool_json;
 pub use builtin::TemplateFamily;
 pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser};
 pub use prompter::{PromptError, Prompter};
-pub use source::LoadError;
+pub use source::{LoadError, PromptSettings};
 pub use stop::StopMatcher;
 
 /// How the reply text is read back: the output-side counterpart of the

@@ -11,7 +11,6 @@
 use super::builtin::TemplateFamily;
 use super::prompter::Prompter;
 use super::template::{ChatTemplate, TemplateSource};
-use crate::config::Config;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 
@@ -25,8 +24,17 @@ pub enum LoadError {
     Tokenizer { path: String, message: String },
 }
 
+/// Where a model's chat template and tokenizer come from (the `chat_template`,
+/// `template` and `tokenizer` settings); `None` = look beside the model.
+#[derive(Debug, Clone, Default)]
+pub struct PromptSettings {
+    pub chat_template: Option<PathBuf>,
+    pub template: Option<TemplateFamily>,
+    pub tokenizer: Option<PathBuf>,
+}
+
 impl Prompter {
-    pub fn load(config: &Config, model_path: &str) -> Result<Prompter, LoadError> {
+    pub fn load(config: &PromptSettings, model_path: &str) -> Result<Prompter, LoadError> {
         let beside = (!model_path.starts_with("sim:")).then(|| Path::new(model_path).parent()).flatten();
         let source = match &config.chat_template {
             Some(path) => Some(from_file(path)?.ok_or_else(|| LoadError::Template {

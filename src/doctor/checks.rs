@@ -247,7 +247,7 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         None if plan.needs_npu => return,
         None => format!("sim:{}", config.sim_profile),
     };
-    match Prompter::load(config, &model) {
+    match Prompter::load(&crate::app::prompt_settings(config), &model) {
         Ok(prompter) if prompter.renders() => {
             let (template, tokenizer) = prompter.describe();
             report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));

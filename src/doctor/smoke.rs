@@ -5,7 +5,8 @@
 use super::checks::version_parts;
 use super::{Check, Report};
 use crate::config::Config;
-use crate::engine::{Engine, GenEvent, Job, SamplingOverrides};
+use crate::engine::{Engine, GenEvent, Job};
+use crate::sampling::SamplingOverrides;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Instant;

@@ -10,7 +10,7 @@ mod queue;
 
 pub use backend::{model_id, BackendKind};
 pub use generation::{EndReason, GenEvent, Generation, Outcome};
-pub use job::{Job, SamplingOverrides};
+pub use job::Job;
 pub use queue::QueueState;
 
 use crate::config::Config;
@@ -80,7 +80,7 @@ impl Engine {
         }
         let model_path = backend::model_path(config, kind)?;
         // Before the (slow) model load, so a bad template fails fast.
-        let prompter = Prompter::load(config, &model_path)?;
+        let prompter = Prompter::load(&crate::app::prompt_settings(config), &model_path)?;
         let (template, tokenizer) = prompter.describe();
         tracing::info!(%template, %tokenizer, "prompt rendering");
         if !prompter.renders() {

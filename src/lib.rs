@@ -1,0 +1,20 @@
+//! rkllmd as a library: the daemon's layers, so that `main.rs` only parses
+//! the command line and tests can drive the HTTP router in-process.
+//!
+//! Layers, top to bottom (an import only ever points down):
+//! `app` (the composition root: every layer built from its own settings) →
+//! `api` (HTTP) → `conversation` (prompts, reply text), `engine` (the runtime
+//! thread, the queue), `metrics` (timeline, figures) → `sampling` → `rkllm-sys`.
+//! `config` is read by the root alone.
+
+pub mod api;
+pub mod app;
+pub mod bench;
+pub mod config;
+pub mod conversation;
+pub mod doctor;
+pub mod engine;
+pub mod metrics;
+pub mod notify;
+pub mod sampling;
+pub mod server;
