@@ -12,9 +12,10 @@
 //! `WatchdogSec=`, pings the watchdog only while the runtime thread is alive
 //! (`Engine::check_alive`).
 
-use crate::api::{self, AppState, Loaded};
+use crate::api::{self, AppState};
+use crate::app;
 use crate::config::Config;
-use crate::engine::{self, Engine};
+use crate::engine::Engine;
 use crate::notify::Notifier;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,15 +34,18 @@ pub async fn serve(config: Config) -> Result<(), String> {
         watchdog_secs = notify.watchdog_timeout().map(|d| d.as_secs_f64()),
         "rkllmd starting"
     );
-    crate::metrics::init(&config)?;
+    crate::metrics::init(&app::metrics_settings(&config))?;
     let listener = tokio::net::TcpListener::bind((config.host, config.port))
         .await
         .map_err(|e| format!("cannot listen on {}:{}: {e}", config.host, config.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let state = AppState::new(config.clone());
-    let app = api::router(state.clone());
-    api::serve_metrics_separately(&state).await?;
-    let shutdown = shutdown_signal(state.clone(), notify.clone());
+    let state = AppState::new(app::api_settings(&config));
+    let router = api::router(state.clone());
+    if let Some(addr) = config.metrics_addr {
+        api::serve_metrics_separately(&state, addr).await?;
+    }
+    let grace = Duration::from_secs(config.shutdown_grace_secs);
+    let shutdown = shutdown_signal(state.clone(), notify.clone(), grace);
     // Without TCP_NODELAY each small SSE write waits for the ACK of the one before, and on a kept-alive
     // connection the client delays that ACK by ~40 ms: `rkllmd bench` measured TTFT 43 ms instead of 1 ms.
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
@@ -49,7 +53,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
     });
-    let server = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(shutdown).await });
+    let server = tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(shutdown).await });
 
     let load_config = config.clone();
     let loading = format!("loading {}", config.model.as_deref().unwrap_or("the simulated model"));
@@ -57,20 +61,19 @@ pub async fn serve(config: Config) -> Result<(), String> {
     notify.status(&loading);
     let extender = tokio::spawn(extend_start_while_loading(notify.clone(), loading));
     let loaded = tokio::task::spawn_blocking(move || {
-        Engine::load(&load_config, |why| {
+        app::load_model(&load_config, |why| {
             tracing::warn!("no usable runtime library ({why}); using the simulated runtime")
         })
     })
     .await;
     extender.abort();
-    let engine = loaded.map_err(|e| e.to_string())?.map_err(|e| {
+    let loaded = loaded.map_err(|e| e.to_string())?.map_err(|e| {
         notify.status(&format!("model load failed: {e}"));
         e.to_string()
     })?;
-    let engine = Arc::new(engine);
+    let engine = loaded.engine.clone();
+    let model_id = loaded.model_id.clone();
     let info = engine.info().clone();
-    let model_id = engine::model_id(&config, &info.model_path);
-    let created = model_created(&info.model_path);
     let s = engine.sampling_defaults();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -86,7 +89,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         "model loaded"
     );
     let serving = format!("serving {model_id} on http://{addr}");
-    state.set_loaded(Loaded { engine: engine.clone(), model_id, created });
+    state.set_loaded(loaded);
     tracing::info!("listening on http://{addr}");
     notify.ready(&serving);
     if let Some(timeout) = notify.watchdog_timeout() {
@@ -143,7 +146,7 @@ async fn watchdog(engine: Arc<Engine>, notify: Notifier, timeout: Duration, serv
 
 /// Waits for SIGTERM or SIGINT, then stops admitting requests; a running
 /// generation gets the grace period before it is aborted.
-async fn shutdown_signal(state: AppState, notify: Notifier) {
+async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -156,13 +159,9 @@ async fn shutdown_signal(state: AppState, notify: Notifier) {
         _ = term => {},
         _ = tokio::signal::ctrl_c() => {},
     }
-    tracing::info!(
-        grace_secs = state.config.shutdown_grace_secs,
-        "shutting down: no new requests; waiting for running ones"
-    );
+    tracing::info!(grace_secs = grace.as_secs(), "shutting down: no new requests; waiting for running ones");
     notify.stopping("shutting down: finishing running requests");
     state.begin_shutdown();
-    let grace = Duration::from_secs(state.config.shutdown_grace_secs);
     let aborter = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
@@ -171,14 +170,4 @@ async fn shutdown_signal(state: AppState, notify: Notifier) {
             loaded.engine.abort_all();
         }
     });
-}
-
-/// The model file's mtime; for a simulated spec, now.
-fn model_created(model_path: &str) -> u64 {
-    std::fs::metadata(model_path)
-        .and_then(|m| m.modified())
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_secs())
-        .unwrap_or_else(api::unix_now)
 }

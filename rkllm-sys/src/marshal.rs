@@ -6,7 +6,7 @@
 
 use crate::abi::{AbiTypes, Functions, V1_2, V1_3};
 use crate::common::*;
-use crate::model::{InitConfig, SamplingParams};
+use crate::params::{InitConfig, SamplingParams};
 use crate::{v1_2, v1_3};
 use std::ffi::{c_char, c_int, c_void};
 use std::ptr;

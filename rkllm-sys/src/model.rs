@@ -58,9 +58,32 @@ pub struct Finish {
     /// `abort` was called for this run.
     pub aborted: bool,
     /// The runtime's perf stats from the FINISH callback.
-    pub perf: Option<RKLLMPerfStat>,
+    pub perf: Option<Perf>,
     /// Bytes that never completed a character, as U+FFFD ("" normally).
     pub tail: String,
+}
+
+/// The runtime's own figures for one run (`RKLLMPerfStat` in plain Rust
+/// types, so the daemon never reads a `repr(C)` struct).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Perf {
+    pub prefill_time_ms: f64,
+    pub prefill_tokens: i64,
+    pub generate_time_ms: f64,
+    pub generate_tokens: i64,
+    pub memory_usage_mb: f64,
+}
+
+impl From<RKLLMPerfStat> for Perf {
+    fn from(p: RKLLMPerfStat) -> Self {
+        Perf {
+            prefill_time_ms: p.prefill_time_ms.into(),
+            prefill_tokens: p.prefill_tokens.into(),
+            generate_time_ms: p.generate_time_ms.into(),
+            generate_tokens: p.generate_tokens.into(),
+            memory_usage_mb: p.memory_usage_mb.into(),
+        }
+    }
 }
 
 impl Finish {
@@ -463,7 +486,7 @@ fn run_one<A: Marshal>(
         code,
         runtime_error: ctx.runtime_error,
         aborted: cancelled.load(Ordering::SeqCst),
-        perf: ctx.perf,
+        perf: ctx.perf.map(Perf::from),
         tail: ctx.utf8.finish(),
     };
     let _ = ctx.events.send(Event::Finished(finish));

@@ -9,7 +9,7 @@ use axum::response::Response;
 use subtle::ConstantTimeEq;
 
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if let Some(key) = &state.config.api_key {
+    if let Some(key) = &state.settings.api_key {
         let given = req
             .headers()
             .get(AUTHORIZATION)

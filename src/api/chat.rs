@@ -30,6 +30,6 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     let meta = state.meta("chatcmpl", &req.common.model)?;
-    let validated = req.validate(&meta.id, state.engine()?, state.config.reasoning, received)?;
+    let validated = req.validate(&meta.id, state.serving()?, state.settings.reasoning, received)?;
     respond(&state, validated, Shape::Chat, meta).await
 }

@@ -31,6 +31,6 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     let meta = state.meta("cmpl", &req.common.model)?;
-    let validated = req.validate(&meta.id, state.engine()?, received)?;
+    let validated = req.validate(&meta.id, state.serving()?, received)?;
     respond(&state, validated, Shape::Text, meta).await
 }

@@ -28,7 +28,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
         if !is_json {
             return Err(ApiError::unsupported_media_type());
         }
-        let limit = state.config.body_limit_bytes;
+        let limit = state.settings.body_limit_bytes;
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large(limit)

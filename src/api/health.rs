@@ -1,7 +1,7 @@
 //! `GET /health` (liveness) and `GET /health/ready` (readiness); public.
 
+use super::runtime_info::{Queue, Runtime};
 use super::AppState;
-use crate::engine::{QueueState, RuntimeInfo};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -24,9 +24,9 @@ pub struct Health {
     pub reason: Option<String>,
     pub version: &'static str,
     pub backend: Option<&'static str>,
-    pub runtime: Option<RuntimeInfo>,
+    pub runtime: Option<Runtime>,
     pub model: Option<String>,
-    pub queue: Option<QueueState>,
+    pub queue: Option<Queue>,
 }
 
 /// Liveness: 200 while the process serves HTTP and the runtime thread is
@@ -52,9 +52,9 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         reason: stalled,
         version: env!("CARGO_PKG_VERSION"),
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
-        runtime: loaded.map(|l| l.engine.info().clone()),
+        runtime: loaded.map(|l| l.engine.info().into()),
         model: loaded.map(|l| l.model_id.clone()),
-        queue: loaded.map(|l| l.engine.queue_state()),
+        queue: loaded.map(|l| l.engine.queue_state().into()),
     });
     (code, body)
 }

@@ -34,15 +34,15 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
 
 /// `/metrics` on the main listener, unless it has a listener of its own.
 pub fn main_routes(state: &AppState) -> Router<AppState> {
-    match state.config.metrics_addr {
-        None => Router::new().route("/metrics", get(scrape)),
-        Some(_) => Router::new(),
+    if state.settings.metrics_on_main_listener {
+        Router::new().route("/metrics", get(scrape))
+    } else {
+        Router::new()
     }
 }
 
-/// Binds `metrics_addr` (if set) and serves `/metrics` there until the process ends.
-pub async fn serve_separately(state: &AppState) -> Result<(), String> {
-    let Some(addr) = state.config.metrics_addr else { return Ok(()) };
+/// Binds `addr` and serves `/metrics` there until the process ends.
+pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> Result<(), String> {
     let listener =
         tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen for metrics on {addr}: {e}"))?;
     let bound = listener.local_addr().map_err(|e| e.to_string())?;
@@ -65,8 +65,8 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
     if !completion {
         return next.run(req).await;
     }
-    let (response, handed) = crate::metrics::track(next.run(req)).await;
-    if !handed {
+    let response = next.run(req).await;
+    if response.extensions().get::<super::respond::Admitted>().is_none() {
         let observer = crate::metrics::observer();
         observer.metrics.rejected(observer.model(), response.status().as_u16());
     }

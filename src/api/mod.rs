@@ -10,13 +10,16 @@ mod extract;
 mod health;
 mod metrics;
 mod models;
+mod record;
 mod reply;
 pub mod request;
 mod respond;
 pub mod response;
+mod runtime_info;
+mod status;
 mod system;
 
-use crate::config::Config;
+use crate::conversation::{Prompter, ReasoningMode};
 use crate::engine::Engine;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderValue, Method, Uri};
@@ -36,14 +39,32 @@ use utoipa_axum::routes;
 pub struct AppState(Arc<Inner>);
 
 pub struct Inner {
-    pub config: Config,
+    pub settings: Settings,
     loaded: OnceLock<Loaded>,
     shutting_down: AtomicBool,
 }
 
-/// The model once it is loaded.
+/// What the HTTP surface is built from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Require this key (`Authorization: Bearer`); health checks stay public.
+    pub api_key: Option<String>,
+    /// Origins allowed by CORS ("*" for any); empty: CORS off.
+    pub cors_origins: Vec<String>,
+    pub body_limit_bytes: usize,
+    /// Between keep-alive comments on a quiet stream.
+    pub keepalive: std::time::Duration,
+    /// What becomes of `<think>…</think>` text in chat replies.
+    pub reasoning: ReasoningMode,
+    /// `/metrics` is served here (not on a listener of its own).
+    pub metrics_on_main_listener: bool,
+}
+
+/// The model once it is loaded: the engine that runs it and the prompter
+/// that renders its prompts, side by side.
 pub struct Loaded {
     pub engine: Arc<Engine>,
+    pub prompter: Arc<Prompter>,
     pub model_id: String,
     /// Unix seconds: the model file's mtime, or the load time for the simulator.
     pub created: u64,
@@ -79,8 +100,8 @@ impl Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(config: Config) -> Self {
-        AppState(Arc::new(Inner { config, loaded: OnceLock::new(), shutting_down: AtomicBool::new(false) }))
+    pub fn new(settings: Settings) -> Self {
+        AppState(Arc::new(Inner { settings, loaded: OnceLock::new(), shutting_down: AtomicBool::new(false) }))
     }
 
     /// Makes the model available to requests (once).
@@ -95,10 +116,15 @@ impl AppState {
 
     /// The engine, if requests are being accepted.
     pub fn engine(&self) -> Result<&Arc<Engine>, ApiError> {
+        Ok(&self.serving()?.engine)
+    }
+
+    /// The loaded model, if requests are being accepted.
+    pub fn serving(&self) -> Result<&Loaded, ApiError> {
         if self.is_shutting_down() {
             return Err(ApiError::shutting_down());
         }
-        Ok(&self.loaded()?.engine)
+        self.loaded()
     }
 
     pub fn begin_shutdown(&self) {
@@ -173,21 +199,21 @@ pub fn router(state: AppState) -> Router {
         .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(state.config.body_limit_bytes));
-    if let Some(cors) = cors(&state.config) {
+        .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes));
+    if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
     app.with_state(state)
 }
 
-fn cors(config: &Config) -> Option<CorsLayer> {
-    if config.cors_origins.is_empty() {
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
         return None;
     }
-    let origin = if config.cors_origins.iter().any(|o| o == "*") {
+    let origin = if origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
     } else {
-        AllowOrigin::list(config.cors_origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
     };
     Some(
         CorsLayer::new()

@@ -2,12 +2,12 @@
 //! an SSE stream or as one JSON body.
 
 use super::error::ApiError;
-use super::reply::{pieces, Finished, Piece};
+use super::record::Record;
+use super::reply::{pieces, Piece, Summary};
 use super::request::Validated;
 use super::response::*;
 use super::AppState;
 use crate::conversation::{Delta as ReplyDelta, Reply};
-use crate::engine::EngineError;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -33,22 +33,26 @@ pub struct Meta {
 
 const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
 
+/// Marks a response whose request reached the engine: the request record
+/// counts it when it ends, so the counting middleware must not.
+#[derive(Debug, Clone, Copy)]
+pub struct Admitted;
+
 pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -> Result<Response, ApiError> {
     let engine = state.engine()?;
-    let generation = engine.submit(v.job).map_err(|e| match e {
-        EngineError::QueueFull => ApiError::queue_full(2),
-        other => ApiError::runtime(other.to_string()),
-    })?;
+    let mut generation = engine.submit(v.job).map_err(|e| super::status::refused(&e))?;
+    let record = Record::new(meta.id.clone(), &mut generation);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
     }
-    let pieces = pieces(generation, v.stops, v.rules);
+    let pieces = pieces(generation, record, v.stops, v.rules);
     let mut response = if v.stream {
-        stream(pieces, shape, meta, v.include_usage, state.config.keepalive_secs).into_response()
+        stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
     } else {
-        collect(pieces, shape, meta).await?
+        collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
     };
+    response.extensions_mut().insert(Admitted);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
             response.headers_mut().insert(IGNORED_PARAMS, value);
@@ -69,7 +73,7 @@ async fn collect(
             Piece::Delta(delta) => reply.absorb(delta),
             Piece::Failed(e) => return Err(*e),
             Piece::Finished(finished) => {
-                let Finished { finish_reason, usage, timings } = *finished;
+                let Summary { finish_reason, usage, timings } = *finished;
                 let finish_reason = Some(finish_reason);
                 let Meta { id, created, model, fingerprint } = meta;
                 let body = match shape {
@@ -111,7 +115,7 @@ fn stream(
     shape: Shape,
     meta: Meta,
     include_usage: bool,
-    keepalive_secs: u64,
+    keepalive: Duration,
 ) -> impl IntoResponse {
     let events = async_stream::stream! {
         let mut pieces = std::pin::pin!(pieces);
@@ -127,7 +131,7 @@ fn stream(
                     yield Event::default().data("[DONE]");
                 }
                 Piece::Finished(finished) => {
-                    let Finished { finish_reason, usage, timings } = *finished;
+                    let Summary { finish_reason, usage, timings } = *finished;
                     let finish_reason = Some(finish_reason);
                     // The last chunk before [DONE] carries usage and timings in every stream.
                     if include_usage {
@@ -141,8 +145,8 @@ fn stream(
             }
         }
     };
-    let sse = Sse::new(events.map(Ok::<_, Infallible>))
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(keepalive_secs)).text("keep-alive"));
+    let sse =
+        Sse::new(events.map(Ok::<_, Infallible>)).keep_alive(KeepAlive::new().interval(keepalive).text("keep-alive"));
     ([(HeaderName::from_static("x-accel-buffering"), "no")], sse)
 }
 
@@ -164,7 +168,7 @@ fn chunk(
     let Meta { id, created, model, fingerprint } = meta;
     match shape {
         Shape::Chat => {
-            let delta = step.map_or_else(Delta::default, |step| Delta::from_step(step, first));
+            let delta = step.map_or_else(ChunkDelta::default, |step| ChunkDelta::from_step(step, first));
             json_event(&Chunk {
                 id,
                 object: "chat.completion.chunk",

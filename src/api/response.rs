@@ -1,6 +1,6 @@
 //! Response wire types: non-stream bodies and stream chunks of both endpoints.
 
-use crate::conversation::{Call, CallDelta, CallHead, Delta as ReplyDelta, Reply};
+use crate::conversation::{CallDelta, CallHead, Delta as ReplyDelta, Reply, ToolCall as ReplyCall};
 use crate::metrics::Timings;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -89,7 +89,7 @@ pub struct TextCompletion {
 
 /// `delta` of a chat chunk. The role rides on the first token's chunk.
 #[derive(Debug, Clone, Serialize, ToSchema, Default)]
-pub struct Delta {
+pub struct ChunkDelta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -122,7 +122,7 @@ pub struct FunctionDelta {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ChunkChoice {
     pub index: u32,
-    pub delta: Delta,
+    pub delta: ChunkDelta,
     pub finish_reason: Option<&'static str>,
     #[schema(value_type = Option<Object>)]
     pub logprobs: Option<()>,
@@ -151,7 +151,7 @@ impl AssistantMessage {
         let Reply { content, reasoning, calls } = reply;
         let tool_calls: Vec<ToolCall> = calls
             .into_iter()
-            .map(|Call { id, name, arguments }| ToolCall {
+            .map(|ReplyCall { id, name, arguments }| ToolCall {
                 id,
                 kind: "function",
                 function: FunctionCall { name, arguments },
@@ -166,7 +166,7 @@ impl AssistantMessage {
     }
 }
 
-impl Delta {
+impl ChunkDelta {
     /// The chunk delta of one token's step. `content` is present when it has
     /// text, on the first chunk, and when nothing else is (a token that
     /// released nothing still makes a chunk, with `content: ""`).
@@ -187,7 +187,7 @@ impl Delta {
             })
             .collect();
         let bare = reasoning.is_empty() && tool_calls.is_empty();
-        Delta {
+        ChunkDelta {
             role: first.then_some("assistant"),
             content: (!content.is_empty() || first || bare).then_some(content),
             reasoning_content: (!reasoning.is_empty()).then_some(reasoning),

@@ -2,8 +2,8 @@
 //! by hand next to their benchmarks. Every item that cannot be read here is
 //! `null`. Field names are stable (the bench tool embeds this in reports).
 
+use super::runtime_info::Runtime;
 use super::AppState;
-use crate::engine::RuntimeInfo;
 use crate::metrics::init_log::InitFacts;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::telemetry::{CoreLoad, Temperature};
@@ -17,7 +17,7 @@ pub struct SystemInfo {
     /// rkllmd's version.
     pub version: &'static str,
     /// The loaded runtime (`null` while the model loads).
-    pub runtime: Option<RuntimeInfo>,
+    pub runtime: Option<Runtime>,
     /// SoC as the runtime reported it at init (`RK3588`, …).
     pub platform: Option<String>,
     /// rknpu driver version: sysfs/debugfs, else what the runtime printed at init.
@@ -68,7 +68,7 @@ impl SystemInfo {
         let process = ProcessStats::read();
         SystemInfo {
             version: env!("CARGO_PKG_VERSION"),
-            runtime: engine.map(|e| e.info().clone()),
+            runtime: engine.map(|e| e.info().into()),
             platform: facts.platform,
             driver_version: snapshot.driver_version.clone().or(facts.driver_version),
             npu: Npu {
@@ -95,7 +95,7 @@ impl SystemInfo {
         let runtime = self.runtime.as_ref();
         [
             ("version", Some(self.version.to_owned())),
-            ("backend", runtime.map(|r| r.backend.as_str().to_owned())),
+            ("backend", runtime.map(|r| r.backend.to_owned())),
             ("runtime_version", runtime.and_then(|r| r.version.clone())),
             ("abi", runtime.map(|r| r.abi.to_string())),
             ("driver_version", self.driver_version.clone()),

@@ -16,7 +16,7 @@ mod tool_calls;
 mod tool_json;
 
 pub use builtin::TemplateFamily;
-pub use output::{Call, CallDelta, CallHead, Delta, Reply, ReplyParser};
+pub use output::{CallDelta, CallHead, Delta, Reply, ReplyParser};
 pub use prompter::{PromptError, Prompter};
 pub use source::{LoadError, PromptSettings};
 pub use stop::StopMatcher;
@@ -72,12 +72,13 @@ pub struct Message {
     pub reasoning_content: Option<String>,
 }
 
-/// A function call made by the assistant in an earlier turn.
-#[derive(Debug, Clone, PartialEq)]
+/// A function call made by the assistant: in an earlier turn (input) or in
+/// this reply (output).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
-    /// The arguments as the client sent them (JSON text).
+    /// The arguments as JSON text, as the client sent them or the model wrote them.
     pub arguments: String,
 }
 

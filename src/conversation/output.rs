@@ -14,7 +14,7 @@
 
 use super::think::{Part, ThinkSplitter};
 use super::tool_calls::{ToolCallParser, ToolOut};
-use super::{ReasoningMode, ReplyRules, StopMatcher};
+use super::{ReasoningMode, ReplyRules, StopMatcher, ToolCall};
 
 /// What one token (or the end of the reply) added to the reply.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -180,15 +180,7 @@ impl ReplyParser {
 pub struct Reply {
     pub content: String,
     pub reasoning: String,
-    pub calls: Vec<Call>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Call {
-    pub id: String,
-    pub name: String,
-    /// JSON-encoded, as the model wrote it.
-    pub arguments: String,
+    pub calls: Vec<ToolCall>,
 }
 
 impl Reply {
@@ -199,7 +191,7 @@ impl Reply {
         // Calls never interleave: every step after a head is the latest call's.
         for step in delta.calls {
             if let Some(CallHead { id, name }) = step.head {
-                self.calls.push(Call { id, name, arguments: String::new() });
+                self.calls.push(ToolCall { id, name, arguments: String::new() });
             }
             if let Some(call) = self.calls.last_mut() {
                 call.arguments.push_str(&step.arguments);

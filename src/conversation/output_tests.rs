@@ -41,7 +41,7 @@ fn reply(content: &str, reasoning: &str, calls: &[(&str, &str)]) -> Reply {
         reasoning: reasoning.into(),
         calls: calls
             .iter()
-            .map(|(n, a)| Call { id: String::new(), name: n.to_string(), arguments: a.to_string() })
+            .map(|(n, a)| ToolCall { id: String::new(), name: n.to_string(), arguments: a.to_string() })
             .collect(),
     }
 }

@@ -5,10 +5,9 @@
 use super::checks::version_parts;
 use super::{Check, Report};
 use crate::config::Config;
-use crate::engine::{Engine, GenEvent, Job};
+use crate::engine::{GenEvent, Job};
 use crate::sampling::SamplingOverrides;
 use futures_util::StreamExt;
-use std::sync::Arc;
 use std::time::Instant;
 
 const TITLE: &str = "smoke run";
@@ -16,9 +15,9 @@ const TITLE: &str = "smoke run";
 pub async fn run(config: &Config, report: &mut Report) {
     let load_config = config.clone();
     let started = Instant::now();
-    let loaded = tokio::task::spawn_blocking(move || Engine::load(&load_config, |_| {})).await;
+    let loaded = tokio::task::spawn_blocking(move || crate::app::load_model(&load_config, |_| {})).await;
     let engine = match loaded {
-        Ok(Ok(engine)) => Arc::new(engine),
+        Ok(Ok(loaded)) => loaded.engine,
         Ok(Err(e)) => {
             let text = e.to_string();
             report.push(Check::fail(TITLE, format!("loading failed: {text}"), fix_for(&text)));

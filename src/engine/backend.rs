@@ -1,12 +1,34 @@
 //! Choosing the runtime (real library or simulator) and the model to load.
 
-use crate::config::{Backend, Config};
 use rkllm_sys::{find_library, Abi, Runtime};
+use std::path::PathBuf;
 use std::sync::Arc;
 
+/// Which runtime to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// The real runtime if a library is found and loads, else the simulated one.
+    Auto,
+    /// The real runtime or fail.
+    Rkllm,
+    /// The simulated runtime.
+    Sim,
+}
+
+/// Where the runtime comes from.
+#[derive(Debug, Clone)]
+pub struct RuntimeSettings {
+    pub choice: RuntimeChoice,
+    /// `librkllmrt.so` (default: `RKLLM_LIB`, then the usual directories).
+    pub lib: Option<PathBuf>,
+    /// Only for libraries without a version marker (and the simulator's ABI).
+    pub abi: Option<Abi>,
+    /// The configured model: a real file must never be served by the simulator.
+    pub model: Option<String>,
+}
+
 /// Which kind of runtime is in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
     Rkllm,
     Sim,
@@ -29,56 +51,49 @@ pub enum BackendError {
     NoModel,
 }
 
-/// Opens the runtime the configuration asks for. With `auto`, a library that
-/// is missing or fails to load falls back to the simulator, and `fallback`
-/// says why (the caller logs it as a warning) — unless a real model file is
-/// configured: then the loader's error is returned.
-pub fn open(config: &Config) -> Result<(Arc<Runtime>, BackendKind, Option<String>), BackendError> {
-    match config.backend {
-        Backend::Sim => Ok((sim(config), BackendKind::Sim, None)),
-        Backend::Rkllm => Ok((Arc::new(real(config)?), BackendKind::Rkllm, None)),
-        Backend::Auto => match real(config) {
-            Ok(runtime) => Ok((Arc::new(runtime), BackendKind::Rkllm, None)),
+/// An opened runtime, ready for [`super::Engine::load`].
+pub struct OpenedRuntime {
+    pub runtime: Arc<Runtime>,
+    pub kind: BackendKind,
+    /// Why `auto` fell back to the simulator (the caller logs it as a warning).
+    pub fallback: Option<String>,
+}
+
+/// Opens the runtime the settings ask for. With `auto`, a library that is
+/// missing or fails to load falls back to the simulator, unless a real model
+/// file is configured: then the loader's error is returned.
+pub fn open_runtime(settings: &RuntimeSettings) -> Result<OpenedRuntime, BackendError> {
+    let opened = |runtime, kind, fallback| OpenedRuntime { runtime, kind, fallback };
+    match settings.choice {
+        RuntimeChoice::Sim => Ok(opened(sim(settings), BackendKind::Sim, None)),
+        RuntimeChoice::Rkllm => Ok(opened(Arc::new(real(settings)?), BackendKind::Rkllm, None)),
+        RuntimeChoice::Auto => match real(settings) {
+            Ok(runtime) => Ok(opened(Arc::new(runtime), BackendKind::Rkllm, None)),
             // A real model file must never be "served" by the simulator.
-            Err(why) if config.model.as_deref().is_some_and(|m| !m.starts_with("sim:")) => Err(why.into()),
-            Err(why) => Ok((sim(config), BackendKind::Sim, Some(why.to_string()))),
+            Err(why) if settings.model.as_deref().is_some_and(|m| !m.starts_with("sim:")) => Err(why.into()),
+            Err(why) => Ok(opened(sim(settings), BackendKind::Sim, Some(why.to_string()))),
         },
     }
 }
 
-fn real(config: &Config) -> Result<Runtime, rkllm_sys::LoadError> {
-    let path = find_library(config.lib.as_deref())?;
-    Runtime::load(&path, config.runtime_abi())
+fn real(settings: &RuntimeSettings) -> Result<Runtime, rkllm_sys::LoadError> {
+    let path = find_library(settings.lib.as_deref())?;
+    Runtime::load(&path, settings.abi)
 }
 
-fn sim(config: &Config) -> Arc<Runtime> {
-    // The simulator speaks either ABI; `runtime_abi` picks which (1.3 by default).
-    Arc::new(rkllm_sim::runtime(config.runtime_abi().unwrap_or(Abi::V1_3)))
+fn sim(settings: &RuntimeSettings) -> Arc<Runtime> {
+    // The simulator speaks either ABI; `abi` picks which (1.3 by default).
+    Arc::new(rkllm_sim::runtime(settings.abi.unwrap_or(Abi::V1_3)))
 }
 
-/// The `model_path` given to `rkllm_init`.
-pub fn model_path(config: &Config, kind: BackendKind) -> Result<String, BackendError> {
-    match (&config.model, kind) {
-        (Some(model), _) => Ok(model.clone()),
-        (None, BackendKind::Sim) => Ok(format!("sim:{}", config.sim_profile)),
+/// The `model_path` given to `rkllm_init`: the configured model, or with the
+/// simulator and no model its `sim:PROFILE`.
+pub fn model_path(model: Option<&str>, sim_profile: &str, kind: BackendKind) -> Result<String, BackendError> {
+    match (model, kind) {
+        (Some(model), _) => Ok(model.to_owned()),
+        (None, BackendKind::Sim) => Ok(format!("sim:{sim_profile}")),
         (None, BackendKind::Rkllm) => Err(BackendError::NoModel),
     }
-}
-
-/// The id the model is served as: configured, or `sim-PROFILE`, or the file's stem.
-pub fn model_id(config: &Config, model_path: &str) -> String {
-    if let Some(id) = &config.model_id {
-        return id.clone();
-    }
-    if let Some(spec) = model_path.strip_prefix("sim:") {
-        let profile = spec.split('?').next().unwrap_or_default();
-        return format!("sim-{profile}");
-    }
-    std::path::Path::new(model_path)
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "model".into())
 }
 
 #[cfg(test)]
@@ -86,18 +101,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn model_ids() {
-        let c = Config::default();
-        assert_eq!(model_id(&c, "sim:qwen2.5-1.5b?time_scale=0.1"), "sim-qwen2.5-1.5b");
-        assert_eq!(model_id(&c, "/models/Qwen3-1.7B_w8a8.rkllm"), "Qwen3-1.7B_w8a8");
-        let c = Config { model_id: Some("mine".into()), ..Config::default() };
-        assert_eq!(model_id(&c, "/x/y.rkllm"), "mine");
-    }
-
-    #[test]
     fn sim_without_model_serves_the_profile_and_real_needs_a_model() {
-        let c = Config::default();
-        assert_eq!(model_path(&c, BackendKind::Sim).unwrap(), "sim:qwen2.5-1.5b");
-        assert!(matches!(model_path(&c, BackendKind::Rkllm), Err(BackendError::NoModel)));
+        assert_eq!(model_path(None, "qwen2.5-1.5b", BackendKind::Sim).unwrap(), "sim:qwen2.5-1.5b");
+        assert_eq!(model_path(Some("/m.rkllm"), "x", BackendKind::Sim).unwrap(), "/m.rkllm");
+        assert!(matches!(model_path(None, "x", BackendKind::Rkllm), Err(BackendError::NoModel)));
     }
 }

@@ -1,41 +1,39 @@
 //! The only code that talks to the runtime: loading the model on its own
 //! thread, the request queue, sampling defaults and per-request overrides,
-//! limits, time-outs and abort. It knows nothing of HTTP.
+//! limits, time-outs and abort. It knows nothing of HTTP: a job arrives
+//! rendered, and a generation ends with an [`EndReason`], never a status.
 
 mod backend;
 mod generation;
+mod guards;
 mod job;
 mod liveness;
+mod outcome;
 mod queue;
 
-pub use backend::{model_id, BackendKind};
-pub use generation::{EndReason, GenEvent, Generation, Outcome};
+pub use backend::{model_path, open_runtime, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings};
+pub use generation::Generation;
 pub use job::Job;
+pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use queue::QueueState;
 
-use crate::config::Config;
-use crate::conversation::Prompter;
+use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, Model, SamplingParams};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
-    #[error(transparent)]
-    Backend(#[from] backend::BackendError),
     #[error("loading the model failed: {0}")]
     Model(#[from] rkllm_sys::ModelError),
-    #[error(transparent)]
-    Prompt(#[from] crate::conversation::LoadError),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone)]
 pub struct RuntimeInfo {
     pub backend: BackendKind,
-    #[schema(value_type = String)]
-    #[serde(serialize_with = "serialize_display")]
     pub abi: Abi,
     /// The runtime's version (from the library's marker), if known.
     pub version: Option<String>,
@@ -45,10 +43,7 @@ pub struct RuntimeInfo {
     pub model_path: String,
 }
 
-fn serialize_display<S: serde::Serializer>(value: &impl std::fmt::Display, s: S) -> Result<S::Ok, S::Error> {
-    s.collect_str(value)
-}
-
+/// What one request may take.
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_new_tokens: u32,
@@ -58,70 +53,71 @@ pub struct Limits {
     pub max_context_len: u32,
 }
 
+impl Limits {
+    /// Prefill time grows with the prompt, so the first-token allowance does too.
+    pub fn first_token_timeout(&self, prompt_bytes: usize) -> Duration {
+        self.first_token_base + self.first_token_per_kib.mul_f64(prompt_bytes as f64 / 1024.0)
+    }
+}
+
+/// Everything the engine is built from (the composition root fills it in).
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// The path or `sim:` spec given to `rkllm_init`.
+    pub model_path: String,
+    pub limits: Limits,
+    /// Requests that may wait while one runs.
+    pub queue_depth: usize,
+    /// NPU memory domain (`extend_param.base_domain_id`).
+    pub base_domain_id: i32,
+    /// The configured `[sampling]` table, laid over RKLLM's defaults.
+    pub sampling: SamplingOverrides,
+    /// The daemon renders every prompt itself: switch the runtime's own template off.
+    pub disable_runtime_template: bool,
+}
+
 pub struct Engine {
     model: Model,
     /// Set at shutdown: queued jobs end without running.
-    closing: std::sync::atomic::AtomicBool,
+    closing: AtomicBool,
     queue: queue::Queue,
     info: RuntimeInfo,
     defaults: SamplingParams,
     limits: Limits,
-    prompter: Prompter,
 }
 
 impl Engine {
-    /// Opens the runtime and loads the model; blocks for as long as
-    /// `rkllm_init` takes (seconds to minutes on a board). `on_fallback`
-    /// receives the reason when `auto` falls back to the simulator.
-    pub fn load(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Engine, EngineError> {
-        let (runtime, kind, fallback) = backend::open(config)?;
-        if let Some(why) = fallback {
-            on_fallback(&why);
-        }
-        let model_path = backend::model_path(config, kind)?;
-        // Before the (slow) model load, so a bad template fails fast.
-        let prompter = Prompter::load(&crate::app::prompt_settings(config), &model_path)?;
-        let (template, tokenizer) = prompter.describe();
-        tracing::info!(%template, %tokenizer, "prompt rendering");
-        if !prompter.renders() {
-            tracing::warn!(
-                "no chat template found: requests are limited to one user message; set `template` or `chat_template`"
-            );
-        }
-        let defaults = config.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
+    /// Loads the model on the runtime `open_runtime` gave; blocks for as long
+    /// as `rkllm_init` takes (seconds to minutes on a board).
+    pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let EngineSettings { model_path, limits, queue_depth, base_domain_id, sampling, disable_runtime_template } =
+            settings;
+        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
-            max_context_len: config.max_context_len as i32,
-            max_new_tokens: config.max_new_tokens as i32,
+            max_context_len: limits.max_context_len as i32,
+            max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
-            base_domain_id: config.base_domain_id,
+            base_domain_id,
             ..InitConfig::new(model_path.clone())
         };
         let info = RuntimeInfo {
-            backend: kind,
-            abi: runtime.abi(),
-            version: runtime.version().map(str::to_owned),
-            origin: runtime.origin().to_string(),
+            backend: runtime.kind,
+            abi: runtime.runtime.abi(),
+            version: runtime.runtime.version().map(str::to_owned),
+            origin: runtime.runtime.origin().to_string(),
             model_path,
         };
-        let model = Model::load(runtime, init)?;
-        if prompter.renders() {
-            // The daemon renders every prompt itself: disable the runtime's template.
+        let model = Model::load(runtime.runtime, init)?;
+        if disable_runtime_template {
             model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
         }
         Ok(Engine {
             model,
-            closing: std::sync::atomic::AtomicBool::new(false),
-            queue: queue::Queue::new(config.queue_depth),
+            closing: AtomicBool::new(false),
+            queue: queue::Queue::new(queue_depth),
             info,
             defaults,
-            limits: Limits {
-                max_new_tokens: config.max_new_tokens,
-                first_token_base: Duration::from_secs(config.first_token_timeout_secs),
-                first_token_per_kib: Duration::from_millis(config.first_token_timeout_ms_per_kib),
-                request_timeout: Duration::from_secs(config.request_timeout_secs),
-                max_context_len: config.max_context_len,
-            },
-            prompter,
+            limits,
         })
     }
 
@@ -135,10 +131,6 @@ impl Engine {
     pub fn limits(&self) -> &Limits {
         &self.limits
     }
-    /// The chat template and tokenizer loaded for this model.
-    pub fn prompter(&self) -> &Prompter {
-        &self.prompter
-    }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults
     }
@@ -151,28 +143,11 @@ impl Engine {
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.
     pub fn abort_all(&self) {
-        self.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closing.store(true, Ordering::SeqCst);
         self.model.abort_active();
     }
 
     fn is_closing(&self) -> bool {
-        self.closing.load(std::sync::atomic::Ordering::SeqCst)
+        self.closing.load(Ordering::SeqCst)
     }
-}
-
-/// Hands a finished request to the observer (request log, cross-check,
-/// metrics, timings log).
-pub(crate) fn log_request(job_id: &str, outcome: &Outcome, disconnected: bool, called_tools: bool) {
-    let (status, finish_reason) =
-        if disconnected { (499, "abort") } else { outcome.reason.status_and_finish_reason(called_tools) };
-    crate::metrics::finish_request(&crate::metrics::Finished {
-        id: job_id,
-        status,
-        finish_reason,
-        timeline: &outcome.timeline,
-        perf: outcome.perf,
-        dropped_tokens: outcome.dropped_tokens,
-        client_disconnected: disconnected,
-        counted_prompt_tokens: outcome.prompt_tokens,
-    });
 }

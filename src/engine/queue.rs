@@ -45,7 +45,7 @@ impl Drop for Turn {
     }
 }
 
-#[derive(Debug, Clone, Copy, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy)]
 pub struct QueueState {
     /// Generations on the NPU now (0 or 1).
     pub running: usize,

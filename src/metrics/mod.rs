@@ -18,9 +18,17 @@ pub mod timeline;
 pub use request_log::{usage_prompt_tokens, Finished};
 pub use timeline::{RuntimePerf, Timeline, Timings};
 
-use crate::config::Config;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// What observability is built from.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Where the sysfs/debugfs/procfs telemetry files are read from.
+    pub telemetry_root: PathBuf,
+    /// Append one JSON line per finished request here.
+    pub timings_log: Option<PathBuf>,
+}
 
 pub struct Observer {
     pub metrics: registry::Metrics,
@@ -34,11 +42,11 @@ static OBSERVER: OnceLock<Observer> = OnceLock::new();
 
 /// Sets the process's observer up from the configuration; call once at start,
 /// before any request. Fails when the timings log cannot be opened.
-pub fn init(config: &Config) -> Result<(), String> {
+pub fn init(settings: &Settings) -> Result<(), String> {
     let observer = Observer {
         metrics: registry::Metrics::new(),
-        telemetry: telemetry::Sampler::new(&config.telemetry_root),
-        timings_log: config.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
+        telemetry: telemetry::Sampler::new(&settings.telemetry_root),
+        timings_log: settings.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
         model: OnceLock::new(),
     };
     OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
@@ -67,7 +75,8 @@ impl Observer {
 }
 
 /// Everything that happens once per request that reached the engine: the
-/// log event, the cross-check, the metrics and the timings-log line.
+/// log event, the cross-check, the metrics and the timings-log line. The api
+/// calls it with the outcome it answered (or would have answered) with.
 pub fn finish_request(f: &Finished) {
     let o = observer();
     let model = o.model();
@@ -94,23 +103,4 @@ pub fn finish_request(f: &Finished) {
             timings: &timings,
         });
     }
-}
-
-tokio::task_local! {
-    static HANDED_TO_ENGINE: Arc<AtomicBool>;
-}
-
-/// Runs one HTTP request's handling and says whether it reached the engine.
-/// A request that did is counted when it finishes ([`finish_request`]); one
-/// that did not is counted by the caller from its response status, so each
-/// request is counted exactly once.
-pub async fn track<F: std::future::Future>(handling: F) -> (F::Output, bool) {
-    let flag = Arc::new(AtomicBool::new(false));
-    let output = HANDED_TO_ENGINE.scope(flag.clone(), handling).await;
-    (output, flag.load(Ordering::SeqCst))
-}
-
-/// Called by the engine when it accepted a job (inside [`track`], if any).
-pub fn handed_to_engine() {
-    let _ = HANDED_TO_ENGINE.try_with(|flag| flag.store(true, Ordering::SeqCst));
 }

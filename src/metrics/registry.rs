@@ -3,7 +3,7 @@
 //! [`Timings`] the final chunk carries, and the inter-token gaps as tokens
 //! arrive. Point-in-time gauges are built per scrape (`scrape.rs`).
 
-use super::request_log::Finished;
+use super::request_log::{Finished, Mismatch};
 use super::Timings;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,24 +28,6 @@ struct RequestLabels {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     check: &'static str,
-}
-
-/// Which cross-check against the runtime's perf stats failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mismatch {
-    /// Our generated-token count ≠ `generate_tokens`.
-    Tokens,
-    /// Our prefill is shorter than the runtime's `prefill_time_ms`.
-    Prefill,
-}
-
-impl Mismatch {
-    fn label(self) -> &'static str {
-        match self {
-            Mismatch::Tokens => "tokens",
-            Mismatch::Prefill => "prefill",
-        }
-    }
 }
 
 pub struct Metrics {

@@ -2,13 +2,30 @@
 //! `timings_log`, one JSON line in a file), plus the cross-check of our
 //! measurement against the runtime's own perf stats.
 
-use super::registry::Mismatch;
 use super::{RuntimePerf, Timeline, Timings};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 use std::time::Instant;
+
+/// Which cross-check against the runtime's perf stats failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// Our generated-token count ≠ `generate_tokens`.
+    Tokens,
+    /// Our prefill is shorter than the runtime's `prefill_time_ms`.
+    Prefill,
+}
+
+impl Mismatch {
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Mismatch::Tokens => "tokens",
+            Mismatch::Prefill => "prefill",
+        }
+    }
+}
 
 /// A request that reached the engine, at its end.
 #[derive(Debug, Clone, Copy)]

@@ -49,15 +49,10 @@ pub struct RuntimePerf {
     pub memory_usage_mb: f64,
 }
 
-impl From<rkllm_sys::common::RKLLMPerfStat> for RuntimePerf {
-    fn from(p: rkllm_sys::common::RKLLMPerfStat) -> Self {
-        RuntimePerf {
-            prefill_time_ms: p.prefill_time_ms.into(),
-            prefill_tokens: p.prefill_tokens.into(),
-            generate_time_ms: p.generate_time_ms.into(),
-            generate_tokens: p.generate_tokens.into(),
-            memory_usage_mb: p.memory_usage_mb.into(),
-        }
+impl From<rkllm_sys::Perf> for RuntimePerf {
+    fn from(p: rkllm_sys::Perf) -> Self {
+        let rkllm_sys::Perf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb } = p;
+        RuntimePerf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb }
     }
 }
 

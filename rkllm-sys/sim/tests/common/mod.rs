@@ -36,7 +36,7 @@ impl Outcome {
         self.tokens.iter().flat_map(|t| t.bytes.iter().copied()).collect()
     }
 
-    pub fn perf(&self) -> rkllm_sys::common::RKLLMPerfStat {
+    pub fn perf(&self) -> rkllm_sys::Perf {
         self.finish.perf.expect("FINISH delivered perf")
     }
 

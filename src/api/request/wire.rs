@@ -1,0 +1,129 @@
+//! The request bodies as clients send them (serde + OpenAPI schema).
+
+use crate::sampling::SamplingOverrides;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// `stop`: a string or an array of up to 4 strings.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum StopSequences {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: Option<bool>,
+}
+
+macro_rules! wire_sampling {
+    ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $lo:literal ..= $hi:literal ),* $(,)?) => {
+        /// The sampling fields of a request (OpenAI's plus the llama.cpp/vLLM
+        /// extensions RKLLM users expect); an omitted field keeps the RKLLM default.
+        #[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+        pub struct SamplingFields {
+            $( $(#[doc = $doc])* pub $name: Option<$ty>, )*
+        }
+
+        impl From<SamplingFields> for SamplingOverrides {
+            fn from(w: SamplingFields) -> Self {
+                SamplingOverrides { $( $name: w.$name, )* }
+            }
+        }
+    };
+}
+crate::with_sampling_fields!(wire_sampling);
+
+/// Fields both endpoints share.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+pub struct Common {
+    pub model: String,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub max_tokens: Option<u32>,
+    pub n: Option<u32>,
+    pub stop: Option<StopSequences>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    /// Anything else the client sent (ignored, logged at debug).
+    #[serde(flatten)]
+    #[schema(ignore)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ChatRole {
+    System,
+    Developer,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One content part; only `text` parts are supported.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ChatMessage {
+    pub role: ChatRole,
+    pub content: Option<Content>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tool_calls: Option<Vec<Value>>,
+    pub tool_call_id: Option<String>,
+    /// The participant's name (passed to the template).
+    pub name: Option<String>,
+    /// Extension: an assistant turn's reasoning, as returned in `reasoning_content`.
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct ChatCompletionRequest {
+    pub messages: Vec<ChatMessage>,
+    /// Alias of `max_tokens`; both may be set only to the same value.
+    pub max_completion_tokens: Option<u32>,
+    /// Extension: reaches the chat template and the runtime's `enable_thinking`.
+    pub enable_thinking: Option<bool>,
+    /// Extension: extra variables for the chat template (e.g. `{"enable_thinking": false}`).
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<Map<String, Value>>,
+    /// Functions the model may call.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub tools: Option<Vec<Value>>,
+    /// `none`, `auto`, `required` or `{"type":"function","function":{"name":…}}`.
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<Value>,
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// Legacy `prompt`: a string or an array of strings.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Prompt {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct CompletionRequest {
+    pub prompt: Prompt,
+    #[serde(flatten)]
+    pub common: Common,
+}

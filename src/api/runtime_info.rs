@@ -1,0 +1,53 @@
+//! The wire shapes of what the engine tells about itself (`/health`,
+//! `/v1/system`): the engine's types carry no serde or schema attributes.
+
+use crate::engine::{QueueState, RuntimeInfo};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The loaded runtime.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Runtime {
+    /// `rkllm` (the real library) or `sim` (the simulated runtime).
+    pub backend: &'static str,
+    /// The C ABI in use: `1.3` or `1.2`.
+    pub abi: String,
+    /// The runtime's version (from the library's marker), if known.
+    pub version: Option<String>,
+    /// The library path, or the in-process simulator.
+    pub origin: String,
+    /// The path or spec given to `rkllm_init`.
+    pub model_path: String,
+}
+
+impl From<&RuntimeInfo> for Runtime {
+    fn from(info: &RuntimeInfo) -> Self {
+        Runtime {
+            backend: info.backend.as_str(),
+            abi: info.abi.to_string(),
+            version: info.version.clone(),
+            origin: info.origin.clone(),
+            model_path: info.model_path.clone(),
+        }
+    }
+}
+
+/// The request queue now.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct Queue {
+    /// Generations on the NPU now (0 or 1).
+    pub running: usize,
+    /// Requests waiting for their turn.
+    pub waiting: usize,
+    /// How many may wait before new ones are refused.
+    pub capacity: usize,
+    /// Tokens the running request has generated so far (0 while it prefills).
+    pub running_tokens: u32,
+}
+
+impl From<QueueState> for Queue {
+    fn from(q: QueueState) -> Self {
+        let QueueState { running, waiting, capacity, running_tokens } = q;
+        Queue { running, waiting, capacity, running_tokens }
+    }
+}
