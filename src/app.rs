@@ -58,14 +58,18 @@ pub fn limits(config: &Config) -> Limits {
     }
 }
 
-pub fn engine_settings(config: &Config, model_path: String, disable_runtime_template: bool) -> EngineSettings {
+/// `prompter`: what the model's prompts are rendered and tokenized with.
+pub fn engine_settings(config: &Config, model_path: String, prompter: &Prompter) -> EngineSettings {
     EngineSettings {
         model_path,
         limits: limits(config),
         queue_depth: config.queue_depth,
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
-        disable_runtime_template,
+        disable_runtime_template: prompter.renders(),
+        // Token input needs our own template and tokenizer: the runtime's
+        // template is not applied to token ids.
+        conversation_cache: config.conversation_cache && prompter.renders() && prompter.has_tokenizer(),
     }
 }
 
@@ -120,7 +124,11 @@ pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loa
     }
     let model_id = model_id(config.model_id.as_deref(), &model_path);
     let created = model_created(&model_path);
-    let engine = Engine::load(runtime, engine_settings(config, model_path, prompter.renders()))?;
+    let settings = engine_settings(config, model_path, &prompter);
+    if config.conversation_cache && !settings.conversation_cache {
+        tracing::info!("conversation cache off: it needs the model's chat template and tokenizer.json");
+    }
+    let engine = Engine::load(runtime, settings)?;
     Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id, created })
 }
 

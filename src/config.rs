@@ -61,6 +61,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// What becomes of `<think>…</think>` text in replies.
     pub reasoning: ReasoningMode,
+    /// Keep the conversation in the runtime's KV cache between requests (needs a tokenizer).
+    pub conversation_cache: bool,
     /// Sampling defaults applied at `rkllm_init` and for every field a request omits.
     pub sampling: SamplingOverrides,
     /// The model's chat template: a `.jinja` file, `tokenizer_config.json` or `chat_template.json`.
@@ -104,6 +106,7 @@ impl Default for Config {
             base_domain_id: 0,
             log_format: LogFormat::Text,
             reasoning: ReasoningMode::Split,
+            conversation_cache: true,
             sampling: SamplingOverrides::default(),
             chat_template: None,
             template: None,
@@ -186,6 +189,9 @@ pub struct Overrides {
     /// split: thinking text goes to `reasoning_content`; inline: left in `content`; hide: dropped.
     #[arg(long, env = "RKLLMD_REASONING", value_enum)]
     pub reasoning: Option<ReasoningMode>,
+    /// on: a follow-up turn prefills only what is new (needs the model's tokenizer.json); off: every request prefills all.
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE", value_parser = on_off)]
+    pub conversation_cache: Option<bool>,
     /// Sampling defaults (file only: a [sampling] table).
     #[arg(skip)]
     #[serde(default, deserialize_with = "strict_sampling")]
@@ -208,6 +214,15 @@ pub struct Overrides {
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT")]
     pub telemetry_root: Option<PathBuf>,
+}
+
+/// `on`/`off` (or `true`/`false`) for a switch given as a flag or variable.
+fn on_off(value: &str) -> Result<bool, String> {
+    match value.to_ascii_lowercase().as_str() {
+        "on" | "true" | "1" | "yes" => Ok(true),
+        "off" | "false" | "0" | "no" => Ok(false),
+        other => Err(format!("`{other}`: expected on or off")),
+    }
 }
 
 /// The `[sampling]` table. Requests may carry fields we ignore, but a
@@ -276,6 +291,7 @@ impl Config {
             base_domain_id,
             log_format,
             reasoning,
+            conversation_cache,
             sampling,
             telemetry_root
         );

@@ -118,6 +118,9 @@ async fn a_tokenizer_counts_prompt_tokens_and_refuses_what_does_not_fit() {
         "20",
         "--max-new-tokens",
         "16",
+        // A word-level test vocabulary the simulator does not share: count only.
+        "--conversation-cache",
+        "off",
     ]);
     // Seven words (one unknown to the vocabulary) = seven tokens (the simulator would count 14).
     let seven = json!([{"role": "user", "content": "one two three"}, {"role": "assistant", "content": "four five"}, {"role": "user", "content": "six zebra"}]);

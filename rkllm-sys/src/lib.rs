@@ -24,6 +24,7 @@ pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
 pub use capture::capture_output;
 pub use loader::{find_library, LoadError, Origin, Runtime};
 pub use model::{
-    Activity, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunRequest, SamplingParams, Token,
+    Activity, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunInput, RunRequest,
+    SamplingParams, Token,
 };
 pub use sniff::{sniff_file, SniffError, Sniffed};

@@ -32,6 +32,9 @@ pub trait Marshal: AbiTypes {
 
     fn prompt_input(role: *const c_char, prompt: *const c_char, enable_thinking: bool) -> Self::Input;
 
+    /// `ids` must stay valid (and unmoved) until `rkllm_run` returns.
+    fn token_input(role: *const c_char, ids: &mut [i32], enable_thinking: bool) -> Self::Input;
+
     /// `max_new_tokens` and `sampling` are ignored on ABI 1.2, which cannot
     /// take them per run (the caller reports that; see `Abi::per_run_sampling`).
     fn infer_param(
@@ -64,6 +67,16 @@ macro_rules! prompt_union {
         // SAFETY: all-zero is valid for every member (pointers and integers).
         let mut union: $abi::RKLLMInputUnion = unsafe { std::mem::zeroed() };
         union.prompt_input = $prompt;
+        union
+    }};
+}
+
+/// A zeroed input union with `token_input` set (see `prompt_union`).
+macro_rules! token_union {
+    ($abi:ident, $ids:ident) => {{
+        // SAFETY: all-zero is valid for every member (pointers and integers).
+        let mut union: $abi::RKLLMInputUnion = unsafe { std::mem::zeroed() };
+        union.token_input = RKLLMTokenInput { input_ids: $ids.as_mut_ptr(), n_tokens: $ids.len() };
         union
     }};
 }
@@ -131,6 +144,10 @@ impl Marshal for V1_2 {
         }
     }
 
+    fn token_input(role: *const c_char, ids: &mut [i32], enable_thinking: bool) -> v1_2::RKLLMInput {
+        v1_2::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_2, ids) }
+    }
+
     fn infer_param(keep_history: bool, _: Option<i32>, _: *mut v1_3::RKLLMSamplingParam) -> v1_2::RKLLMInferParam {
         v1_2::RKLLMInferParam {
             mode: RKLLMInferMode::Generate,
@@ -176,6 +193,10 @@ impl Marshal for V1_3 {
             input_type: RKLLMInputType::Prompt,
             input: prompt_union!(v1_3, prompt),
         }
+    }
+
+    fn token_input(role: *const c_char, ids: &mut [i32], enable_thinking: bool) -> v1_3::RKLLMInput {
+        v1_3::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_3, ids) }
     }
 
     fn infer_param(

@@ -20,7 +20,7 @@ use crate::activity::Progress;
 use crate::capture::capture_output;
 use crate::common::*;
 use crate::marshal::Marshal;
-pub use crate::params::{InitConfig, Role, RunRequest, SamplingParams};
+pub use crate::params::{InitConfig, Role, RunInput, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
 use std::ffi::{c_int, c_void, CStr, CString};
@@ -457,10 +457,19 @@ fn run_one<A: Marshal>(
             return;
         }
         *active = Some(id);
-        shared.progress.run_started(req.prompt.len());
+        shared.progress.run_started(req.input.text_bytes());
     }
-    let prompt = CString::new(req.prompt.replace('\0', "")).unwrap_or_default();
-    let mut input = A::prompt_input(req.role.as_cstr().as_ptr(), prompt.as_ptr(), req.enable_thinking);
+    // Both buffers outlive the blocking call below.
+    let (prompt, mut ids) = match req.input {
+        RunInput::Prompt(text) => (CString::new(text.replace('\0', "")).unwrap_or_default(), Vec::new()),
+        RunInput::Tokens(ids) => (CString::default(), ids),
+    };
+    let role = req.role.as_cstr().as_ptr();
+    let mut input = if ids.is_empty() {
+        A::prompt_input(role, prompt.as_ptr(), req.enable_thinking)
+    } else {
+        A::token_input(role, &mut ids, req.enable_thinking)
+    };
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);
     let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
     let mut infer = A::infer_param(req.keep_history, req.max_new_tokens, sampling_ptr);

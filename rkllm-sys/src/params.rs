@@ -92,10 +92,32 @@ impl Role {
     }
 }
 
+/// What a run prefills.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunInput {
+    /// Text, tokenized by the runtime (`RKLLM_INPUT_PROMPT`; NUL characters
+    /// cannot cross the C string and are dropped).
+    Prompt(String),
+    /// Token ids the caller tokenized (`RKLLM_INPUT_TOKEN`): the caller knows
+    /// exactly what enters the KV cache.
+    Tokens(Vec<i32>),
+}
+
+impl RunInput {
+    /// The input's size in bytes of text, for the liveness allowance (a
+    /// token counts as 4 bytes, about one English BPE token).
+    pub fn text_bytes(&self) -> usize {
+        match self {
+            RunInput::Prompt(text) => text.len(),
+            RunInput::Tokens(ids) => ids.len() * 4,
+        }
+    }
+}
+
 /// One generation.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
-    pub prompt: String,
+    pub input: RunInput,
     pub role: Role,
     pub enable_thinking: bool,
     pub keep_history: bool,
@@ -108,8 +130,17 @@ pub struct RunRequest {
 impl RunRequest {
     /// A stateless user prompt with the init parameters.
     pub fn prompt(prompt: impl Into<String>) -> Self {
+        RunRequest::new(RunInput::Prompt(prompt.into()))
+    }
+
+    /// A stateless run of these token ids with the init parameters.
+    pub fn tokens(ids: Vec<i32>) -> Self {
+        RunRequest::new(RunInput::Tokens(ids))
+    }
+
+    fn new(input: RunInput) -> Self {
         RunRequest {
-            prompt: prompt.into(),
+            input,
             role: Role::User,
             enable_thinking: false,
             keep_history: false,

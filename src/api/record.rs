@@ -54,5 +54,6 @@ fn write(id: &str, outcome: &Outcome, ending: &Ending, client_disconnected: bool
         dropped_tokens: outcome.dropped_tokens,
         client_disconnected,
         counted_prompt_tokens: outcome.prompt_tokens,
+        cached_tokens: outcome.cached_tokens,
     });
 }

@@ -64,10 +64,10 @@ pub fn pieces(
                         yield Piece::Failed(Box::new(e));
                         break;
                     }
-                    let timings = Timings::derive(&outcome.timeline, outcome.perf);
+                    let timings = Timings::derive(&outcome.timeline, outcome.perf, outcome.cached_tokens);
                     let prompt_tokens = crate::metrics::usage_prompt_tokens(outcome.prompt_tokens, &timings);
                     let completion_tokens = outcome.timeline.tokens;
-                    let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens.map(|p| p + i64::from(completion_tokens)) };
+                    let usage = Usage::new(prompt_tokens, completion_tokens, outcome.cached_tokens);
                     yield Piece::Finished(Box::new(Summary { finish_reason: ending.finish_reason, usage, timings }));
                     break;
                 }

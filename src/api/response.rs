@@ -14,6 +14,25 @@ pub struct Usage {
     /// Generated tokens, counted as the runtime's callback delivered them.
     pub completion_tokens: u32,
     pub total_tokens: Option<i64>,
+    pub prompt_tokens_details: PromptTokensDetails,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens reused from the conversation cache (the KV cache of the
+    /// previous run), not prefilled again; 0 on a miss or with the cache off.
+    pub cached_tokens: u32,
+}
+
+impl Usage {
+    pub fn new(prompt_tokens: Option<i64>, completion_tokens: u32, cached_tokens: u32) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens.map(|p| p + i64::from(completion_tokens)),
+            prompt_tokens_details: PromptTokensDetails { cached_tokens },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -90,17 +90,21 @@ impl Prompter {
         Ok(Rendered { starts_in_thinking, tool_syntax: offered.then_some(template.tool_syntax), prompt })
     }
 
-    /// The exact prompt length, when a tokenizer is configured. The text
+    /// The prompt's token ids, when a tokenizer is configured. The text
     /// already holds the template's special tokens, so none are added.
-    pub fn count_tokens(&self, text: &str) -> Option<usize> {
+    pub fn tokenize(&self, text: &str) -> Option<Vec<u32>> {
         let (tokenizer, origin) = self.tokenizer.as_ref()?;
         match tokenizer.encode(text, false) {
-            Ok(encoding) => Some(encoding.len()),
+            Ok(encoding) => Some(encoding.get_ids().to_vec()),
             Err(e) => {
                 tracing::warn!(tokenizer = %origin, error = %e, "cannot tokenize the prompt; the runtime will count it");
                 None
             }
         }
+    }
+
+    pub fn has_tokenizer(&self) -> bool {
+        self.tokenizer.is_some()
     }
 }
 

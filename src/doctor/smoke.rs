@@ -48,7 +48,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         max_new_tokens: Some(1),
         sampling: SamplingOverrides::default(),
         enable_thinking: false,
-        prompt_tokens: None,
+        tokens: None,
     };
     let mut generation = match engine.submit(job) {
         Ok(g) => g,

@@ -6,12 +6,13 @@
 
 use super::guards::{RunGuard, WaitGuard};
 use super::job::Job;
+use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
 use super::queue::Place;
 use super::{Engine, EngineError};
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{Event, Finish, RunControl, RunRequest};
+use rkllm_sys::{Event, Finish, RunControl, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -73,7 +74,7 @@ impl Engine {
         let given = job.sampling.given();
         let limit = job.max_new_tokens.unwrap_or(self.limits.max_new_tokens).min(self.limits.max_new_tokens);
         let request = RunRequest {
-            prompt: job.prompt.clone(),
+            input: RunInput::Prompt(job.prompt.clone()),
             role: rkllm_sys::Role::User,
             enable_thinking: job.enable_thinking,
             keep_history: false,
@@ -83,9 +84,10 @@ impl Engine {
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        let waiting =
-            WaitGuard { received: job.received, prompt_tokens: job.prompt_tokens, abandoned: Some(abandoned_tx) };
-        let start = Start { engine: self.clone(), job, request, limit, place, stop: stop.clone(), waiting };
+        let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
+        let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
+        let start =
+            Start { engine: self.clone(), job, prompt_tokens, request, limit, place, stop: stop.clone(), waiting };
         let events = Box::pin(async_stream::stream! {
             let mut run = match start.run().await {
                 Ok(run) => run,
@@ -98,8 +100,8 @@ impl Engine {
                 match run.step(event) {
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
-                    Step::Done(outcome) => {
-                        yield GenEvent::Done(*outcome);
+                    Step::Finished(finish) => {
+                        yield GenEvent::Done(run.finish(*finish).await);
                         return;
                     }
                 }
@@ -108,26 +110,13 @@ impl Engine {
         });
         Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned) })
     }
-
-    /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and publishes it as a gauge when it comes; nothing waits for it.
-    pub(super) fn sample_kv_cache(&self) {
-        let size = self.model.kv_cache_size();
-        let publish = async move {
-            if let Ok(Ok(sizes)) = size.await {
-                crate::metrics::observer().metrics.set_kv_cache_tokens(sizes.iter().map(|&s| i64::from(s)).sum());
-            }
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(publish);
-        }
-    }
 }
 
 /// A queued job, before its turn.
 struct Start {
     engine: Arc<Engine>,
     job: Job,
+    prompt_tokens: Option<u32>,
     request: RunRequest,
     limit: u32,
     place: Place,
@@ -139,19 +128,28 @@ impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
     async fn run(mut self) -> Result<Run, Outcome> {
-        let first_token_timeout = self.engine.limits.first_token_timeout(self.request.prompt.len());
+        let first_token_timeout = self.engine.limits.first_token_timeout(self.job.prompt.len());
         let turn = self.engine.queue.wait_turn(self.place).await;
         let (tx, events) = tokio::sync::mpsc::unbounded_channel();
         let timeline = Timeline::new(self.job.received);
         let submitted = if self.engine.is_closing() {
             Err(EndReason::ShuttingDown)
         } else {
-            self.engine.model.submit(self.request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))
+            let plan = self.engine.plan_kv(self.job.tokens.as_deref(), self.limit).await;
+            if let Some(plan) = &plan {
+                self.request.input = plan.input();
+                self.request.keep_history = true;
+            }
+            self.engine
+                .model
+                .submit(self.request, tx)
+                .map(|control| (control, plan))
+                .map_err(|e| EndReason::RuntimeError(e.to_string()))
         };
         let abandoned = self.waiting.start();
-        let control = match submitted {
-            Ok(control) => control,
-            Err(reason) => return Err(Outcome::without_run(reason, timeline, self.job.prompt_tokens)),
+        let (control, plan) = match submitted {
+            Ok(submitted) => submitted,
+            Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
         let mut reason = None;
         {
@@ -168,12 +166,22 @@ impl Start {
             events,
             turn: Some(turn),
             timeline,
-            prompt_tokens: self.job.prompt_tokens,
+            prompt_tokens: self.prompt_tokens,
             dropped: 0,
             finished: false,
             abandoned,
         };
-        Ok(Run { guard, stop: self.stop, limit: self.limit, first_token_timeout, deadline: None, reason })
+        let generated = Vec::new();
+        Ok(Run {
+            guard,
+            stop: self.stop,
+            limit: self.limit,
+            first_token_timeout,
+            deadline: None,
+            reason,
+            plan,
+            generated,
+        })
     }
 }
 
@@ -188,12 +196,17 @@ struct Run {
     deadline: Option<tokio::time::Instant>,
     /// Why the run is ending, once something decided it (limit, time-out).
     reason: Option<EndReason>,
+    /// How the run uses the conversation cache (`None`: stateless).
+    plan: Option<Plan>,
+    /// Every id the runtime generated (those dropped from the reply too:
+    /// they are in the KV cache all the same).
+    generated: Vec<i32>,
 }
 
 enum Step {
     Token(String),
     Skip,
-    Done(Box<Outcome>),
+    Finished(Box<Finish>),
 }
 
 impl Run {
@@ -225,8 +238,13 @@ impl Run {
                 self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
                 Step::Skip
             }
-            Event::Token(token) => self.token(token),
-            Event::Finished(finish) => Step::Done(Box::new(self.finish(finish))),
+            Event::Token(token) => {
+                if self.plan.is_some() {
+                    self.generated.push(token.token_id);
+                }
+                self.token(token)
+            }
+            Event::Finished(finish) => Step::Finished(Box::new(finish)),
         }
     }
 
@@ -258,12 +276,17 @@ impl Run {
         Step::Token(token.text)
     }
 
-    fn finish(&mut self, finish: Finish) -> Outcome {
+    async fn finish(&mut self, finish: Finish) -> Outcome {
         self.guard.finished = true;
         let engine = self.guard.engine.clone();
-        // Queued before the next job can submit its run, so the size is this
-        // run's, sampled right after it.
-        engine.sample_kv_cache();
+        // Still holding the turn: the size is this run's.
+        let cached_tokens = match &self.plan {
+            Some(plan) => engine.settle_kv(plan, &self.generated).await,
+            None => {
+                engine.sample_kv_cache();
+                0
+            }
+        };
         // The runtime is free: let the next job in before we report.
         self.guard.turn.take();
         self.guard.timeline.finished = Some(finish.at);
@@ -286,6 +309,7 @@ impl Run {
             tail: finish.tail,
             dropped_tokens: self.guard.dropped,
             prompt_tokens: self.guard.prompt_tokens,
+            cached_tokens,
         }
     }
 

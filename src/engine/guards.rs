@@ -86,6 +86,7 @@ impl Drop for RunGuard {
                     }
                 }
             }
+            engine.forget_kv();
             engine.sample_kv_cache();
             drop(turn);
             let mut outcome = Outcome::without_run(EndReason::Abandoned, timeline, prompt_tokens);

@@ -15,6 +15,8 @@ pub struct Job {
     pub max_new_tokens: Option<u32>,
     pub sampling: SamplingOverrides,
     pub enable_thinking: bool,
-    /// The prompt's length by the model's tokenizer, when one is configured.
-    pub prompt_tokens: Option<u32>,
+    /// The prompt's token ids by the model's tokenizer, when one is
+    /// configured (its length is `usage.prompt_tokens`; with the
+    /// conversation cache they are what the runtime is sent).
+    pub tokens: Option<Vec<i32>>,
 }

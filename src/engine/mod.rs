@@ -7,6 +7,7 @@ mod backend;
 mod generation;
 mod guards;
 mod job;
+mod kv;
 mod liveness;
 mod outcome;
 mod queue;
@@ -74,6 +75,9 @@ pub struct EngineSettings {
     pub sampling: SamplingOverrides,
     /// The daemon renders every prompt itself: switch the runtime's own template off.
     pub disable_runtime_template: bool,
+    /// Keep the conversation in the KV cache between runs (`kv.rs`); jobs
+    /// without token ids always run stateless.
+    pub conversation_cache: bool,
 }
 
 pub struct Engine {
@@ -84,14 +88,23 @@ pub struct Engine {
     info: RuntimeInfo,
     defaults: SamplingParams,
     limits: Limits,
+    /// `Some` with the conversation cache on.
+    kv: Option<std::sync::Mutex<kv::KvCache>>,
 }
 
 impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
-        let EngineSettings { model_path, limits, queue_depth, base_domain_id, sampling, disable_runtime_template } =
-            settings;
+        let EngineSettings {
+            model_path,
+            limits,
+            queue_depth,
+            base_domain_id,
+            sampling,
+            disable_runtime_template,
+            conversation_cache,
+        } = settings;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
@@ -118,6 +131,7 @@ impl Engine {
             info,
             defaults,
             limits,
+            kv: conversation_cache.then(Default::default),
         })
     }
 
@@ -130,6 +144,9 @@ impl Engine {
     }
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    pub fn conversation_cache(&self) -> bool {
+        self.kv.is_some()
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults

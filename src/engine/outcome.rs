@@ -56,13 +56,23 @@ pub struct Outcome {
     pub dropped_tokens: u32,
     /// The prompt's length by the model's tokenizer (the job's count).
     pub prompt_tokens: Option<u32>,
+    /// Prompt tokens the run reused from the conversation cache (not prefilled).
+    pub cached_tokens: u32,
 }
 
 impl Outcome {
     /// An end without a run (or without its figures).
     pub(super) fn without_run(reason: EndReason, mut timeline: Timeline, prompt_tokens: Option<u32>) -> Outcome {
         timeline.finished.get_or_insert_with(std::time::Instant::now);
-        Outcome { reason, timeline, perf: None, tail: String::new(), dropped_tokens: 0, prompt_tokens }
+        Outcome {
+            reason,
+            timeline,
+            perf: None,
+            tail: String::new(),
+            dropped_tokens: 0,
+            prompt_tokens,
+            cached_tokens: 0,
+        }
     }
 }
 

@@ -40,6 +40,8 @@ pub struct Metrics {
     prefill: Histogram,
     decode: Histogram,
     prompt_tokens: Counter,
+    cached_prompt_tokens: Counter,
+    kv_cache_mismatches: Counter,
     generation_tokens: Counter,
     requests: Family<RequestLabels, Counter>,
     disconnects: Counter,
@@ -69,6 +71,8 @@ impl Metrics {
             prefill: histogram(),
             decode: histogram(),
             prompt_tokens: Counter::default(),
+            cached_prompt_tokens: Counter::default(),
+            kv_cache_mismatches: Counter::default(),
             generation_tokens: Counter::default(),
             requests: Family::default(),
             disconnects: Counter::default(),
@@ -100,6 +104,16 @@ impl Metrics {
             "rkllmd_prompt_tokens",
             "Prompt tokens (usage.prompt_tokens: the tokenizer's count, else the runtime's prefill count)",
             self.prompt_tokens.clone(),
+        );
+        r.register(
+            "rkllmd_prompt_tokens_cached",
+            "Prompt tokens reused from the conversation cache (usage.prompt_tokens_details.cached_tokens)",
+            self.cached_prompt_tokens.clone(),
+        );
+        r.register(
+            "rkllmd_kv_cache_mismatch",
+            "Runs after which rkllm_get_kv_cache_size disagreed with the tokens sent and generated (the cache restarts clean)",
+            self.kv_cache_mismatches.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
         r.register("rkllmd_requests", "Completion requests by outcome", self.requests.clone());
@@ -143,6 +157,7 @@ impl Metrics {
         if let Some(p) = f.prompt_tokens(t) {
             self.prompt_tokens.inc_by(p.unsigned_abs());
         }
+        self.cached_prompt_tokens.inc_by(t.cache_n.unsigned_abs());
         self.generation_tokens.inc_by(u64::from(t.predicted_n));
         if f.client_disconnected {
             self.disconnects.inc();
@@ -169,6 +184,10 @@ impl Metrics {
 
     pub fn mismatch(&self, which: Mismatch) {
         self.mismatches.get_or_create(&CheckLabels { check: which.label() }).inc();
+    }
+
+    pub fn kv_cache_mismatch(&self) {
+        self.kv_cache_mismatches.inc();
     }
 
     pub fn set_kv_cache_tokens(&self, tokens: i64) {

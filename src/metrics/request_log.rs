@@ -44,6 +44,8 @@ pub struct Finished<'a> {
     pub client_disconnected: bool,
     /// The prompt's length by the model's tokenizer, when one is configured.
     pub counted_prompt_tokens: Option<u32>,
+    /// Prompt tokens reused from the conversation cache.
+    pub cached_tokens: u32,
 }
 
 impl Finished<'_> {
@@ -109,6 +111,7 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         status = f.status,
         finish_reason = f.finish_reason,
         prompt_tokens = f.prompt_tokens(t),
+        cached_tokens = t.cache_n,
         completion_tokens = t.predicted_n,
         client_disconnected = f.client_disconnected,
         admitted_us = raw.admitted,
@@ -238,8 +241,9 @@ mod tests {
             dropped_tokens,
             client_disconnected: false,
             counted_prompt_tokens: None,
+            cached_tokens: 0,
         };
-        cross_check(&f, &Timings::derive(&t, Some(p)))
+        cross_check(&f, &Timings::derive(&t, Some(p), 0))
     }
 
     #[test]

@@ -61,8 +61,11 @@ impl From<rkllm_sys::Perf> for RuntimePerf {
 /// intervals after the first token. Undefined figures are `null`.
 #[derive(Debug, Clone, Serialize, ToSchema, PartialEq)]
 pub struct Timings {
-    /// Prompt tokens prefilled by this run (the runtime's count).
+    /// Prompt tokens prefilled by this run (the runtime's count); with the
+    /// conversation cache only the tokens after the cached prefix.
     pub prompt_n: Option<i64>,
+    /// Prompt tokens reused from the conversation cache (not prefilled).
+    pub cache_n: i64,
     /// prefill_ms = first_token − admitted.
     pub prompt_ms: Option<f64>,
     pub prompt_per_token_ms: Option<f64>,
@@ -95,7 +98,7 @@ fn finite(x: f64) -> Option<f64> {
 }
 
 impl Timings {
-    pub fn derive(t: &Timeline, perf: Option<RuntimePerf>) -> Timings {
+    pub fn derive(t: &Timeline, perf: Option<RuntimePerf>, cached_tokens: u32) -> Timings {
         let n = t.tokens;
         let prefill_ms = t.admitted.zip(t.first_token).map(|(a, f)| ms(a, f));
         let decode_ms = match (t.first_token, t.last_token) {
@@ -106,6 +109,7 @@ impl Timings {
         let prompt_n = perf.map(|p| p.prefill_tokens).filter(|&p| p > 0);
         Timings {
             prompt_n,
+            cache_n: i64::from(cached_tokens),
             prompt_ms: prefill_ms,
             prompt_per_token_ms: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(ms / p as f64)),
             prompt_per_second: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(p as f64 / (ms / 1000.0))),
@@ -146,7 +150,7 @@ mod tests {
             generate_tokens: 5,
             memory_usage_mb: 1.0,
         };
-        let x = Timings::derive(&t, Some(perf));
+        let x = Timings::derive(&t, Some(perf), 0);
         let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-6;
         assert!(close(x.queue_ms, 100.0));
         assert!(close(x.prompt_ms, 300.0));
@@ -166,10 +170,10 @@ mod tests {
         let mut t = Timeline::new(r);
         t.admitted = Some(r);
         t.token(at(r, 50));
-        let x = Timings::derive(&t, None);
+        let x = Timings::derive(&t, None, 0);
         assert_eq!((x.predicted_ms, x.predicted_per_second, x.predicted_per_token_ms), (None, None, None));
         assert!(x.ttft_ms.is_some());
-        let x = Timings::derive(&Timeline::new(r), None);
+        let x = Timings::derive(&Timeline::new(r), None, 0);
         assert_eq!((x.ttft_ms, x.prompt_ms, x.queue_ms, x.e2e_ms), (None, None, None, None));
     }
 
@@ -180,7 +184,7 @@ mod tests {
         t.admitted = Some(r);
         t.token(at(r, 5));
         t.token(at(r, 5));
-        let x = Timings::derive(&t, None);
+        let x = Timings::derive(&t, None, 0);
         assert_eq!(x.predicted_ms, Some(0.0));
         assert_eq!(x.predicted_per_second, None);
     }

@@ -86,7 +86,7 @@ impl Common {
                 max_new_tokens: max_tokens,
                 sampling,
                 enable_thinking: false,
-                prompt_tokens: None,
+                tokens: None,
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -159,7 +159,8 @@ impl CompletionRequest {
 /// NPU is touched when it leaves no room for the reply: `max_tokens` if the
 /// client set it, else one token (the reply then ends at the context's end).
 fn count_prompt(job: &mut Job, model: &Loaded, param: &str) -> Result<(), ApiError> {
-    let Some(n) = model.prompter.count_tokens(&job.prompt) else { return Ok(()) };
+    let Some(ids) = model.prompter.tokenize(&job.prompt) else { return Ok(()) };
+    let n = ids.len();
     let context = u64::from(model.engine.limits().max_context_len);
     let prompt = n as u64;
     let completion = u64::from(job.max_new_tokens.unwrap_or(1));
@@ -174,6 +175,7 @@ fn count_prompt(job: &mut Job, model: &Loaded, param: &str) -> Result<(), ApiErr
         e.body.code = Some("context_length_exceeded");
         return Err(e);
     }
-    job.prompt_tokens = u32::try_from(n).ok();
+    // Vocabularies are far below 2^31: an id that does not fit is not sent.
+    job.tokens = ids.into_iter().map(|id| i32::try_from(id).ok()).collect();
     Ok(())
 }
