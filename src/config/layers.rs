@@ -36,7 +36,7 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub print_config: bool,
     #[command(flatten)]
-    pub settings: Given,
+    settings: Given,
 }
 
 /// Every setting as clap read it (flags, variables, defaults), each value

@@ -10,7 +10,7 @@
 mod layers;
 mod validate;
 
-pub use layers::{ConfigArgs, ConfigError, Given};
+pub use layers::{ConfigArgs, ConfigError};
 
 use crate::conversation::{ReasoningMode, TemplateFamily};
 use crate::sampling::SamplingOverrides;
