@@ -1,9 +1,8 @@
 //! rkllmd: an OpenAI-compatible server for LLMs on Rockchip NPUs.
 
 use clap::{Parser, Subcommand};
-use rkllmd::config::{Config, LogFormat, Overrides};
+use rkllmd::config::{Config, ConfigArgs, LogFormat};
 use rkllmd::{bench, doctor, server};
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -13,14 +12,9 @@ use std::process::ExitCode;
     about = "OpenAI-compatible server for LLMs on the NPU of Rockchip RK3588/RK3576 boards"
 )]
 struct Cli {
-    /// TOML config file (its settings are overridden by RKLLMD_* variables and flags).
-    #[arg(long, global = true, env = "RKLLMD_CONFIG")]
-    config: Option<PathBuf>,
-    /// Print the effective configuration and exit.
-    #[arg(long, global = true)]
-    print_config: bool,
+    // Without a subcommand rkllmd serves, so the top level takes serve's settings.
     #[command(flatten)]
-    settings: Overrides,
+    config: ConfigArgs,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -28,23 +22,33 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the API (the default).
-    Serve,
+    Serve(ConfigArgs),
     /// Check the board, runtime library and model; each line OK/WARN/FAIL with the fix.
-    Doctor(doctor::DoctorArgs),
+    Doctor {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        doctor: doctor::DoctorArgs,
+    },
     /// Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).
     Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match Config::assemble(cli.config.as_deref(), cli.settings) {
+    // Settings given after the subcommand come after (and win over) those before it.
+    let mut layers = vec![&cli.config];
+    if let Some(Command::Serve(config) | Command::Doctor { config, .. }) = &cli.command {
+        layers.push(config);
+    }
+    let config = match Config::assemble(&layers) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("rkllmd: {e}");
             return ExitCode::from(2);
         }
     };
-    if cli.print_config {
+    if layers.iter().any(|l| l.print_config) {
         print!("{}", config.to_toml());
         return ExitCode::SUCCESS;
     }
@@ -56,10 +60,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => runtime.block_on(server::serve(config)),
-        Command::Doctor(args) => return doctor::run(&config, &args, &runtime),
-        Command::Bench(args) => runtime.block_on(bench::run(*args)),
+    let result = match cli.command {
+        None | Some(Command::Serve(_)) => runtime.block_on(server::serve(config)),
+        Some(Command::Doctor { doctor, .. }) => return doctor::run(&config, &doctor, &runtime),
+        Some(Command::Bench(args)) => runtime.block_on(bench::run(*args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,7 +5,7 @@
 use super::template::TemplateSource;
 
 /// A built-in template family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TemplateFamily {
     /// Qwen2.5-Instruct's ChatML (Hermes-style tools).
@@ -23,6 +23,16 @@ pub enum TemplateFamily {
 }
 
 impl TemplateFamily {
+    pub const ALL: [TemplateFamily; 6] = [
+        TemplateFamily::Chatml,
+        TemplateFamily::Qwen3,
+        TemplateFamily::Llama3,
+        TemplateFamily::Gemma,
+        TemplateFamily::Phi3,
+        TemplateFamily::DeepseekR1,
+    ];
+
+    /// The name in the config (the serde name).
     pub fn name(self) -> &'static str {
         match self {
             TemplateFamily::Chatml => "chatml",
@@ -53,6 +63,13 @@ impl TemplateFamily {
             bos_token: bos.to_owned(),
             eos_token: eos.to_owned(),
         }
+    }
+}
+
+impl std::str::FromStr for TemplateFamily {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        super::by_name(&Self::ALL, Self::name, "template", s)
     }
 }
 

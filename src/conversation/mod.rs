@@ -37,7 +37,7 @@ pub struct ReplyRules {
 }
 
 /// What happens to text inside `<think>…</think>` (config `reasoning`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReasoningMode {
     /// Returned as `reasoning_content`, not in `content`.
@@ -47,6 +47,34 @@ pub enum ReasoningMode {
     Inline,
     /// Dropped.
     Hide,
+}
+
+impl ReasoningMode {
+    pub const ALL: [ReasoningMode; 3] = [ReasoningMode::Split, ReasoningMode::Inline, ReasoningMode::Hide];
+
+    /// The name in the config (the serde name).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningMode::Split => "split",
+            ReasoningMode::Inline => "inline",
+            ReasoningMode::Hide => "hide",
+        }
+    }
+}
+
+impl std::str::FromStr for ReasoningMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        by_name(&Self::ALL, Self::name, "reasoning mode", s)
+    }
+}
+
+/// The one of `all` whose name is `s`, for the `FromStr` of a named choice.
+fn by_name<T: Copy>(all: &[T], name: fn(T) -> &'static str, what: &str, s: &str) -> Result<T, String> {
+    all.iter().copied().find(|&v| name(v) == s).ok_or_else(|| {
+        let names: Vec<&str> = all.iter().map(|&v| name(v)).collect();
+        format!("unknown {what} `{s}`; expected one of {}", names.join(", "))
+    })
 }
 
 /// How a model writes tool calls.

@@ -4,7 +4,6 @@ use super::{Check, Report};
 use crate::config::{Backend, Config};
 use crate::conversation::{Prompter, TemplateFamily};
 use crate::metrics::board::Board;
-use clap::ValueEnum;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -253,7 +252,7 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
             report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));
         }
         Ok(_) => {
-            let families: Vec<&str> = TemplateFamily::value_variants().iter().map(|f| f.name()).collect();
+            let families: Vec<&str> = TemplateFamily::ALL.iter().map(|f| f.name()).collect();
             report.push(Check::warn(
                 TITLE,
                 "the runtime's built-in one — only single-message requests: a system prompt, earlier turns \

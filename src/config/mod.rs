@@ -1,0 +1,181 @@
+//! One `Config`, assembled as: defaults < TOML file < `RKLLMD_*` environment
+//! < command-line flags, and validated once at start.
+//!
+//! Each setting is declared once, as a field of [`Config`]: its doc line is
+//! the `--help` text, its `#[arg]` gives the flag (the field name in kebab
+//! case), the `RKLLMD_*` variable and the default, and the field name is the
+//! TOML key. `layers.rs` lays the sources over each other; `validate.rs`
+//! checks the result.
+
+mod layers;
+mod validate;
+
+pub use layers::{ConfigArgs, ConfigError};
+
+use crate::conversation::{ReasoningMode, TemplateFamily};
+use crate::sampling::SamplingOverrides;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::ValueEnum;
+use rkllm_sys::Abi;
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The real runtime if a library is found and loads, else the simulated one.
+    Auto,
+    /// The real runtime or fail.
+    Rkllm,
+    /// The simulated runtime.
+    Sim,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// The effective configuration, and the declaration of every setting.
+///
+/// `Default` is each field's `default_value`; the file's schema is this
+/// struct (unknown keys refused, missing ones defaulted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "RKLLMD_HOST", default_value = "127.0.0.1")]
+    pub host: IpAddr,
+    /// Port to listen on (0 = any free port).
+    #[arg(long, env = "RKLLMD_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Model file (.rkllm); with the simulated backend also `sim:PROFILE?key=value&…`.
+    #[arg(long, env = "RKLLMD_MODEL")]
+    pub model: Option<String>,
+    /// Id the model is served as (default: the file's stem, or `sim-PROFILE`).
+    #[arg(long, env = "RKLLMD_MODEL_ID")]
+    pub model_id: Option<String>,
+    /// Path of librkllmrt.so (default: RKLLM_LIB, then the usual library directories).
+    #[arg(long, env = "RKLLMD_LIB")]
+    pub lib: Option<PathBuf>,
+    /// Which runtime serves the model.
+    #[arg(long, env = "RKLLMD_BACKEND", value_enum, default_value = "auto")]
+    pub backend: Backend,
+    /// ABI of a library without a version marker: "1.3" or "1.2".
+    #[arg(long, env = "RKLLMD_RUNTIME_ABI")]
+    pub runtime_abi: Option<String>,
+    /// Require `Authorization: Bearer KEY` on the API (health checks stay public).
+    #[arg(long, env = "RKLLMD_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Requests that may wait while one runs; more are refused with 429.
+    #[arg(long, env = "RKLLMD_QUEUE_DEPTH", default_value_t = 16)]
+    pub queue_depth: usize,
+    /// Upper limit and default for generated tokens per request.
+    #[arg(long, env = "RKLLMD_MAX_NEW_TOKENS", default_value_t = 2048)]
+    pub max_new_tokens: u32,
+    /// Context length given to the runtime.
+    #[arg(long, env = "RKLLMD_MAX_CONTEXT_LEN", default_value_t = 4096)]
+    pub max_context_len: u32,
+    /// Timing profile of the simulated runtime (e.g. instant, qwen2.5-1.5b).
+    #[arg(long, env = "RKLLMD_SIM_PROFILE", default_value = "qwen2.5-1.5b")]
+    pub sim_profile: String,
+    /// Origins allowed by CORS (comma-separated; "*" for any). Default: CORS off.
+    #[arg(long, env = "RKLLMD_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
+    /// Largest accepted request body, in bytes.
+    #[arg(long, env = "RKLLMD_BODY_LIMIT_BYTES", default_value_t = 8 * 1024 * 1024)]
+    pub body_limit_bytes: usize,
+    /// Seconds between keep-alive comments on a quiet stream.
+    #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
+    pub keepalive_secs: u64,
+    /// Base time allowed from admission to the first token.
+    #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_SECS", default_value_t = 120)]
+    pub first_token_timeout_secs: u64,
+    /// Extra first-token time per KiB of prompt (prefill scales with length).
+    // Prefill runs at ~6–15 ms per token on RK3588; a KiB of prompt is ~250
+    // tokens, so allow 4 s per KiB on top of the base.
+    #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_MS_PER_KIB", default_value_t = 4000)]
+    pub first_token_timeout_ms_per_kib: u64,
+    /// Time allowed for a whole generation after admission.
+    #[arg(long, env = "RKLLMD_REQUEST_TIMEOUT_SECS", default_value_t = 1800)]
+    pub request_timeout_secs: u64,
+    /// On SIGTERM/SIGINT, how long a running generation may go on before it is aborted.
+    #[arg(long, env = "RKLLMD_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
+    /// NPU memory domain (1 fixes "failed to malloc npu memory" on some boards).
+    #[arg(long, env = "RKLLMD_BASE_DOMAIN_ID", default_value_t = 0)]
+    pub base_domain_id: i32,
+    /// Log format.
+    #[arg(long, env = "RKLLMD_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// split: thinking text goes to `reasoning_content`; inline: left in `content`; hide: dropped.
+    #[arg(long, env = "RKLLMD_REASONING", default_value = "split",
+          value_parser = named::<ReasoningMode>(ReasoningMode::ALL.map(ReasoningMode::name)))]
+    pub reasoning: ReasoningMode,
+    /// on: a follow-up turn prefills only what is new (needs the model's chat template and tokenizer.json); off: every request prefills its whole prompt.
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE", default_value = "on", action = clap::ArgAction::Set,
+          value_parser = on_off())]
+    pub conversation_cache: bool,
+    /// Sampling defaults applied at `rkllm_init` and for every field a request omits
+    /// (file only: a [sampling] table).
+    #[arg(skip)]
+    #[serde(deserialize_with = "layers::strict_sampling")]
+    pub sampling: SamplingOverrides,
+    /// Chat template file: .jinja, tokenizer_config.json or chat_template.json (default: beside the model).
+    #[arg(long, env = "RKLLMD_CHAT_TEMPLATE")]
+    pub chat_template: Option<PathBuf>,
+    /// Built-in chat template when no template file is found.
+    #[arg(long, env = "RKLLMD_TEMPLATE",
+          value_parser = named::<TemplateFamily>(TemplateFamily::ALL.map(TemplateFamily::name)))]
+    pub template: Option<TemplateFamily>,
+    /// tokenizer.json for exact prompt token counts (default: beside the model).
+    #[arg(long, env = "RKLLMD_TOKENIZER")]
+    pub tokenizer: Option<PathBuf>,
+    /// Append one JSON line per finished request (timeline and timings) to this file.
+    #[arg(long, env = "RKLLMD_TIMINGS_LOG")]
+    pub timings_log: Option<PathBuf>,
+    /// Serve /metrics on this address (e.g. 127.0.0.1:9090) instead of the main listener.
+    #[arg(long, env = "RKLLMD_METRICS_ADDR")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Root below which NPU/system telemetry files are read (for tests and containers).
+    #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
+    pub telemetry_root: PathBuf,
+}
+
+/// A flag value that is one of a type's names (listed by `--help`), read by
+/// its `FromStr`: for the conversation's types, which know nothing of clap.
+fn named<T>(names: impl IntoIterator<Item = &'static str>) -> impl TypedValueParser<Value = T>
+where
+    T: FromStr<Err = String> + Clone + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(names).try_map(|s| s.parse::<T>())
+}
+
+/// A switch given as `on` or `off` (`true`/`false` in the TOML file).
+fn on_off() -> impl TypedValueParser<Value = bool> {
+    PossibleValuesParser::new(["on", "off"]).map(|s| s == "on")
+}
+
+impl Config {
+    pub fn runtime_abi(&self) -> Option<Abi> {
+        self.runtime_abi.as_deref().and_then(|a| a.parse().ok())
+    }
+
+    /// The effective configuration as TOML, API key masked.
+    pub fn to_toml(&self) -> String {
+        let mut shown = self.clone();
+        if shown.api_key.is_some() {
+            shown.api_key = Some("<set>".into());
+        }
+        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod tests;

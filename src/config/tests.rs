@@ -1,0 +1,111 @@
+use super::*;
+use clap::Parser;
+use rkllm_sys::SamplingParams;
+
+/// A command line with one layer of config arguments, as the top level has.
+#[derive(Parser)]
+struct Line {
+    #[command(flatten)]
+    args: ConfigArgs,
+    #[command(subcommand)]
+    sub: Option<Sub>,
+}
+
+#[derive(clap::Subcommand)]
+enum Sub {
+    Serve(ConfigArgs),
+}
+
+/// Parses `argv` (no variables: tests run in parallel and share the environment).
+fn assemble(argv: &[&str]) -> Result<Config, ConfigError> {
+    let line = Line::try_parse_from(std::iter::once("rkllmd").chain(argv.iter().copied())).unwrap();
+    let mut layers = vec![&line.args];
+    if let Some(Sub::Serve(args)) = &line.sub {
+        layers.push(args);
+    }
+    Config::assemble(&layers)
+}
+
+fn write(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    f
+}
+
+#[test]
+fn defaults_are_the_declared_ones() {
+    let c = Config::default();
+    assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
+    assert_eq!((c.port, c.queue_depth, c.body_limit_bytes), (8080, 16, 8 * 1024 * 1024));
+    assert_eq!((c.backend, c.log_format, c.reasoning), (Backend::Auto, LogFormat::Text, ReasoningMode::Split));
+    assert_eq!((&c.model, c.template, &c.cors_origins), (&None, None, &vec![]));
+    assert_eq!(c.telemetry_root, PathBuf::from("/"));
+    assert_eq!(assemble(&[]).unwrap(), c, "no file and no flags: the defaults");
+}
+
+#[test]
+fn file_then_flags_in_that_order() {
+    let f = write("port = 9000\nqueue_depth = 3\nmodel_id = \"m\"\n[sampling]\ntop_k = 20\n");
+    let path = f.path().to_str().unwrap();
+    let c = assemble(&["--config", path, "--port", "9100", "--cors-origins", "a,b"]).unwrap();
+    assert_eq!(c.port, 9100, "flag beats file");
+    assert_eq!(c.queue_depth, 3, "file beats default");
+    assert_eq!(c.model_id.as_deref(), Some("m"));
+    assert_eq!(c.cors_origins, ["a", "b"]);
+    assert_eq!(c.sampling.apply(SamplingParams::RKLLM_DEFAULTS).top_k, 20);
+    assert_eq!(c.sampling.apply(SamplingParams::RKLLM_DEFAULTS).top_p, SamplingParams::RKLLM_DEFAULTS.top_p);
+    assert_eq!(c.host, IpAddr::from([127, 0, 0, 1]));
+}
+
+#[test]
+fn a_subcommands_flags_come_last() {
+    let f = write("port = 9000\n");
+    let path = f.path().to_str().unwrap();
+    let c = assemble(&["--port", "1", "--queue-depth", "2", "serve", "--port", "3", "--config", path]).unwrap();
+    assert_eq!((c.port, c.queue_depth), (3, 2));
+    let c = assemble(&["--config", path, "serve", "--max-new-tokens", "7"]).unwrap();
+    assert_eq!((c.port, c.max_new_tokens), (9000, 7), "the top level's file, the subcommand's flag");
+}
+
+#[test]
+fn conversation_names_are_the_same_in_flags_and_file() {
+    for mode in ReasoningMode::ALL {
+        let f = write(&format!("reasoning = \"{}\"\n", mode.name()));
+        let from_file = assemble(&["--config", f.path().to_str().unwrap()]).unwrap();
+        let from_flag = assemble(&["--reasoning", mode.name()]).unwrap();
+        assert_eq!((from_file.reasoning, from_flag.reasoning), (mode, mode));
+    }
+    for family in TemplateFamily::ALL {
+        let f = write(&format!("template = \"{}\"\n", family.name()));
+        let from_file = assemble(&["--config", f.path().to_str().unwrap()]).unwrap();
+        let from_flag = assemble(&["--template", family.name()]).unwrap();
+        assert_eq!((from_file.template, from_flag.template), (Some(family), Some(family)));
+    }
+    assert!(Line::try_parse_from(["rkllmd", "--template", "chatgpt"]).is_err());
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let f = write("prot = 9000\n");
+    let err = assemble(&["--config", f.path().to_str().unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("prot"), "{err}");
+    let f = write("[sampling]\ntopk = 1\n");
+    let err = assemble(&["--config", f.path().to_str().unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("topk") && err.contains("top_k"), "{err}");
+}
+
+#[test]
+fn bad_values_are_refused() {
+    for (text, needle) in [
+        ("runtime_abi = \"1.1\"\n", "1.1"),
+        ("max_new_tokens = 0\n", "max_new_tokens"),
+        ("max_new_tokens = 9000\n", "exceeds"),
+        ("api_key = \"\"\n", "api_key"),
+        ("[sampling]\ntop_p = 1.5\n", "top_p"),
+        ("[sampling]\nmirostat = 3\n", "mirostat"),
+    ] {
+        let f = write(text);
+        let err = assemble(&["--config", f.path().to_str().unwrap()]).unwrap_err().to_string();
+        assert!(err.contains(needle), "{text}: {err}");
+    }
+}
