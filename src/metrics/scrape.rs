@@ -110,7 +110,9 @@ mod tests {
         let empty = Snapshot::default();
         let live = Live { queue: None, info: vec![], telemetry: &empty, process: ProcessStats::default() };
         let text = render(&m, &live).unwrap();
-        for absent in ["npu_load", "npu_frequency", "temperature", "kv_cache", "requests_running", "runtime_info"] {
+        for absent in
+            ["npu_load", "npu_frequency", "temperature", "rkllmd_kv_cache_tokens", "requests_running", "runtime_info"]
+        {
             assert!(!text.contains(absent), "{absent} should be absent:\n{text}");
         }
         assert!(text.ends_with("# EOF\n"));
