@@ -57,6 +57,12 @@ pub struct Config {
     pub first_token_timeout_ms_per_kib: u64,
     pub request_timeout_secs: u64,
     pub shutdown_grace_secs: u64,
+    /// Time a client has to send a request's head (also ends idle kept-alive connections).
+    pub header_read_timeout_secs: u64,
+    /// Time a request body may go without data before the request is answered with 408.
+    pub body_idle_timeout_secs: u64,
+    /// Open connections at most; more are answered with 503 and closed.
+    pub max_connections: usize,
     pub base_domain_id: i32,
     pub log_format: LogFormat,
     /// What becomes of `<think>…</think>` text in replies.
@@ -101,6 +107,10 @@ impl Default for Config {
             first_token_timeout_ms_per_kib: 4000,
             request_timeout_secs: 1800,
             shutdown_grace_secs: 30,
+            header_read_timeout_secs: 20,
+            body_idle_timeout_secs: 20,
+            // Above the 256 concurrent streams tested, below the usual 1024 open-file limit.
+            max_connections: 512,
             base_domain_id: 0,
             log_format: LogFormat::Text,
             reasoning: ReasoningMode::Split,
@@ -177,6 +187,15 @@ pub struct Overrides {
     /// On SIGTERM/SIGINT, how long a running generation may go on before it is aborted.
     #[arg(long, env = "RKLLMD_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
+    /// Time a client has to send a request's head (also ends idle kept-alive connections).
+    #[arg(long, env = "RKLLMD_HEADER_READ_TIMEOUT_SECS")]
+    pub header_read_timeout_secs: Option<u64>,
+    /// Time a request body may go without data before the request is answered with 408.
+    #[arg(long, env = "RKLLMD_BODY_IDLE_TIMEOUT_SECS")]
+    pub body_idle_timeout_secs: Option<u64>,
+    /// Open connections at most; more are answered with 503 and closed.
+    #[arg(long, env = "RKLLMD_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// NPU memory domain (1 fixes "failed to malloc npu memory" on some boards).
     #[arg(long, env = "RKLLMD_BASE_DOMAIN_ID")]
     pub base_domain_id: Option<i32>,
@@ -273,6 +292,9 @@ impl Config {
             first_token_timeout_ms_per_kib,
             request_timeout_secs,
             shutdown_grace_secs,
+            header_read_timeout_secs,
+            body_idle_timeout_secs,
+            max_connections,
             base_domain_id,
             log_format,
             reasoning,
@@ -312,6 +334,9 @@ impl Config {
         }
         if self.keepalive_secs == 0 {
             return invalid("keepalive_secs must be at least 1".into());
+        }
+        if self.header_read_timeout_secs == 0 || self.body_idle_timeout_secs == 0 || self.max_connections == 0 {
+            return invalid("header_read_timeout_secs, body_idle_timeout_secs and max_connections must be at least 1".into());
         }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
