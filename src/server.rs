@@ -161,6 +161,7 @@ async fn shutdown_signal(state: AppState, notify: Notifier) {
     notify.stopping("shutting down: finishing running requests");
     state.begin_shutdown();
     let grace = Duration::from_secs(state.config.shutdown_grace_secs);
+    exit_after(grace + ABORT_ALLOWANCE);
     let aborter = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
@@ -168,6 +169,26 @@ async fn shutdown_signal(state: AppState, notify: Notifier) {
             tracing::warn!("grace period over: aborting the running generation");
             loaded.engine.abort_all();
         }
+    });
+}
+
+/// Time for an abort to land and the process to wind down after the grace
+/// period (the rest of the stream, closing connections, `rkllm_destroy`).
+const ABORT_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// Exits the process with status 1 if it is still alive after `deadline`.
+/// A wedged runtime never returns from `rkllm_run`, even when aborted: the
+/// connection waiting for its tokens never ends, and the model's destructor
+/// would wait for the runtime thread forever. A plain thread, so that a
+/// stuck async runtime cannot hold it up either.
+fn exit_after(deadline: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline);
+        tracing::error!(
+            "shutdown did not finish within the grace period and {} s after it (the runtime did not return from an aborted run?); exiting without destroying the model",
+            ABORT_ALLOWANCE.as_secs()
+        );
+        std::process::exit(1);
     });
 }
 
