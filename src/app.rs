@@ -85,6 +85,15 @@ pub fn api_settings(config: &Config) -> api::Settings {
         keepalive: Duration::from_secs(config.keepalive_secs),
         reasoning: config.reasoning,
         metrics_on_main_listener: config.metrics_addr.is_none(),
+        max_new_tokens: config.max_new_tokens,
+    }
+}
+
+pub fn listener_settings(config: &Config) -> crate::listener::Settings {
+    crate::listener::Settings {
+        header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
+        body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs),
+        max_connections: config.max_connections,
     }
 }
 

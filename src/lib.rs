@@ -14,6 +14,7 @@ pub mod config;
 pub mod conversation;
 pub mod doctor;
 pub mod engine;
+pub mod listener;
 pub mod metrics;
 pub mod notify;
 pub mod sampling;

@@ -46,14 +46,8 @@ pub async fn serve(config: Config) -> Result<(), String> {
     }
     let grace = Duration::from_secs(config.shutdown_grace_secs);
     let shutdown = shutdown_signal(state.clone(), notify.clone(), grace);
-    // Without TCP_NODELAY each small SSE write waits for the ACK of the one before, and on a kept-alive
-    // connection the client delays that ACK by ~40 ms: `rkllmd bench` measured TTFT 43 ms instead of 1 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    let server = tokio::spawn(async move { axum::serve(listener, router).with_graceful_shutdown(shutdown).await });
+    // Connections, time-outs, the connection cap and protocol errors live in crate::listener.
+    let server = tokio::spawn(crate::listener::serve(listener, router, app::listener_settings(&config), shutdown));
 
     let load_config = config.clone();
     let loading = format!("loading {}", config.model.as_deref().unwrap_or("the simulated model"));
@@ -96,8 +90,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
         tokio::spawn(watchdog(engine.clone(), notify.clone(), timeout, serving));
     }
 
-    let served = server.await.map_err(|e| e.to_string())?;
-    served.map_err(|e| e.to_string())?;
+    server.await.map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -162,6 +155,7 @@ async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
     tracing::info!(grace_secs = grace.as_secs(), "shutting down: no new requests; waiting for running ones");
     notify.stopping("shutting down: finishing running requests");
     state.begin_shutdown();
+    exit_after(grace + ABORT_ALLOWANCE);
     let aborter = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
@@ -169,5 +163,25 @@ async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
             tracing::warn!("grace period over: aborting the running generation");
             loaded.engine.abort_all();
         }
+    });
+}
+
+/// Time for an abort to land and the process to wind down after the grace
+/// period (the rest of the stream, closing connections, `rkllm_destroy`).
+const ABORT_ALLOWANCE: Duration = Duration::from_secs(10);
+
+/// Exits the process with status 1 if it is still alive after `deadline`.
+/// A wedged runtime never returns from `rkllm_run`, even when aborted: the
+/// connection waiting for its tokens never ends, and the model's destructor
+/// would wait for the runtime thread forever. A plain thread, so that a
+/// stuck async runtime cannot hold it up either.
+fn exit_after(deadline: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(deadline);
+        tracing::error!(
+            "shutdown did not finish within the grace period and {} s after it (the runtime did not return from an aborted run?); exiting without destroying the model",
+            ABORT_ALLOWANCE.as_secs()
+        );
+        std::process::exit(1);
     });
 }

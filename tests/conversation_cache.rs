@@ -9,7 +9,12 @@ use serde_json::{json, Value};
 
 /// One chat turn: (status, reply text, usage, timings).
 async fn turn(d: &Daemon, messages: &Value, max_tokens: u32) -> (u16, String, Value, Value) {
-    let r = d.post("/v1/chat/completions", json!({"model": "sim-qwen2.5-1.5b", "messages": messages, "max_tokens": max_tokens})).await;
+    let r = d
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "sim-qwen2.5-1.5b", "messages": messages, "max_tokens": max_tokens}),
+        )
+        .await;
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
     let text = body["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned();
@@ -47,7 +52,10 @@ async fn follow_up_turns_prefill_only_what_is_new_and_replies_match_the_cache_of
     let plain = converse(&off, &USERS).await;
     for (i, ((reply, usage, timings), (plain_reply, plain_usage, _))) in cached.iter().zip(&plain).enumerate() {
         assert_eq!(reply, plain_reply, "turn {i}: the cache must not change the reply");
-        assert_eq!(usage["prompt_tokens"], plain_usage["prompt_tokens"], "turn {i}: prompt_tokens counts the whole prompt");
+        assert_eq!(
+            usage["prompt_tokens"], plain_usage["prompt_tokens"],
+            "turn {i}: prompt_tokens counts the whole prompt"
+        );
         assert_eq!(plain_usage["prompt_tokens_details"]["cached_tokens"], 0);
         let cached_tokens = usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap();
         assert_eq!(timings["cache_n"], cached_tokens);
@@ -60,7 +68,11 @@ async fn follow_up_turns_prefill_only_what_is_new_and_replies_match_the_cache_of
             assert_eq!(cached_tokens, expected, "turn {i}: {usage}");
         }
         // The runtime prefilled only the rest.
-        assert_eq!(timings["prompt_n"].as_i64().unwrap(), usage["prompt_tokens"].as_i64().unwrap() - cached_tokens, "turn {i}: {timings}");
+        assert_eq!(
+            timings["prompt_n"].as_i64().unwrap(),
+            usage["prompt_tokens"].as_i64().unwrap() - cached_tokens,
+            "turn {i}: {timings}"
+        );
     }
     assert!(!on.log().contains("does not hold"), "no disagreement:\n{}", on.log());
 }
@@ -118,7 +130,12 @@ async fn a_turn_that_would_overflow_the_context_starts_clean() {
 
 #[tokio::test]
 async fn a_runtime_whose_cache_size_disagrees_falls_back_cleanly_with_a_warning() {
-    let d = Daemon::start(&["--model", "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=8&kv_size_skew=1", "--model-id", "sim-qwen2.5-1.5b"]);
+    let d = Daemon::start(&[
+        "--model",
+        "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=8&kv_size_skew=1",
+        "--model-id",
+        "sim-qwen2.5-1.5b",
+    ]);
     let turns = converse(&d, &USERS[..3]).await;
     for (i, (_, usage, _)) in turns.iter().enumerate() {
         assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0, "turn {i}: never reuse what does not check out");
@@ -136,7 +153,18 @@ async fn through_dlopen_the_cache_needs_the_tokenizer_and_off_means_stateless() 
     let tokenizer = dir.path().join("tokenizer.json");
     std::fs::write(&tokenizer, rkllm_sim::tokenizer_json()).unwrap();
     let spec = "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=10";
-    let base = ["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--model", spec, "--model-id", "sim-qwen2.5-1.5b", "--template", "chatml"];
+    let base = [
+        "--backend",
+        "rkllm",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--model",
+        spec,
+        "--model-id",
+        "sim-qwen2.5-1.5b",
+        "--template",
+        "chatml",
+    ];
 
     let with = Daemon::start(&[&base[..], &["--tokenizer", tokenizer.to_str().unwrap()]].concat());
     let turns = converse(&with, &USERS[..2]).await;

@@ -1,6 +1,6 @@
 //! `GET /health` as a liveness probe: 503 `stalled` when the runtime thread
-//! hangs (the systemd watchdog's check, over HTTP), 200 on a healthy daemon,
-//! and never held up by a running generation.
+//! hangs (the systemd watchdog's check, over HTTP; `/health/ready` too), 200
+//! on a healthy daemon, and never held up by a running generation.
 
 mod common;
 use common::*;
@@ -24,7 +24,7 @@ async fn wedge(d: &Daemon) -> tokio::task::JoinHandle<reqwest::Result<reqwest::R
 }
 
 #[tokio::test]
-async fn a_wedged_runtime_turns_health_503_while_readiness_keeps_its_meaning() {
+async fn a_wedged_runtime_turns_health_and_readiness_503_stalled() {
     // The run hangs after 2 tokens; a decode gap of first_token_timeout_secs (1 s) is a hang.
     let d = Daemon::start(&[
         "--backend",
@@ -54,9 +54,9 @@ async fn a_wedged_runtime_turns_health_503_while_readiness_keeps_its_meaning() {
     assert!(reason.contains("no progress from the runtime") && reason.contains("during decoding"), "{h}");
     assert_eq!((h["model"].as_str(), h["queue"]["running"].as_u64()), (Some("m"), Some(1)), "{h}");
 
-    // Readiness is still "would a request be accepted now": a queue place is free.
+    // Not ready either: a load balancer must stop sending requests to a hung runtime.
     let (code, r) = d.get_json("/health/ready").await;
-    assert_eq!((code, r["status"].as_str()), (200, Some("ready")), "{r}");
+    assert_eq!((code, r["status"].as_str()), (503, Some("stalled")), "{r}");
     request.abort();
 }
 

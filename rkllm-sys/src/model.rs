@@ -139,7 +139,7 @@ impl RunControl {
     pub fn abort(&self) {
         let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
         self.cancelled.store(true, Ordering::SeqCst);
-        if *active == Some(self.id) {
+        if active.as_ref().is_some_and(|(id, _)| *id == self.id) {
             // SAFETY: the handle is alive while a run is active (it is destroyed
             // only after the runtime thread leaves its loop).
             unsafe { (self.shared.abort)(self.shared.handle) };
@@ -151,9 +151,9 @@ impl RunControl {
 struct Shared {
     handle: LLMHandle,
     abort: unsafe extern "C" fn(LLMHandle) -> c_int,
-    /// The id of the run inside `rkllm_run`, if any. Held while calling
-    /// `rkllm_abort` so the run cannot end and another begin in between.
-    active: Mutex<Option<u64>>,
+    /// The id and abort flag of the run inside `rkllm_run`, if any. Held while
+    /// calling `rkllm_abort` so the run cannot end and another begin in between.
+    active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
     /// Signs of life for a watchdog, as atomics so the callback takes no lock.
     progress: Progress,
 }
@@ -323,7 +323,9 @@ impl Model {
     /// queued on the thread are not affected.
     pub fn abort_active(&self) {
         let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
-        if active.is_some() {
+        if let Some((_, cancelled)) = active.as_ref() {
+            // Marked like any abort, so the run's `Finish::aborted` says so.
+            cancelled.store(true, Ordering::SeqCst);
             // SAFETY: a run is active, so the handle is alive.
             unsafe { (self.shared.abort)(self.shared.handle) };
         }
@@ -456,7 +458,7 @@ fn run_one<A: Marshal>(
             let _ = events.send(Event::Finished(skipped(Instant::now())));
             return;
         }
-        *active = Some(id);
+        *active = Some((id, cancelled.clone()));
         shared.progress.run_started(req.input.text_bytes());
     }
     // Both buffers outlive the blocking call below.

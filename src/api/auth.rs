@@ -1,25 +1,34 @@
-//! Optional bearer-key authentication for `/v1/*`.
+//! Optional API-key authentication for `/v1/*`: `Authorization: Bearer KEY`
+//! (the OpenAI SDKs) or `x-api-key: KEY` (Anthropic-style clients, proxies).
 
 use super::error::ApiError;
 use super::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use subtle::ConstantTimeEq;
 
+/// The second header a key may come in.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
     if let Some(key) = &state.settings.api_key {
-        let given = req
-            .headers()
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        // Constant-time so the comparison leaks nothing about the key's content.
-        if !bool::from(given.as_bytes().ct_eq(key.as_bytes())) {
+        if !given_keys(req.headers()).any(|given| matches(given, key)) {
             return Err(ApiError::unauthorized());
         }
     }
     Ok(next.run(req).await)
+}
+
+fn given_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    let bearer = headers.get_all(AUTHORIZATION).iter().filter_map(|v| v.to_str().ok()?.strip_prefix("Bearer "));
+    let plain = headers.get_all(API_KEY_HEADER).iter().filter_map(|v| v.to_str().ok());
+    bearer.chain(plain)
+}
+
+/// Constant-time, so the comparison leaks nothing about the key's content.
+fn matches(given: &str, key: &str) -> bool {
+    bool::from(given.as_bytes().ct_eq(key.as_bytes()))
 }

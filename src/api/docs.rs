@@ -1,21 +1,149 @@
-//! `/openapi.json` and the vendored Swagger UI at `/docs`.
+//! `/openapi.json`, the vendored Swagger UI at `/docs`, `GET /` pointing
+//! there, and what the document says beyond the handlers' own annotations:
+//! the responses every operation of a kind can give (auth, body reading,
+//! loading), the streams' content type, the security schemes (only when a
+//! key is configured) and the numeric ranges the server checks.
 
+use crate::sampling::SamplingOverrides;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
+use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
+use utoipa::Number;
 
 const INDEX: &str = include_str!("../../assets/swagger-ui/index.html");
 const BUNDLE: &str = include_str!("../../assets/swagger-ui/swagger-ui-bundle.js");
 const CSS: &str = include_str!("../../assets/swagger-ui/swagger-ui.css");
 
 /// Routes serving the document and the UI (no state, no auth).
-pub fn routes<S: Clone + Send + Sync + 'static>(openapi: utoipa::openapi::OpenApi) -> Router<S> {
+pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
     let json = openapi.to_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     Router::new()
+        .route("/", get(|| async { Redirect::temporary("/docs/") }))
         .route("/openapi.json", get(move || async move { ([(CONTENT_TYPE, "application/json")], json) }))
         .route("/docs", get(|| async { Redirect::permanent("/docs/") }))
         .route("/docs/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() }))
         .route("/docs/swagger-ui-bundle.js", get(|| async { ([(CONTENT_TYPE, "application/javascript")], BUNDLE) }))
         .route("/docs/swagger-ui.css", get(|| async { ([(CONTENT_TYPE, "text/css")], CSS) }))
+}
+
+/// What the document depends on in the configuration.
+pub struct DocSettings {
+    pub api_key: bool,
+    pub max_new_tokens: u32,
+}
+
+/// Completes the handlers' document (see the module doc).
+pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
+    security(openapi, settings.api_key);
+    for (path, item) in openapi.paths.paths.iter_mut() {
+        let api = path.starts_with("/v1/");
+        let streams = path.ends_with("completions");
+        for (op, post) in [(&mut item.get, false), (&mut item.post, true)] {
+            let Some(op) = op.as_mut() else { continue };
+            let mut add = |status: &str, description: &str| {
+                let error = Content::new(Some(Ref::from_schema_name("ErrorEnvelope")));
+                let response = Response::builder().description(description).content("application/json", error);
+                op.responses.responses.entry(status.to_owned()).or_insert_with(|| response.into());
+            };
+            if api && settings.api_key {
+                add("401", "Missing or wrong API key");
+            }
+            if api {
+                add("503", "The model is loading or the server is shutting down");
+            }
+            if post {
+                add("408", "The request body stopped arriving (body_idle_timeout_secs)");
+                add("413", "The body is larger than body_limit_bytes");
+                add("415", "The body is not JSON (Content-Type)");
+            }
+            if streams {
+                if let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") {
+                    // Each event's data is a chunk, an error envelope or `[DONE]`: no one schema.
+                    ok.content.insert("text/event-stream".into(), Content::new(None::<RefOr<Schema>>));
+                }
+            }
+            op.security = (api && settings.api_key).then(|| {
+                vec![
+                    SecurityRequirement::new("bearer", Vec::<String>::new()),
+                    SecurityRequirement::new("api_key", Vec::<String>::new()),
+                ]
+            });
+        }
+    }
+    ranges(openapi, settings.max_new_tokens);
+}
+
+/// The schemes only exist with a key: without one, nothing asks for any.
+fn security(openapi: &mut OpenApi, api_key: bool) {
+    let Some(components) = openapi.components.as_mut() else { return };
+    components.security_schemes.clear();
+    if api_key {
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new(super::auth::API_KEY_HEADER))),
+        );
+    }
+}
+
+/// The ranges the server enforces: the sampling fields' from their one
+/// list, the token counts' from the configuration, `n` (only 1), and at
+/// least one message.
+fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
+    let Some(components) = openapi.components.as_mut() else { return };
+    let tokens = (1.0, f64::from(max_new_tokens));
+    let fields = SamplingOverrides::RANGES
+        .iter()
+        .map(|&(name, lo, hi)| ("SamplingFields", name, (lo, hi)))
+        .chain([("Common", "max_tokens", tokens), ("Common", "n", (1.0, 1.0))])
+        .chain([("ChatCompletionRequest", "max_completion_tokens", tokens)]);
+    for (schema, field, (lo, hi)) in fields {
+        if let Some(Schema::Object(property)) = property(components.schemas.get_mut(schema), field) {
+            property.minimum = Some(number(lo));
+            property.maximum = Some(number(hi));
+        }
+    }
+    if let Some(Schema::Array(messages)) = property(components.schemas.get_mut("ChatCompletionRequest"), "messages") {
+        messages.min_items = Some(1);
+    }
+    // The array forms: `stop` takes up to 4 sequences, `prompt` exactly one.
+    for (schema, (min, max)) in [("StopSequences", (0, 4)), ("Prompt", (1, 1))] {
+        if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(schema) {
+            for item in one_of.items.iter_mut() {
+                if let RefOr::T(Schema::Array(array)) = item {
+                    array.min_items = Some(min);
+                    array.max_items = Some(max);
+                }
+            }
+        }
+    }
+}
+
+/// A property of a component schema, also inside an `allOf` (a flattened struct).
+fn property<'a>(schema: Option<&'a mut RefOr<Schema>>, name: &str) -> Option<&'a mut Schema> {
+    match schema? {
+        RefOr::T(Schema::Object(object)) => object.properties.get_mut(name).and_then(|p| match p {
+            RefOr::T(schema) => Some(schema),
+            RefOr::Ref(_) => None,
+        }),
+        RefOr::T(Schema::AllOf(all)) => all.items.iter_mut().find_map(|item| property(Some(item), name)),
+        _ => None,
+    }
+}
+
+fn number(v: f64) -> Number {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        Number::Int(v as isize)
+    } else {
+        Number::Float(v)
+    }
 }

@@ -77,7 +77,7 @@ impl ApiError {
         Self::new(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
-            "Incorrect or missing API key: send `Authorization: Bearer <key>`.",
+            "Incorrect or missing API key: send `Authorization: Bearer <key>` or `x-api-key: <key>`.",
         )
         .code("invalid_api_key")
     }
@@ -98,6 +98,41 @@ impl ApiError {
             format!("The request body exceeds the limit of {limit} bytes."),
         )
         .code("payload_too_large")
+    }
+
+    pub fn body_timeout(idle_secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body stopped arriving: nothing for {idle_secs} s (body_idle_timeout_secs)."),
+        )
+        .code("body_timeout")
+    }
+
+    pub fn too_many_connections(max: usize) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            format!("Too many open connections (max_connections = {max}); retry later."),
+        )
+        .code("too_many_connections");
+        e.retry_after = Some(1);
+        e
+    }
+
+    /// The errors hyper answers by itself when a request cannot be parsed
+    /// (see `listener::EnvelopeIo`); `None` for any other status.
+    pub fn unparsable_request(status: StatusCode) -> Option<Self> {
+        let (message, code) = match status {
+            StatusCode::BAD_REQUEST => (
+                "The request is not valid HTTP/1.1: a malformed request line or header (e.g. a folded header line, an invalid Content-Length, or TLS sent to a plain-HTTP port).",
+                "invalid_http",
+            ),
+            StatusCode::URI_TOO_LONG => ("The request URI is too long.", "uri_too_long"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => ("The request headers are too large.", "headers_too_large"),
+            _ => return None,
+        };
+        Some(Self::new(status, "invalid_request_error", message).code(code))
     }
 
     pub fn queue_full(retry_after: u64) -> Self {

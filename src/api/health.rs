@@ -61,18 +61,27 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Ready {
-    /// `ready`, `loading`, `queue_full` or `shutting_down`.
+    /// `ready`, `loading`, `stalled`, `queue_full` or `shutting_down`.
     pub status: &'static str,
 }
 
-/// Readiness: 200 when a request would be accepted now, else 503.
+/// Readiness: 200 when a request would be accepted now and served, else
+/// 503. A stalled runtime (the `/health` check) is not ready: a request
+/// would be queued behind a run that never ends.
 #[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, body = Ready), (status = 503, body = Ready)))]
 pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
     let status = match state.loaded() {
         _ if state.is_shutting_down() => "shutting_down",
         Err(_) => "loading",
-        Ok(l) if l.engine.queue_full() => "queue_full",
-        Ok(_) => "ready",
+        Ok(l) => {
+            if l.engine.check_alive(PING_TIMEOUT).await.is_err() {
+                "stalled"
+            } else if l.engine.queue_full() {
+                "queue_full"
+            } else {
+                "ready"
+            }
+        }
     };
     let code = if status == "ready" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (code, Json(Ready { status }))

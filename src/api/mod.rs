@@ -22,15 +22,16 @@ mod system;
 use crate::conversation::{Prompter, ReasoningMode};
 use crate::engine::Engine;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderValue, Method, Uri};
+use axum::extract::State;
+use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderName, HeaderValue, Method, Uri};
 use axum::Router;
 use error::ApiError;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
-use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::{Modify, OpenApi};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -58,6 +59,8 @@ pub struct Settings {
     pub reasoning: ReasoningMode,
     /// `/metrics` is served here (not on a listener of its own).
     pub metrics_on_main_listener: bool,
+    /// The largest `max_tokens` a request may ask for (the OpenAPI document states it).
+    pub max_new_tokens: u32,
 }
 
 /// The model once it is loaded: the engine that runs it and the prompter
@@ -157,23 +160,9 @@ pub fn unix_now() -> u64 {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "rkllmd", description = "OpenAI-compatible API for LLMs on Rockchip NPUs"),
-    modifiers(&BearerAuth),
     tags((name = "completions"), (name = "models"), (name = "health"), (name = "observability"))
 )]
 struct ApiDoc;
-
-struct BearerAuth;
-
-impl Modify for BearerAuth {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        if let Some(components) = openapi.components.as_mut() {
-            components.add_security_scheme(
-                "bearer",
-                SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
-            );
-        }
-    }
-}
 
 /// The whole application: API routes (authenticated), health and docs
 /// (public), OpenAI-style fallbacks, body limit and CORS.
@@ -189,6 +178,9 @@ pub fn router(state: AppState) -> Router {
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
     let mut openapi = openapi;
     openapi.merge(health_doc);
+    let doc_settings =
+        docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
+    docs::complete(&mut openapi, &doc_settings);
 
     let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
     let api = api.layer(axum::middleware::from_fn(metrics::count_requests));
@@ -199,11 +191,27 @@ pub fn router(state: AppState) -> Router {
         .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes));
+        .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), refuse_announced_oversize));
     if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
     app.with_state(state)
+}
+
+/// A body whose `Content-Length` is over the limit is refused before any of
+/// it is read (the body limit alone would wait for the bytes to arrive).
+async fn refuse_announced_oversize(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, ApiError> {
+    let limit = state.settings.body_limit_bytes;
+    let announced = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    Ok(next.run(req).await)
 }
 
 fn cors(origins: &[String]) -> Option<CorsLayer> {
@@ -215,11 +223,15 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
     } else {
         AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
     };
+    // Browsers do not let `*` cover `Authorization`: it is named; `*` covers
+    // the rest (e.g. the SDKs' x-stainless-* headers).
+    let headers =
+        [AUTHORIZATION, CONTENT_TYPE, HeaderName::from_static(auth::API_KEY_HEADER), HeaderName::from_static("*")];
     Some(
         CorsLayer::new()
             .allow_origin(origin)
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers(Any),
+            .allow_headers(headers),
     )
 }
 

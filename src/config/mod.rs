@@ -90,6 +90,15 @@ pub struct Config {
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "RKLLMD_BODY_LIMIT_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub body_limit_bytes: usize,
+    /// Seconds a client has to send a request's head; also ends idle kept-alive connections.
+    #[arg(long, env = "RKLLMD_HEADER_READ_TIMEOUT_SECS", default_value_t = 20)]
+    pub header_read_timeout_secs: u64,
+    /// Seconds a request body may go without data while it is read (then 408).
+    #[arg(long, env = "RKLLMD_BODY_IDLE_TIMEOUT_SECS", default_value_t = 20)]
+    pub body_idle_timeout_secs: u64,
+    /// Open connections at most; one more gets 503 and is closed.
+    #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
+    pub max_connections: usize,
     /// Seconds between keep-alive comments on a quiet stream.
     #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
     pub keepalive_secs: u64,

@@ -24,6 +24,11 @@ impl Config {
         if self.keepalive_secs == 0 {
             return invalid("keepalive_secs must be at least 1".into());
         }
+        if self.header_read_timeout_secs == 0 || self.body_idle_timeout_secs == 0 || self.max_connections == 0 {
+            return invalid(
+                "header_read_timeout_secs, body_idle_timeout_secs and max_connections must be at least 1".into(),
+            );
+        }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }

@@ -13,6 +13,14 @@ pub fn chat_input(req: &ChatCompletionRequest) -> Result<ChatInput, ApiError> {
         return Err(ApiError::invalid_value("messages", "`messages` must contain at least one message."));
     }
     let messages = req.messages.iter().enumerate().map(|(i, m)| to_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    for (param, value) in [
+        ("tools", req.tools.as_ref().map(|t| Value::Array(t.clone()))),
+        ("chat_template_kwargs", req.chat_template_kwargs.clone().map(Value::Object)),
+    ] {
+        if value.as_ref().is_some_and(has_nul) {
+            return Err(nul_error(param));
+        }
+    }
     let tools = req.tools.clone().unwrap_or_default();
     validate_tools(&tools)?;
     let tool_choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
@@ -78,6 +86,19 @@ fn to_message(i: usize, m: &ChatMessage) -> Result<Message, ApiError> {
             Some(text)
         }
     };
+    let texts = [
+        ("content", content.as_deref()),
+        ("name", m.name.as_deref()),
+        ("tool_call_id", m.tool_call_id.as_deref()),
+        ("reasoning_content", m.reasoning_content.as_deref()),
+    ];
+    for (field, text) in texts {
+        no_nul(&format!("messages[{i}].{field}"), text.unwrap_or_default())?;
+    }
+    for (j, call) in tool_calls.iter().enumerate() {
+        no_nul(&format!("messages[{i}].tool_calls[{j}].function.name"), &call.name)?;
+        no_nul(&format!("messages[{i}].tool_calls[{j}].function.arguments"), &call.arguments)?;
+    }
     Ok(Message {
         role,
         content,
@@ -90,6 +111,8 @@ fn to_message(i: usize, m: &ChatMessage) -> Result<Message, ApiError> {
 
 /// `{"id", "type": "function", "function": {"name", "arguments"}}`; the
 /// arguments are JSON text (an object is accepted and written as text).
+/// Text that is not valid JSON is passed on as written, as OpenAI does: it
+/// is what the model produced, and clients send it back unchanged.
 fn to_tool_call(i: usize, j: usize, call: &Value) -> Result<conversation::ToolCall, ApiError> {
     let param = |s: &str| format!("messages[{i}].tool_calls[{j}]{s}");
     let bad = |s: &str, m: &str| Err(ApiError::invalid_value(&param(s), m.to_owned()));
@@ -171,5 +194,30 @@ fn tool_choice(choice: Option<&Value>, tools: &[Value]) -> Result<ToolChoice, Ap
             }
             Ok(ToolChoice::Function(name.to_owned()))
         }
+    }
+}
+
+/// The runtime takes the prompt as a C string, which ends at a NUL: refuse
+/// one rather than cut or silently drop it.
+pub(super) fn no_nul(param: &str, text: &str) -> Result<(), ApiError> {
+    if text.contains('\0') {
+        return Err(nul_error(param));
+    }
+    Ok(())
+}
+
+fn nul_error(param: &str) -> ApiError {
+    ApiError::invalid_value(
+        param,
+        format!("`{param}` contains a NUL character (U+0000), which the runtime cannot take."),
+    )
+}
+
+fn has_nul(value: &Value) -> bool {
+    match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(has_nul),
+        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
     }
 }

@@ -1,0 +1,242 @@
+//! The HTTP edges, through the binary: protocol errors with the envelope,
+//! header/body time-outs and the connection cap, shutdown that ends a stream
+//! honestly and exits even with a wedged runtime, readiness of a stalled
+//! runtime, NUL in prompts, tool-call arguments, auth headers, CORS, `GET /`
+//! and the OpenAPI document.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn addr(d: &Daemon) -> String {
+    d.url.trim_start_matches("http://").to_owned()
+}
+
+/// Sends raw bytes, reads until the server closes (at most `wait`); returns
+/// what came back.
+fn raw(d: &Daemon, bytes: &[u8], wait: Duration) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr(d)).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// The status and JSON body of a raw HTTP/1.1 response.
+fn parse(response: &[u8]) -> (u16, Value) {
+    let text = String::from_utf8_lossy(response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {text:?}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {body:?}")))
+}
+
+#[tokio::test]
+async fn protocol_errors_carry_the_envelope() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant"]);
+    let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(200_000));
+    let cases: [(&str, Vec<u8>, u16, &str); 4] = [
+        ("obs-fold", b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n".to_vec(), 400, "invalid_http"),
+        (
+            "negative Content-Length",
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n".to_vec(),
+            400,
+            "invalid_http",
+        ),
+        ("200 kB URI", long_uri.into_bytes(), 414, "uri_too_long"),
+        ("TLS ClientHello", [&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01][..], &[0u8; 64]].concat(), 400, "invalid_http"),
+    ];
+    for (what, bytes, status, code) in cases {
+        let (got, body) = parse(&raw(&d, &bytes, Duration::from_secs(10)));
+        assert_eq!((got, body["error"]["code"].as_str()), (status, Some(code)), "{what}: {body}");
+        assert!(body["error"]["message"].is_string() && body["error"].get("param").is_some(), "{what}: {body}");
+    }
+    // The connection-level rewrite leaves ordinary answers alone.
+    let (s, h) = d.get_json("/health").await;
+    assert_eq!((s, h["status"].as_str()), (200, Some("ok")));
+}
+
+#[tokio::test]
+async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant",
+        "--header-read-timeout-secs",
+        "1",
+        "--body-idle-timeout-secs",
+        "1",
+        "--max-connections",
+        "3",
+    ]);
+    // A head that never ends: the connection is closed, with no answer.
+    let started = Instant::now();
+    let out = raw(&d, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ", Duration::from_secs(10));
+    assert!(out.is_empty(), "{:?}", String::from_utf8_lossy(&out));
+    assert!(started.elapsed() < Duration::from_secs(5), "held {:?}", started.elapsed());
+
+    // 5 bytes of a 100-byte body: 408 once the body has been idle for 1 s.
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+    let started = Instant::now();
+    let (s, body) =
+        parse(&raw(&d, format!("{head}Content-Length: 100\r\n\r\n{{\"mod").as_bytes(), Duration::from_secs(10)));
+    assert_eq!((s, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A body announced over the limit is refused before any of it arrives.
+    let (s, body) =
+        parse(&raw(&d, format!("{head}Content-Length: 50000000\r\n\r\n{{\"mo").as_bytes(), Duration::from_secs(10)));
+    assert_eq!((s, body["error"]["code"].as_str()), (413, Some("payload_too_large")), "{body}");
+
+    // Three open connections fill the cap; the fourth is answered 503 and closed.
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr(&d)).unwrap()).collect();
+    let (s, body) = parse(&raw(&d, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)));
+    assert_eq!((s, body["error"]["code"].as_str()), (503, Some("too_many_connections")), "{body}");
+    drop(held);
+    // Closed connections give their places back (the server notices the close).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = raw(&d, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(10));
+        if out.starts_with(b"HTTP/1.1 200") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{:?}", String::from_utf8_lossy(&out));
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_off_at_the_end_of_the_grace_ends_with_the_shutting_down_error() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:qwen2.5-1.5b?reply_tokens=100000",
+        "--model-id",
+        "m",
+        "--shutdown-grace-secs",
+        "1",
+    ]);
+    let mut body = chat("m", "hi");
+    body["stream"] = json!(true);
+    let response = d.post("/v1/chat/completions", body).await;
+    assert_eq!(response.status(), 200);
+    let reader = tokio::spawn(read_sse(response));
+    d.wait_generating().await;
+    let status = tokio::task::spawn_blocking(move || d.terminate()).await.unwrap();
+    let (events, _) = reader.await.unwrap();
+    let n = events.len();
+    assert!(n >= 3, "{events:?}");
+    assert_eq!(events[n - 1].data, "[DONE]");
+    let last = events[n - 2].json();
+    assert_eq!(last["error"]["code"], "shutting_down", "{last}");
+    for e in &events[..n - 2] {
+        let chunk = e.json();
+        assert!(chunk["choices"][0]["finish_reason"].is_null() && chunk.get("usage").is_none(), "{chunk}");
+    }
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test]
+async fn sigterm_with_a_wedged_runtime_still_ends_the_process() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=3&reply_tokens=10",
+        "--model-id",
+        "m",
+        "--shutdown-grace-secs",
+        "1",
+    ]);
+    let (client, url) = (d.client(), d.url.clone());
+    let request =
+        tokio::spawn(
+            async move { client.post(format!("{url}/v1/chat/completions")).json(&chat("m", "hang")).send().await },
+        );
+    d.wait_generating().await;
+    // `terminate` fails the test if the process is still there after 20 s.
+    let status = tokio::task::spawn_blocking(move || d.terminate()).await.unwrap();
+    assert!(!status.success(), "a forced exit is reported as a failure: {status:?}");
+    request.abort();
+}
+
+#[tokio::test]
+async fn nul_characters_are_refused_and_tool_call_arguments_pass_through() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let cases = [
+        ("/v1/chat/completions", chat("m", "a\u{0}b"), "messages[0].content"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u", "name": "x\u{0}"}]}),
+            "messages[1].name",
+        ),
+        ("/v1/completions", json!({"model": "m", "prompt": "a\u{0}"}), "prompt"),
+    ];
+    for (path, body, param) in cases {
+        let r = d.post(path, body).await;
+        let status = r.status().as_u16();
+        let e: Value = r.json().await.unwrap();
+        assert_eq!((status, e["error"]["param"].as_str()), (400, Some(param)), "{e}");
+        assert!(e["error"]["message"].as_str().unwrap_or_default().contains("NUL"), "{e}");
+    }
+    // As OpenAI does: a model's malformed arguments are sent back as written.
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "time?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{bad"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "noon"}]});
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+}
+
+#[tokio::test]
+async fn keys_cors_root_and_the_document() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--api-key", "k", "--cors-origins", "*"]);
+    let get = |h: (&'static str, &'static str)| {
+        let req = d.client().get(format!("{}/v1/models", d.url)).header(h.0, h.1);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(get(("x-api-key", "k")).await, 200);
+    assert_eq!(get(("authorization", "Bearer k")).await, 200);
+    assert_eq!(get(("x-api-key", "wrong")).await, 401);
+
+    let preflight = d
+        .client()
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/chat/completions", d.url))
+        .header("Origin", "http://webui.local")
+        .header("Access-Control-Request-Method", "POST")
+        .header("Access-Control-Request-Headers", "authorization,content-type")
+        .send()
+        .await
+        .unwrap();
+    let allowed = preflight.headers()["access-control-allow-headers"].to_str().unwrap().to_ascii_lowercase();
+    assert!(allowed.split(',').any(|h| h.trim() == "authorization"), "{allowed}");
+
+    let root = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = root.get(format!("{}/", d.url)).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (307, "/docs/"));
+
+    let (_, doc) = d.get_json("/openapi.json").await;
+    let chat = &doc["paths"]["/v1/chat/completions"]["post"];
+    for status in ["401", "415", "413"] {
+        assert!(chat["responses"].get(status).is_some(), "{status} missing: {}", chat["responses"]);
+    }
+    assert!(doc["components"]["securitySchemes"].get("bearer").is_some(), "{}", doc["components"]);
+    assert!(doc["paths"]["/health"]["get"].get("security").is_none());
+    let schemas = &doc["components"]["schemas"];
+    let top_p = &schemas["SamplingFields"]["properties"]["top_p"];
+    assert_eq!((top_p["minimum"].as_f64(), top_p["maximum"].as_f64()), (Some(0.0), Some(1.0)), "{top_p}");
+    let messages = &schemas["ChatCompletionRequest"]["allOf"][1]["properties"]["messages"];
+    assert_eq!(messages["minItems"], 1, "{messages}");
+
+    // Without a key nothing in the document asks for one.
+    let open = Daemon::start(&["--backend", "sim", "--model", "sim:instant"]);
+    let (_, doc) = open.get_json("/openapi.json").await;
+    assert!(doc["components"].get("securitySchemes").is_none(), "{}", doc["components"]);
+    let chat = &doc["paths"]["/v1/chat/completions"]["post"];
+    assert!(chat.get("security").is_none() && chat["responses"].get("401").is_none(), "{chat}");
+}
