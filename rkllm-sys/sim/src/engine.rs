@@ -179,6 +179,23 @@ impl SimModel {
         0
     }
 
+    /// `num_tokens` of the `RKLLMCrossAttnParam`, `None` for a NULL pointer.
+    pub fn set_cross_attn_params(&self, num_tokens: Option<c_int>) -> c_int {
+        self.recorder.write(json!({"call": "set_cross_attn_params", "num_tokens": num_tokens}));
+        if let Err(code) = self.refuse_if_running("rkllm_set_cross_attn_params") {
+            return code;
+        }
+        if num_tokens.is_none() {
+            log::line("E rkllm: rkllm_set_cross_attn_params: params must not be NULL");
+            return -1;
+        }
+        if self.params.extend.use_cross_attn == 0 {
+            log::line("E rkllm: rkllm_set_cross_attn_params: the model was initialised without use_cross_attn");
+            return -1;
+        }
+        0
+    }
+
     /// Whether the handle may be destroyed now (not while a run is in progress).
     pub fn destroy(&self) -> c_int {
         self.recorder.write(json!({"call": "destroy"}));

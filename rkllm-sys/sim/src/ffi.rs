@@ -372,6 +372,15 @@ pub(crate) unsafe extern "C" fn set_function_tools(
     })
 }
 
+/// Recorded; accepted only from a handle initialised with
+/// `extend_param.use_cross_attn` set, as there is no encoder to attend to
+/// otherwise. The simulated model does not use the tensors.
+pub(crate) unsafe extern "C" fn set_cross_attn_params(handle: LLMHandle, params: *mut RKLLMCrossAttnParam) -> c_int {
+    // SAFETY: NULL or valid (the caller's contract); only the count is read.
+    let num_tokens = unsafe { params.as_ref() }.map(|p| p.num_tokens);
+    with_model(handle, "rkllm_set_cross_attn_params", |model| model.set_cross_attn_params(num_tokens))
+}
+
 /// A runtime function the simulator does not implement: -1 and a line saying so.
 pub(crate) fn unsupported(handle: LLMHandle, call: &str) -> c_int {
     with_model(handle, call, |_| {

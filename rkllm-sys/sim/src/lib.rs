@@ -12,7 +12,8 @@
 //!   embeds `RKLLM SDK (version: 1.3.0 simulated)`, so
 //!   `rkllm_sys::sniff_file` and `Runtime::load` treat it as a 1.3.0
 //!   runtime. One exported `rkllm_createDefaultParam` cannot return two
-//!   struct sizes, hence no 1.2 cdylib. `rkllm_load_lora`,
+//!   struct sizes, hence no 1.2 cdylib. All 15 functions of the 1.3.0
+//!   header are exported. `rkllm_load_lora`,
 //!   `rkllm_load_prompt_cache`, `rkllm_release_prompt_cache` and
 //!   `rkllm_run_async` exist and return -1.
 //!
@@ -124,7 +125,9 @@
 //! * A second `rkllm_run` on a handle that is running returns -1 at once
 //!   with an `E rkllm:` line and no callbacks. Clearing the cache, setting a
 //!   template or tools, and destroying are refused the same way during a run.
-//! * `rkllm_set_function_tools` is recorded only.
+//! * `rkllm_set_function_tools` is recorded only. `rkllm_set_cross_attn_params`
+//!   is recorded (`num_tokens`) and returns 0 on a handle initialised with
+//!   `extend_param.use_cross_attn` set, else -1 with an `E rkllm:` line.
 //! * Only prompt input in GENERATE mode is simulated; anything else, or a
 //!   LoRA adapter name, gets ERROR and -1.
 //! * The callback gets `rkllm_run`'s `userdata`, or on 1.3 when that is NULL
@@ -138,7 +141,7 @@
 //! `prompt_cache`, and on 1.3 `max_new_tokens` and `sampling` (object or
 //! null)), `run_end` (`code`, `end`: `eos`/`length`/`abort`/`pause`/`error`/`refused`,
 //! `prefill_tokens`, `generate_tokens`), `abort`, `clear_kv_cache`,
-//! `set_chat_template`, `set_function_tools`, `destroy`.
+//! `set_chat_template`, `set_function_tools`, `set_cross_attn_params`, `destroy`.
 
 mod call;
 mod config;

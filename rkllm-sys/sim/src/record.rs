@@ -3,7 +3,7 @@
 //!
 //! Every line has `"call"`: `init`, `run`, `run_end` (how a run ended),
 //! `abort`, `clear_kv_cache`, `set_chat_template`, `set_function_tools`,
-//! `destroy`. Floats are written as their shortest `f32` text (0.9, not
+//! `set_cross_attn_params`, `destroy`. Floats are written as their shortest `f32` text (0.9, not
 //! 0.8999999761581421).
 
 use crate::call::{InferOptions, InitParams, RunInput};
