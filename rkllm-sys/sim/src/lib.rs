@@ -145,6 +145,7 @@
 
 mod call;
 mod config;
+mod deliver;
 mod engine;
 mod exports;
 mod ffi;
@@ -158,11 +159,12 @@ mod run;
 mod script;
 mod template;
 mod tokenizer;
+mod vocab;
 
 pub use config::{KEYS, SCHEME};
 pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
 pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
-pub use tokenizer::tokenize;
+pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer_json, vocab_size};
 
 use rkllm_sys::{Abi, Runtime, Table, V1_2, V1_3};
 
