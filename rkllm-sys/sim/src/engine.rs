@@ -139,6 +139,9 @@ impl SimModel {
             "I rkllm: rkllm-toolkit version: simulated, max_context_limit: {}, npu_core_num: 3, target_platform: RK3588, model_dtype: W8A8",
             params.max_context_len
         ));
+        // Load the tokenizer now, as the vendor runtime loads the model's: a
+        // first run must not spend its time to first token building it.
+        crate::vocab_size();
         let state = State { kv: vec![Vec::new(); usize::from(n_batch)], ..State::default() };
         Ok(SimModel { params, config, script, recorder, callback, gate: RunGate::default(), state: Mutex::new(state) })
     }
