@@ -96,18 +96,18 @@ impl SimModel {
         Duration::from_secs_f64(ms * self.config.time_scale / 1000.0)
     }
 
-    /// Sleeps through the prefill (an abort cannot interrupt it, as on the
+    /// Sleeps through the prefill until `start + prefill` (an abort cannot interrupt it, as on the
     /// vendor runtime), then delivers a step per decode interval, checking
     /// for an abort at every token boundary. `hang_after` and `error_after`
     /// count steps (the tokens of a single sequence).
     pub(crate) fn deliver(
         &self,
         reply: &mut Reply,
+        start: Instant,
         prefill: Duration,
         prefill_tokens: usize,
         caller: &Caller,
     ) -> (End, RKLLMPerfStat) {
-        let start = Instant::now();
         let mut due = start + prefill;
         if let Some(left) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(left);

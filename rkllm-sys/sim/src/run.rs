@@ -11,7 +11,7 @@ use crate::tokenizer::decode;
 use rkllm_sys::common::*;
 use serde_json::json;
 use std::ffi::{c_int, c_void};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What the record's `run_end` line says.
 struct Summary {
@@ -69,6 +69,9 @@ impl SimModel {
     }
 
     fn run_entered(&self, inputs: &[RunInput], infer: &InferOptions, caller: &Caller) -> Summary {
+        // Planning the replies takes the simulator real time: it counts as
+        // part of the prefill, whose deadline is set from here.
+        let started = Instant::now();
         let prepared = {
             let mut state = self.state();
             match state.paused.take() {
@@ -88,7 +91,7 @@ impl SimModel {
             }
         };
         let delivered_before: Vec<usize> = reply.slots.iter().map(|s| s.next).collect();
-        let (mut end, perf) = self.deliver(&mut reply, prefill, prefill_tokens, caller);
+        let (mut end, perf) = self.deliver(&mut reply, started, prefill, prefill_tokens, caller);
         if end == End::Paused && caller.slots > 1 {
             log::line(
                 "E rkllm: a batched run was paused by its callback (returned 1); the simulated runtime does not \

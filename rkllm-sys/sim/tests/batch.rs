@@ -117,7 +117,8 @@ impl Handle {
                     Input::Prompt(text) => raw.input.prompt_input = text.as_ptr(),
                     Input::Tokens(ids) => {
                         raw.input_type = RKLLMInputType::Token;
-                        raw.input.token_input = RKLLMTokenInput { input_ids: ids.as_ptr().cast_mut(), n_tokens: ids.len() };
+                        raw.input.token_input =
+                            RKLLMTokenInput { input_ids: ids.as_ptr().cast_mut(), n_tokens: ids.len() };
                     }
                     Input::Nothing => raw.input.prompt_input = ptr::null(),
                 }
