@@ -20,7 +20,11 @@ fn loaded() -> &'static Loaded {
         let json = vocab.to_json();
         // Built from constants: a failure here is a bug in `vocab`, caught by
         // every test that tokenizes.
-        let tokenizer = json.parse().unwrap_or_else(|e| panic!("the simulator's tokenizer.json does not load: {e}"));
+        let tokenizer: Tokenizer =
+            json.parse().unwrap_or_else(|e| panic!("the simulator's tokenizer.json does not load: {e}"));
+        // The pre-tokenizer compiles its regex on first use: do it here, not
+        // inside a run's time to first token.
+        let _ = tokenizer.encode("warm up", false);
         Loaded { json, tokenizer, tokens: vocab.tokens }
     })
 }
