@@ -252,8 +252,9 @@ async fn calls_without_complete_valid_arguments_fall_back_to_content() {
 
     // max_tokens cuts the call in its arguments.
     let tokens = rkllm_sim::tokenize(CALL);
-    let n = (1..tokens.len()).find(|&n| tokens[..n].concat().contains("\"city\": \"P")).unwrap();
-    let cut: String = tokens[..n].concat();
+    let text = |n: usize| String::from_utf8(tokens[..n].concat()).unwrap();
+    let n = (1..tokens.len()).find(|&n| text(n).contains("\"city\": \"P")).unwrap();
+    let cut = text(n);
     let (choice, stream_finish, _) = both_shapes(&d, &ask("weather", json!({"max_tokens": n}))).await;
     assert_eq!((&choice["message"]["content"], &choice["finish_reason"]), (&json!(cut), &json!("length")));
     assert!(choice["message"].get("tool_calls").is_none(), "{choice}");
@@ -337,9 +338,10 @@ async fn tokens_that_cannot_start_a_stop_string_are_not_delayed() {
     let ds = deltas(&chunks);
     let got: Vec<&str> = ds.iter().map(|d| d["content"].as_str().unwrap()).collect();
     // Token i's chunk carries token i's text, except "S" and "ST" (prefixes of
-    // STOP), which come with the space that rules them out; "STOP" ends it.
-    assert_eq!(&tokens[..14], ["The", " ", "S", " ", "is", " ", "Sad", ".", " ", "ST", " ", "ops", " ", "STOP"]);
-    assert_eq!(got, ["The", " ", "", "S ", "is", " ", "Sad", ".", " ", "", "ST ", "ops", " ", ""]);
+    // STOP), which come with the token that rules them out; "P" ends it.
+    let split = ["The", " S", " is", " Sa", "d", ".", " S", "T", " op", "s", " S", "T", "O", "P"];
+    assert_eq!(tokens[..14], split.map(str::as_bytes));
+    assert_eq!(got, ["The", " ", "S is", " Sa", "d", ".", " ", "", "ST op", "s", " ", "", "", ""]);
     assert_eq!(finish_reason(&chunks), "stop");
 
     // When: token i is generated at first + i × decode (the simulator paces

@@ -32,6 +32,8 @@ pub(crate) struct RunInput {
     pub input_type: i32,
     /// The text, when `input_type` is PROMPT and the pointer is not NULL.
     pub prompt: Option<String>,
+    /// The ids, when `input_type` is TOKEN and the pointer is not NULL.
+    pub token_ids: Option<Vec<i32>>,
 }
 
 /// An `RKLLMInferParam` (all defaults for a NULL pointer).

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 9] = [
+pub const KEYS: [&str; 11] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -18,6 +18,8 @@ pub const KEYS: [&str; 9] = [
     "script",
     "record",
     "hang_after",
+    "kv_size_skew",
+    "eos_in_cache",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -39,6 +41,10 @@ pub(crate) struct SimConfig {
     pub record: Option<PathBuf>,
     /// After this many generated tokens the run hangs for good (a wedged runtime).
     pub hang_after: Option<usize>,
+    /// Added to every size `rkllm_get_kv_cache_size` reports (a fault).
+    pub kv_size_skew: i32,
+    /// A reply that ends by EOS leaves the EOS token in the KV cache.
+    pub eos_in_cache: bool,
 }
 
 #[derive(Debug)]
@@ -80,6 +86,15 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         script: value("script").map(PathBuf::from),
         record: value("record").map(PathBuf::from),
         hang_after: optional(&value, "hang_after")?,
+        kv_size_skew: match value("kv_size_skew") {
+            Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
+            None => 0,
+        },
+        eos_in_cache: match value("eos_in_cache").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
+        },
     })
 }
 
@@ -175,6 +190,9 @@ mod tests {
         assert!(err("sim:instant?time_scale=-1").contains("time_scale"));
         assert!(err("sim:instant?seed=x").contains("seed"));
         assert!(err("sim:gpt-5").contains("unknown profile"));
+        assert!(err("sim:instant?eos_in_cache=yes").contains("eos_in_cache"));
+        assert!(err("sim:instant?kv_size_skew=1.5").contains("kv_size_skew"));
+        assert_eq!(parse("sim:instant?kv_size_skew=-2&eos_in_cache=1", no_env).unwrap().kv_size_skew, -2);
         assert!(matches!(parse("/no/such/model.rkllm", no_env), Err(ConfigError::NoModelFile(_))));
     }
 }

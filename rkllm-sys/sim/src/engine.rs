@@ -30,22 +30,37 @@ impl Callback {
     }
 }
 
-/// A reply being delivered, kept across a pause.
+/// One batch slot's reply being delivered.
 #[derive(Debug)]
-pub(crate) struct Reply {
+pub(crate) struct SlotReply {
     pub pieces: Vec<Piece>,
     /// Index of the next piece to deliver.
     pub next: usize,
     /// `max_new_tokens` or the context size cut the reply short.
     pub truncated: bool,
+}
+
+impl SlotReply {
+    pub fn finished(&self) -> bool {
+        self.next >= self.pieces.len()
+    }
+}
+
+/// A run's replies, one per batch slot, kept across a pause.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub slots: Vec<SlotReply>,
     pub keep_history: bool,
+    /// Steps delivered (callbacks with tokens), across pauses.
+    pub steps: usize,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    /// Tokens in the KV cache (prompts and generated tokens kept).
-    pub kv_tokens: usize,
-    /// How many of those are the template's system part at its start.
+    /// Per batch slot: the token ids in its KV cache, in order (the ids
+    /// prefilled, then the ids generated).
+    pub kv: Vec<Vec<u32>>,
+    /// How many ids at the start of every slot are the template's system part.
     pub kv_system_tokens: usize,
     pub template: ChatTemplate,
     /// A reply whose run was paused by its callback.
@@ -57,12 +72,9 @@ impl State {
     /// drops a paused reply (whose context that was).
     pub fn clear(&mut self, keep_system_prompt: bool) {
         self.paused = None;
-        if keep_system_prompt {
-            self.kv_tokens = self.kv_system_tokens.min(self.kv_tokens);
-        } else {
-            self.kv_tokens = 0;
-        }
-        self.kv_system_tokens = self.kv_tokens;
+        let keep = if keep_system_prompt { self.kv_system_tokens } else { 0 };
+        self.kv.iter_mut().for_each(|slot| slot.truncate(keep));
+        self.kv_system_tokens = self.kv.iter().map(Vec::len).min().unwrap_or(0);
     }
 }
 
@@ -76,6 +88,9 @@ pub(crate) struct SimModel {
     pub gate: RunGate,
     pub state: Mutex<State>,
 }
+
+/// The most batch slots the simulator runs (the manual recommends at most 8).
+pub(crate) const MAX_BATCH: u8 = 8;
 
 /// Prints the lines of a failed init; `rkllm_init` returns -1.
 fn failed(lines: &[&str]) -> c_int {
@@ -110,6 +125,11 @@ impl SimModel {
                 params.max_context_len
             )]));
         }
+        if n_batch > MAX_BATCH {
+            return Err(failed(&[&format!(
+                "E rkllm: n_batch {n_batch}: the simulated runtime batches at most {MAX_BATCH} sequences (the manual recommends no more)"
+            )]));
+        }
         if let Some(kind) = &config.fail_init {
             return Err(failed(&[config::fail_init_line(kind)]));
         }
@@ -119,7 +139,11 @@ impl SimModel {
             "I rkllm: rkllm-toolkit version: simulated, max_context_limit: {}, npu_core_num: 3, target_platform: RK3588, model_dtype: W8A8",
             params.max_context_len
         ));
-        Ok(SimModel { params, config, script, recorder, callback, gate: RunGate::default(), state: Mutex::default() })
+        // Load the tokenizer now, as the vendor runtime loads the model's: a
+        // first run must not spend its time to first token building it.
+        crate::vocab_size();
+        let state = State { kv: vec![Vec::new(); usize::from(n_batch)], ..State::default() };
+        Ok(SimModel { params, config, script, recorder, callback, gate: RunGate::default(), state: Mutex::new(state) })
     }
 
     pub fn state(&self) -> MutexGuard<'_, State> {
@@ -153,8 +177,12 @@ impl SimModel {
         0
     }
 
-    pub fn kv_cache_size(&self) -> usize {
-        self.state().kv_tokens
+    /// What `rkllm_get_kv_cache_size` reports per slot: the ids in the
+    /// slot's cache, plus `kv_size_skew` (a fault switch).
+    pub fn kv_cache_sizes(&self) -> Vec<c_int> {
+        let skew = i64::from(self.config.kv_size_skew);
+        let sizes = self.state().kv.iter().map(|slot| slot.len() as i64 + skew).collect::<Vec<_>>();
+        sizes.into_iter().map(|n| c_int::try_from(n.max(0)).unwrap_or(c_int::MAX)).collect()
     }
 
     /// Takes effect at once and clears the whole KV cache, as on the vendor runtime.
@@ -175,6 +203,23 @@ impl SimModel {
         self.recorder.write(record::strings("set_function_tools", ["system", "tools", "tool_response_tag"], &parts));
         if let Err(code) = self.refuse_if_running("rkllm_set_function_tools") {
             return code;
+        }
+        0
+    }
+
+    /// `num_tokens` of the `RKLLMCrossAttnParam`, `None` for a NULL pointer.
+    pub fn set_cross_attn_params(&self, num_tokens: Option<c_int>) -> c_int {
+        self.recorder.write(json!({"call": "set_cross_attn_params", "num_tokens": num_tokens}));
+        if let Err(code) = self.refuse_if_running("rkllm_set_cross_attn_params") {
+            return code;
+        }
+        if num_tokens.is_none() {
+            log::line("E rkllm: rkllm_set_cross_attn_params: params must not be NULL");
+            return -1;
+        }
+        if self.params.extend.use_cross_attn == 0 {
+            log::line("E rkllm: rkllm_set_cross_attn_params: the model was initialised without use_cross_attn");
+            return -1;
         }
         0
     }

@@ -17,7 +17,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 use crate::ffi;
-use rkllm_sys::common::{LLMHandle, RKLLMLoraAdapter};
+use rkllm_sys::common::{LLMHandle, RKLLMCrossAttnParam, RKLLMLoraAdapter};
 use rkllm_sys::{v1_3, V1_3};
 use std::ffi::{c_char, c_int, c_void};
 
@@ -114,6 +114,11 @@ pub unsafe extern "C" fn rkllm_load_prompt_cache(handle: LLMHandle, _path: *cons
 #[no_mangle]
 pub unsafe extern "C" fn rkllm_release_prompt_cache(handle: LLMHandle) -> c_int {
     ffi::unsupported(handle, "rkllm_release_prompt_cache")
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn rkllm_set_cross_attn_params(handle: LLMHandle, params: *mut RKLLMCrossAttnParam) -> c_int {
+    ffi::set_cross_attn_params(handle, params)
 }
 
 /// The vendor says not to use it; the simulator refuses it.

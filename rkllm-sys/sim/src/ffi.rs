@@ -97,6 +97,13 @@ macro_rules! read_input {
                 } else {
                     None
                 },
+                token_ids: if input_type == RKLLMInputType::Token as i32 {
+                    let tokens = (*$input).input.token_input;
+                    (!tokens.input_ids.is_null())
+                        .then(|| std::slice::from_raw_parts(tokens.input_ids, tokens.n_tokens).to_vec())
+                } else {
+                    None
+                },
             }
         }
     }};
@@ -292,9 +299,13 @@ pub(crate) unsafe extern "C" fn run<A: SimAbi>(
             log::line("E rkllm: rkllm_run: input must not be NULL");
             return -1;
         }
+        // With n_batch = N the input is an array of N (the manual's example);
+        // the simulator reads all N and refuses a run with an empty slot.
+        let slots = usize::from(model.params.extend.n_batch);
         // SAFETY: valid pointers for the call's duration (the caller's contract).
-        let (input, infer) = unsafe { (A::read_input(input), A::read_infer(infer)) };
-        model.run(&input, &infer, userdata)
+        let (inputs, infer) =
+            unsafe { ((0..slots).map(|i| A::read_input(input.add(i))).collect::<Vec<_>>(), A::read_infer(infer)) };
+        model.run(&inputs, &infer, userdata)
     })
 }
 
@@ -326,17 +337,17 @@ pub(crate) unsafe extern "C" fn clear_kv_cache(
     with_model(handle, "rkllm_clear_kv_cache", |model| model.clear_kv_cache(keep_system_prompt != 0))
 }
 
-/// Writes one entry per batch slot: the cache size to the first, 0 to the rest.
+/// Writes one entry per batch slot: the tokens in that slot's KV cache
+/// (skewed by `kv_size_skew`).
 pub(crate) unsafe extern "C" fn get_kv_cache_size(handle: LLMHandle, sizes: *mut c_int) -> c_int {
     with_model(handle, "rkllm_get_kv_cache_size", |model| {
         if sizes.is_null() {
             log::line("E rkllm: rkllm_get_kv_cache_size: sizes must not be NULL");
             return -1;
         }
-        let size = c_int::try_from(model.kv_cache_size()).unwrap_or(c_int::MAX);
-        for slot in 0..usize::from(model.params.extend.n_batch) {
-            // SAFETY: the caller provides n_batch entries.
-            unsafe { sizes.add(slot).write(if slot == 0 { size } else { 0 }) };
+        for (slot, size) in model.kv_cache_sizes().into_iter().enumerate() {
+            // SAFETY: the caller provides n_batch entries, one per slot.
+            unsafe { sizes.add(slot).write(size) };
         }
         0
     })
@@ -370,6 +381,15 @@ pub(crate) unsafe extern "C" fn set_function_tools(
     with_model(handle, "rkllm_set_function_tools", |m| {
         m.set_function_tools(unsafe { three(system, tools, tool_response_tag) })
     })
+}
+
+/// Recorded; accepted only from a handle initialised with
+/// `extend_param.use_cross_attn` set, as there is no encoder to attend to
+/// otherwise. The simulated model does not use the tensors.
+pub(crate) unsafe extern "C" fn set_cross_attn_params(handle: LLMHandle, params: *mut RKLLMCrossAttnParam) -> c_int {
+    // SAFETY: NULL or valid (the caller's contract); only the count is read.
+    let num_tokens = unsafe { params.as_ref() }.map(|p| p.num_tokens);
+    with_model(handle, "rkllm_set_cross_attn_params", |model| model.set_cross_attn_params(num_tokens))
 }
 
 /// A runtime function the simulator does not implement: -1 and a line saying so.

@@ -1,7 +1,7 @@
 //! What the simulated model says: a deterministic reply, as the pieces the
 //! result callback delivers.
 
-use crate::tokenize;
+use crate::{token_bytes, token_ids};
 use rkllm_sys::SamplingParams;
 use std::ffi::CString;
 
@@ -14,55 +14,42 @@ pub(crate) struct Piece {
     pub waiting: bool,
 }
 
-/// Token ids are reported in the range of Qwen2.5's vocabulary.
-const VOCAB_SIZE: u64 = 151_936;
-
-/// Generated text is drawn from these; the non-ASCII ones exercise UTF-8
-/// reassembly (each is delivered as a WAITING and a NORMAL piece).
-const WORDS: [&str; 40] = [
-    " The",
-    " model",
-    " runs",
-    " on",
-    " an",
-    " NPU",
-    " with",
-    " three",
-    " cores",
-    " and",
-    " it",
-    " answers",
-    " quickly",
-    " because",
-    " the",
-    " prompt",
-    " is",
-    " short",
-    " data",
-    " flows",
-    " through",
-    " each",
-    " layer",
-    " of",
-    " weights",
-    ".",
-    ",",
-    "!",
-    "?",
-    ":",
-    "\n",
-    " 42",
-    " café",
-    " naïve",
-    " 日本",
-    " 语言",
-    " 🚀",
-    " 👍🏽",
-    " über",
-    " señor",
+/// Every reply starts with one of these, so nobody mistakes it for a model's.
+const OPENINGS: [&str; 4] = [
+    "Simulated reply: no model computed this text.",
+    "Simulated reply: the NPU behind this answer is imaginary.",
+    "Simulated reply: this answer was made up on purpose.",
+    "Simulated reply: every sentence here comes from a short list.",
 ];
 
-/// Default reply length (generated tokens) is drawn from this range.
+/// The rest of a reply is drawn from these. The non-ASCII words exercise
+/// UTF-8 reassembly: their characters are outside the vocabulary, so each
+/// is delivered over several tokens (WAITING, then NORMAL).
+const SENTENCES: [&str; 20] = [
+    "The simulator reads your prompt and picks a few sentences from a fixed list.",
+    "Each token arrives at the pace of the chosen profile.",
+    "A naïve café owner in 東京 would serve this reply with coffee.",
+    "Señor García checks the logs every morning.",
+    "The daemon streams every token as soon as the callback delivers it.",
+    "This sentence mentions 日本語 to test how characters are split.",
+    "Results look plausible, but no weights were used 🙂.",
+    "Why is the sky blue? Light with shorter wavelengths is scattered more.",
+    "Once upon a time, a tiny robot learned to count to ten.",
+    "The word über is German for over.",
+    "The same prompt and seed always give the same reply.",
+    "Tests can check the text because it never changes.",
+    "A résumé written in Zürich has two accents.",
+    "Paris is the capital of France, and Tokyo is the capital of 日本.",
+    "Memory use is read from the process, not from the profile.",
+    "The kitchen was quiet, so the robot wrote notes about the weather.",
+    "Ten seconds later, the answer was ready.",
+    "Ask again with another seed to get a different reply.",
+    "The café on the corner opens at seven.",
+    "Numbers like 42 and 2026 are tokens too.",
+];
+
+/// Default reply length (generated tokens) is drawn from this range; the
+/// reply then ends with the sentence that reaches it.
 const DEFAULT_REPLY: std::ops::RangeInclusive<u64> = 16..=48;
 
 /// FNV-1a, 64 bit.
@@ -91,34 +78,56 @@ impl Rng {
     }
 }
 
-/// Appends `token` as one NORMAL piece, or, if it contains a multi-byte
-/// character, as a WAITING piece cut one byte into that character and a
-/// NORMAL piece with the rest.
-fn push_token(token: &str, pieces: &mut Vec<Piece>) {
-    let bytes: Vec<u8> = token.bytes().filter(|b| *b != 0).collect();
-    let parts = match bytes.iter().position(|b| !b.is_ascii()) {
-        Some(lead) => vec![(bytes[..=lead].to_vec(), true), (bytes[lead + 1..].to_vec(), false)],
-        None => vec![(bytes, false)],
-    };
-    for (part, waiting) in parts {
-        let token_id = (fnv1a(&part) % VOCAB_SIZE) as i32;
-        // NUL bytes were filtered out above.
-        let text = CString::new(part).unwrap_or_default();
-        pieces.push(Piece { text, token_id, waiting });
+/// Sentences after `text` until it has at least `len` tokens; its ids.
+fn grow(rng: &mut Rng, text: &mut String, len: usize) -> Vec<u32> {
+    let mut ids = token_ids(text);
+    while ids.len() < len {
+        text.push(' ');
+        text.push_str(SENTENCES[rng.below(SENTENCES.len() as u64) as usize]);
+        ids = token_ids(text);
     }
+    ids
 }
 
-/// Appends generated words until `pieces` holds `len` pieces. A word that
-/// would need two pieces where only one is left is replaced by an ASCII one.
-fn generate(rng: &mut Rng, len: usize, pieces: &mut Vec<Piece>) {
-    let ascii: Vec<&str> = WORDS.iter().copied().filter(|w| w.is_ascii()).collect();
-    while pieces.len() < len {
-        let mut word = WORDS[rng.below(WORDS.len() as u64) as usize];
-        if !word.is_ascii() && pieces.len() + 2 > len {
-            word = ascii[rng.below(ascii.len() as u64) as usize];
-        }
-        push_token(word, pieces);
+/// Whether `bytes` ends inside a UTF-8 character.
+fn ends_inside_a_character(bytes: &[u8]) -> bool {
+    matches!(std::str::from_utf8(bytes), Err(e) if e.error_len().is_none())
+}
+
+/// Cuts `ids` to `len` tokens. A reply that ends there (EOS) ends on a
+/// whole character: the tokens of a cut character become full stops.
+fn cut_at_eos(mut ids: Vec<u32>, len: usize) -> Vec<u32> {
+    ids.truncate(len);
+    let mut replaced = 0;
+    while ends_inside_a_character(&ids.iter().filter_map(|id| token_bytes(*id)).flatten().copied().collect::<Vec<_>>())
+    {
+        ids.pop();
+        replaced += 1;
     }
+    ids.extend(std::iter::repeat_n(u32::from(b'.'), replaced));
+    ids
+}
+
+/// One piece per token; a token whose bytes end inside a character (of the
+/// whole reply, before any cut) is WAITING.
+fn pieces(ids: &[u32], limit: usize) -> Vec<Piece> {
+    let bytes: Vec<&[u8]> = ids.iter().map(|id| token_bytes(*id).unwrap_or_default()).collect();
+    let all = bytes.concat();
+    let mut end = 0;
+    bytes
+        .iter()
+        .zip(ids)
+        .take(limit)
+        .map(|(b, id)| {
+            end += b.len();
+            Piece {
+                // A NUL byte (only from a script) cannot be in a C string.
+                text: CString::new(*b).unwrap_or_default(),
+                token_id: *id as i32,
+                waiting: all.get(end).is_some_and(|next| next & 0xC0 == 0x80),
+            }
+        })
+        .collect()
 }
 
 /// Everything that decides a reply.
@@ -139,23 +148,27 @@ pub(crate) struct ReplySpec<'a> {
 /// The reply's pieces, and whether `limit` cut it short.
 pub(crate) fn reply(spec: &ReplySpec) -> (Vec<Piece>, bool) {
     let mut rng = Rng::new(fnv1a(spec.prompt.as_bytes()) ^ spec.seed ^ sampling_salt(&spec.sampling));
-    let mut pieces = Vec::new();
-    match spec.scripted {
-        Some(text) => tokenize(text).into_iter().for_each(|t| push_token(t, &mut pieces)),
-        None => {
-            let len = spec.reply_tokens.unwrap_or_else(|| {
-                (DEFAULT_REPLY.start() + rng.below(DEFAULT_REPLY.end() - DEFAULT_REPLY.start() + 1)) as usize
-            });
-            // One piece past the limit is enough to know it cut the reply.
-            generate(&mut rng, len.min(spec.limit.saturating_add(1)), &mut pieces);
+    let mut text = match spec.scripted {
+        Some(text) => text.to_owned(),
+        None => OPENINGS[rng.below(OPENINGS.len() as u64) as usize].to_owned(),
+    };
+    let mut ids = match (spec.scripted, spec.reply_tokens) {
+        (Some(_), _) => token_ids(&text),
+        (None, Some(len)) => cut_at_eos(grow(&mut rng, &mut text, len), len),
+        (None, None) => {
+            let span = DEFAULT_REPLY.end() - DEFAULT_REPLY.start() + 1;
+            let len = (DEFAULT_REPLY.start() + rng.below(span)) as usize;
+            grow(&mut rng, &mut text, len)
         }
+    };
+    if spec.ignore_eos && ids.len() < spec.limit {
+        // Past its end the model goes on talking, in more sentences.
+        let more = grow(&mut rng, &mut String::new(), spec.limit - ids.len());
+        ids.extend(more);
     }
-    if spec.ignore_eos {
-        generate(&mut rng, spec.limit, &mut pieces);
-    }
-    let truncated = pieces.len() > spec.limit;
-    pieces.truncate(spec.limit);
-    (pieces, truncated)
+    // Past its own end, only the limit ends a reply.
+    let truncated = spec.ignore_eos || ids.len() > spec.limit;
+    (pieces(&ids, spec.limit), truncated)
 }
 
 /// Greedy decoding (top_k 1 or temperature 0, the RKLLM default) depends on
@@ -189,20 +202,35 @@ mod tests {
     }
 
     #[test]
-    fn fixed_length_counts_pieces() {
+    fn fixed_length_counts_pieces_and_ends_on_a_whole_character() {
         for n in 0..60 {
             let (pieces, cut) = reply(&ReplySpec { reply_tokens: Some(n), ..spec("x") });
             assert_eq!((pieces.len(), cut), (n, false));
+            assert!(pieces.last().is_none_or(|p| !p.waiting), "{n} tokens end inside a character");
         }
     }
 
     #[test]
-    fn multibyte_tokens_split_inside_a_character() {
-        let mut pieces = Vec::new();
-        push_token(" 日本", &mut pieces);
-        let bytes: Vec<&[u8]> = pieces.iter().map(|p| p.text.as_bytes()).collect();
-        assert_eq!(bytes, [&b" \xe6"[..], &"日本".as_bytes()[1..]]);
-        assert!(pieces[0].waiting && !pieces[1].waiting);
+    fn replies_say_they_are_simulated_and_decode_from_their_ids() {
+        let (pieces, _) = reply(&spec("Hello"));
+        let bytes: Vec<u8> = pieces.iter().flat_map(|p| p.text.as_bytes().to_vec()).collect();
+        let text = String::from_utf8(bytes).expect("a whole reply is UTF-8");
+        assert!(text.starts_with("Simulated reply: "), "{text}");
+        assert!(text.ends_with('.') || text.ends_with('?'), "ends with a sentence: {text}");
+        assert!((16..=80).contains(&pieces.len()), "{} tokens", pieces.len());
+        let ids: Vec<u32> = pieces.iter().map(|p| p.token_id as u32).collect();
+        assert_eq!(crate::tokenizer::decode(&ids), text);
+    }
+
+    #[test]
+    fn multibyte_characters_split_over_waiting_and_normal() {
+        let (pieces, _) = reply(&ReplySpec { scripted: Some("café 日本"), ..spec("x") });
+        let waiting: Vec<bool> = pieces.iter().map(|p| p.waiting).collect();
+        let texts: Vec<&[u8]> = pieces.iter().map(|p| p.text.as_bytes()).collect();
+        assert_eq!(texts.concat(), "café 日本".as_bytes());
+        // é = 2 bytes, 日 and 本 = 3 bytes: one token each byte, the last NORMAL.
+        assert_eq!(waiting.iter().filter(|w| **w).count(), 1 + 2 + 2);
+        assert!(!waiting.last().unwrap());
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   embeds `RKLLM SDK (version: 1.3.0 simulated)`, so
 //!   `rkllm_sys::sniff_file` and `Runtime::load` treat it as a 1.3.0
 //!   runtime. One exported `rkllm_createDefaultParam` cannot return two
-//!   struct sizes, hence no 1.2 cdylib. `rkllm_load_lora`,
+//!   struct sizes, hence no 1.2 cdylib. All 15 functions of the 1.3.0
+//!   header are exported. `rkllm_load_lora`,
 //!   `rkllm_load_prompt_cache`, `rkllm_release_prompt_cache` and
 //!   `rkllm_run_async` exist and return -1.
 //!
@@ -46,9 +47,14 @@
 //! | `hang_after` | N | after N generated tokens of a reply the run hangs for good: no more callbacks, aborts ignored, `rkllm_run` never returns (a wedged runtime, for watchdog tests; `0` hangs after the prefill). The process must be killed |
 //! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
 //! | `record` | path | appends one JSON line per call received (see below) |
+//! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |
+//! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
+//!
+//! `fail_init` is the switch that makes `rkllm_init` fail.
 //!
 //! Init also checks what the vendor runtime checks: `extend_param.n_batch`
-//! outside 1..=100 prints `E rkllm: The n_batch must be between 1 and 100, but got N`;
+//! outside 1..=100 prints `E rkllm: The n_batch must be between 1 and 100, but got N`
+//! (and the simulator refuses more than 8, the manual's recommended maximum);
 //! `max_context_len` must be positive. On success it prints the runtime's
 //! `I rkllm: rkllm-runtime version: …` and `I rkllm: rkllm-toolkit version: …` lines.
 //! All lines go straight to the process's stderr, where callers capture them.
@@ -81,24 +87,40 @@
 //! `memory_usage_mb` the process's VmHWM.
 //!
 //! # Tokens
-//! Prompts are counted with [`tokenize`]. A run prefills
-//! `tokens(system)` (only when the KV cache is empty) `+ tokens(prefix + prompt + postfix)`
-//! of the chat template. The built-in template is ChatML
-//! ([`DEFAULT_SYSTEM`], [`DEFAULT_PREFIX`], [`DEFAULT_POSTFIX`]): a first
-//! prompt `p` prefills `62 + tokens(p)` tokens, a follow-up in a kept
-//! history `30 + tokens(p)`. `rkllm_set_chat_template` replaces the three
-//! parts (three empty strings: the prompt alone) and clears the KV cache.
-//! The role and `enable_thinking` do not change the count.
+//! The simulated model has a real tokenizer: [`tokenizer_json`] is a
+//! byte-level BPE in Hugging Face's `tokenizer.json` format (built in code
+//! from `words.txt`: ~840 common English words in four forms, numbers,
+//! punctuation runs, and the special tokens `<|endoftext|>`, `<|im_start|>`,
+//! `<|im_end|>`), and the simulator itself tokenizes with the `tokenizers`
+//! crate on that text. So a daemon that loads the same `tokenizer.json`
+//! counts every text exactly as the simulator does, and decoding a reply's
+//! `token_id`s gives its text. Common English is ~4 characters per token
+//! ("Hello!" is 2 tokens, "Why is the sky blue?" 6); a word outside the
+//! list splits into shorter pieces, a character outside it into one token
+//! per UTF-8 byte. [`tokenize`] gives the tokens' bytes, [`token_ids`] the ids.
 //!
-//! Replies are deterministic for a prompt, seed and sampling setting
-//! (greedy `top_k` 1, the RKLLM default, ignores the sampling values).
-//! Generated text comes from a small vocabulary with multi-byte words
-//! (` café`, ` 日本`, ` 🚀`, ` 👍🏽`, …); scripted text is split with
-//! [`tokenize`]. A token containing a multi-byte character is delivered as
-//! two callbacks, both counted as generated tokens: WAITING with its bytes
-//! up to one byte into that character, then NORMAL with the rest. A
-//! piece's `token_id` is the FNV-1a hash of its bytes modulo 151936
-//! (Qwen2.5's vocabulary size).
+//! A run prefills `tokens(system)` (only when the KV cache is empty)
+//! `+ tokens(prefix + prompt + postfix)` of the chat template. The built-in
+//! template is ChatML ([`DEFAULT_SYSTEM`], [`DEFAULT_PREFIX`],
+//! [`DEFAULT_POSTFIX`]): a first prompt `p` prefills `19 + tokens(p)` tokens,
+//! a follow-up in a kept history `8 + tokens(p)`. `rkllm_set_chat_template`
+//! replaces the three parts (three empty strings: the prompt alone) and
+//! clears the KV cache. The role and `enable_thinking` do not change the
+//! count. `RKLLM_INPUT_TOKEN` input is prefilled exactly as sent: no
+//! template, no system part; an id outside `0..vocab_size()` or no ids is
+//! a runtime error (ERROR, -1).
+//!
+//! Replies read as what they are: `Simulated reply: …` followed by whole
+//! sentences drawn from a fixed list, deterministic for a prompt (for token
+//! input: the decoded ids), seed and sampling setting (greedy `top_k` 1, the
+//! RKLLM default, ignores the sampling values). Some sentences carry words
+//! like `café`, `naïve`, `東京`, `🙂`, whose characters are outside the
+//! vocabulary: each is delivered over several tokens, every one a callback
+//! and a generated token, WAITING while the bytes so far end inside the
+//! character, NORMAL with its last byte. A default reply is 16–48 tokens
+//! (from the prompt's hash) rounded up to a whole sentence; `reply_tokens`
+//! cuts it to exactly N tokens, ending on a whole character. Scripted text
+//! is tokenized like any text.
 //!
 //! # Runs
 //! * The reply ends with FINISH (text NULL, `perf` filled) and `rkllm_run`
@@ -107,12 +129,45 @@
 //!   with `ignore_eos_token` (1.3) it continues up to that limit.
 //! * A prompt that does not fit in `max_context_len` (with the KV cache)
 //!   prints `E rkllm: … exceeds max context length …`, calls back ERROR and returns -1.
-//! * `keep_history = 1` keeps the prompt and generated tokens in the KV
-//!   cache, and the next run prefills only its own turn; `keep_history = 0`
-//!   empties the cache after the run. There is no automatic prefix reuse.
-//!   `rkllm_clear_kv_cache(h, 1, …)` keeps the system prompt's tokens,
-//!   `(h, 0, …)` nothing; the position ranges are not simulated.
-//!   `rkllm_get_kv_cache_size` writes the cache's token count to `sizes[0]`.
+//! * `keep_history = 1` keeps the run in the KV cache and the next run
+//!   prefills only its own turn; `keep_history = 0` empties the cache after
+//!   the run. There is no automatic prefix reuse.
+//!
+//! # KV cache
+//! The cache is a list of token ids per batch slot, exactly: the ids a run
+//! prefilled (template included, as above) followed by the ids its
+//! callbacks delivered. `rkllm_get_kv_cache_size` writes each slot's count
+//! (`n_batch` entries). Whether the real runtime keeps the EOS token that
+//! ended a reply is *open*; the simulator does **not** (the size after a
+//! kept run is prompt + generated tokens) unless `eos_in_cache=1`, which
+//! adds one id after a reply that ended by EOS (not after one cut by its
+//! limit or aborted). A run that ends with ERROR empties the cache; a
+//! refused input leaves it as it was. `rkllm_clear_kv_cache(h, 1, …)` keeps
+//! the system prompt's ids, `(h, 0, …)` nothing; the position ranges are
+//! not simulated.
+//!
+//! # Batches (`extend_param.n_batch` = N, 2..=8)
+//! * `rkllm_run` reads an array of N inputs. *Open* on the real runtime:
+//!   whether fewer may be given. The simulator refuses a run in which any
+//!   slot has no input (NULL prompt, no token ids): `E rkllm: rkllm_run:
+//!   batch slot I of N has no input …`, ERROR, -1, nothing prefilled.
+//! * Every callback carries an array of N results: one step of every slot,
+//!   state NORMAL (a slot's bytes may end inside a character: reassemble per
+//!   slot). A slot that has finished reports `token_id` -1 and `text` NULL
+//!   from then on; the run ends when every slot has finished, with FINISH
+//!   (N results, all finished). *Open:* where `perf` goes; the simulator
+//!   fills `result[0].perf` for the whole run (tokens summed over slots) and
+//!   zeroes the others. ERROR has the same shape.
+//! * Sampling, `max_new_tokens` and `keep_history` are per run, shared by
+//!   the slots; each slot has its own reply (EOS), limit and KV cache.
+//! * Prefill costs the tokens of all slots; a step costs
+//!   `decode_ms × (1 + 0.15 × (active slots − 1))`.
+//! * `rkllm_abort` ends the run, all slots (*open* whether one slot can be
+//!   stopped: the simulator has no way to). A callback returning 1 (pause)
+//!   in a batch ends the run with an `E rkllm:` line, ERROR and -1: resuming
+//!   batches is not simulated. `hang_after` and `error_after` count steps.
+//!
+//! # Other calls
 //! * `rkllm_abort` from any thread stops a run at its next token boundary
 //!   (also while it waits for the next token); the prefill cannot be
 //!   interrupted. An aborted run gets FINISH with `perf` and returns 0.
@@ -124,9 +179,11 @@
 //! * A second `rkllm_run` on a handle that is running returns -1 at once
 //!   with an `E rkllm:` line and no callbacks. Clearing the cache, setting a
 //!   template or tools, and destroying are refused the same way during a run.
-//! * `rkllm_set_function_tools` is recorded only.
-//! * Only prompt input in GENERATE mode is simulated; anything else, or a
-//!   LoRA adapter name, gets ERROR and -1.
+//! * `rkllm_set_function_tools` is recorded only. `rkllm_set_cross_attn_params`
+//!   is recorded (`num_tokens`) and returns 0 on a handle initialised with
+//!   `extend_param.use_cross_attn` set, else -1 with an `E rkllm:` line.
+//! * Only prompt and token input in GENERATE mode are simulated; anything
+//!   else, or a LoRA adapter name, gets ERROR and -1.
 //! * The callback gets `rkllm_run`'s `userdata`, or on 1.3 when that is NULL
 //!   the `result_userdata` given at init (the `RKLLMCallback` struct is copied).
 //! * NULL or unknown handles get -1; no call panics across the C boundary.
@@ -134,14 +191,17 @@
 //! # The record file
 //! One JSON object per line with `"call"`: `init` (every `RKLLMParam` field,
 //! `extend_param` nested, `abi`), `run` (`role`, `enable_thinking`,
-//! `input_type`, `prompt`, `mode`, `keep_history`, `lora_adapter`,
-//! `prompt_cache`, and on 1.3 `max_new_tokens` and `sampling` (object or
-//! null)), `run_end` (`code`, `end`: `eos`/`length`/`abort`/`pause`/`error`/`refused`,
-//! `prefill_tokens`, `generate_tokens`), `abort`, `clear_kv_cache`,
-//! `set_chat_template`, `set_function_tools`, `destroy`.
+//! `input_type`, `prompt`, `token_ids` — with `n_batch` > 1 these are in an
+//! `inputs` array, one object per slot — `mode`, `keep_history`,
+//! `lora_adapter`, `prompt_cache`, and on 1.3 `max_new_tokens` and
+//! `sampling` (object or null)), `run_end` (`code`, `end`:
+//! `eos`/`length`/`abort`/`pause`/`error`/`refused`, `prefill_tokens`,
+//! `generate_tokens`, `slot_generate_tokens`), `abort`, `clear_kv_cache`,
+//! `set_chat_template`, `set_function_tools`, `set_cross_attn_params`, `destroy`.
 
 mod call;
 mod config;
+mod deliver;
 mod engine;
 mod exports;
 mod ffi;
@@ -155,11 +215,12 @@ mod run;
 mod script;
 mod template;
 mod tokenizer;
+mod vocab;
 
 pub use config::{KEYS, SCHEME};
 pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
 pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
-pub use tokenizer::tokenize;
+pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer_json, vocab_size};
 
 use rkllm_sys::{Abi, Runtime, Table, V1_2, V1_3};
 

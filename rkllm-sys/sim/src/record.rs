@@ -3,7 +3,7 @@
 //!
 //! Every line has `"call"`: `init`, `run`, `run_end` (how a run ended),
 //! `abort`, `clear_kv_cache`, `set_chat_template`, `set_function_tools`,
-//! `destroy`. Floats are written as their shortest `f32` text (0.9, not
+//! `set_cross_attn_params`, `destroy`. Floats are written as their shortest `f32` text (0.9, not
 //! 0.8999999761581421).
 
 use crate::call::{InferOptions, InitParams, RunInput};
@@ -105,20 +105,31 @@ pub(crate) fn init(p: &InitParams, has_callback: bool) -> Value {
     with(line, Value::Object(abi_specific))
 }
 
-/// The input and infer params of an `rkllm_run`. `max_new_tokens` and
-/// `sampling` (an object or null) are present on ABI 1.3 only.
-pub(crate) fn run(input: &RunInput, infer: &InferOptions, per_run_params: bool) -> Value {
-    let line = json!({
-        "call": "run",
+fn input(input: &RunInput) -> Value {
+    json!({
         "role": input.role,
         "enable_thinking": input.enable_thinking,
         "input_type": input.input_type,
         "prompt": input.prompt,
+        "token_ids": input.token_ids,
+    })
+}
+
+/// The inputs and infer params of an `rkllm_run`: one input's fields at top
+/// level, or with `n_batch` > 1 an `inputs` array of them. `max_new_tokens`
+/// and `sampling` (an object or null) are present on ABI 1.3 only.
+pub(crate) fn run(inputs: &[RunInput], infer: &InferOptions, per_run_params: bool) -> Value {
+    let mut line = json!({
+        "call": "run",
         "mode": infer.mode,
         "keep_history": infer.keep_history,
         "lora_adapter": infer.lora_adapter,
         "prompt_cache": infer.prompt_cache.as_ref().map(|(save, path)| json!({"save_prompt_cache": save, "prompt_cache_path": path})),
     });
+    line = match inputs {
+        [one] => with(line, input(one)),
+        many => with(line, json!({"inputs": many.iter().map(input).collect::<Vec<_>>()})),
+    };
     if !per_run_params {
         return line;
     }

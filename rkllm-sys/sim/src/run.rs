@@ -1,90 +1,57 @@
-//! `rkllm_run`: prefill, then one callback per generated token, paced
-//! against absolute deadlines from the run's start so sleeps never drift.
+//! `rkllm_run`: check the inputs, prefill them into the KV cache, plan the
+//! replies, deliver them (`deliver`), and keep or drop what the cache holds.
 
 use crate::call::{InferOptions, RunInput};
-use crate::engine::{Reply, SimModel, State};
-use crate::generate::{self, Piece, ReplySpec};
+use crate::deliver::{Caller, End};
+use crate::engine::{Reply, SimModel, SlotReply, State};
+use crate::generate::{self, ReplySpec};
 use crate::log;
 use crate::record;
+use crate::tokenizer::decode;
 use rkllm_sys::common::*;
 use serde_json::json;
-use std::ffi::{c_char, c_int, c_void};
-use std::ptr;
+use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
-
-/// How a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum End {
-    /// The reply ended (EOS), or its limit was reached.
-    Finished,
-    Aborted,
-    /// The callback returned 1; the reply waits for the next `rkllm_run`.
-    Paused,
-    /// A simulated runtime error (`error_after`).
-    Error,
-}
 
 /// What the record's `run_end` line says.
 struct Summary {
     code: c_int,
     end: &'static str,
     prefill_tokens: usize,
-    generate_tokens: usize,
+    /// Per slot.
+    generate_tokens: Vec<usize>,
 }
 
 impl Summary {
     fn failed(end: &'static str) -> Self {
-        Summary { code: -1, end, prefill_tokens: 0, generate_tokens: 0 }
+        Summary { code: -1, end, prefill_tokens: 0, generate_tokens: Vec::new() }
     }
 }
 
-/// The result callback with the run's `userdata`.
-struct Caller {
-    function: Option<LLMResultCallback>,
-    userdata: *mut c_void,
-}
-
-impl Caller {
-    fn call(&self, text: *const c_char, token_id: i32, perf: RKLLMPerfStat, state: c_int) -> c_int {
-        let Some(function) = self.function else {
-            return callback_return::CONTINUE;
-        };
-        let mut result = RKLLMResult {
-            text,
-            token_id,
-            last_hidden_layer: RKLLMResultLastHiddenLayer { hidden_states: ptr::null(), embd_size: 0, num_tokens: 0 },
-            logits: RKLLMResultLogits { logits: ptr::null(), vocab_size: 0, num_tokens: 0 },
-            perf,
-        };
-        // SAFETY: the caller registered this callback for exactly this
-        // signature; `result` is fully initialised and outlives the call.
-        unsafe { function(&mut result, self.userdata, state) }
-    }
-
-    fn token(&self, piece: &Piece) -> c_int {
-        let state = if piece.waiting { call_state::WAITING } else { call_state::NORMAL };
-        self.call(piece.text.as_ptr(), piece.token_id, RKLLMPerfStat::default(), state)
-    }
-
-    fn end(&self, state: c_int, perf: RKLLMPerfStat) {
-        self.call(ptr::null(), 0, perf, state);
-    }
-}
-
-/// A run ready to deliver: the reply and how long its prefill takes.
+/// A run ready to deliver: the replies and how long their prefill takes.
 struct Prepared {
     reply: Reply,
     prefill_tokens: usize,
     prefill: Duration,
 }
 
+/// One slot's input, checked: what to prefill and what the model "read".
+struct SlotInput {
+    /// The text the reply is derived from: the prompt, or the decoded ids.
+    text: String,
+    /// Ids to prefill, the template's included.
+    ids: Vec<u32>,
+    /// How many of `ids` are the template's system part.
+    system: usize,
+}
+
 impl SimModel {
-    pub fn run(&self, input: &RunInput, infer: &InferOptions, userdata: *mut c_void) -> c_int {
-        self.recorder.write(record::run(input, infer, self.params.abi.per_run_sampling()));
+    pub fn run(&self, inputs: &[RunInput], infer: &InferOptions, userdata: *mut c_void) -> c_int {
+        self.recorder.write(record::run(inputs, infer, self.params.abi.per_run_sampling()));
         let userdata = if userdata.is_null() { self.callback.userdata as *mut c_void } else { userdata };
-        let caller = Caller { function: self.callback.function, userdata };
+        let caller = Caller { function: self.callback.function, userdata, slots: inputs.len() };
         let summary = match self.gate.enter() {
-            Some(_running) => self.run_entered(input, infer, &caller),
+            Some(_running) => self.run_entered(inputs, infer, &caller),
             None => {
                 log::line("E rkllm: rkllm_run called while another run is in progress on this handle; one handle runs one sequence");
                 Summary::failed("refused")
@@ -95,12 +62,16 @@ impl SimModel {
             "code": summary.code,
             "end": summary.end,
             "prefill_tokens": summary.prefill_tokens,
-            "generate_tokens": summary.generate_tokens,
+            "generate_tokens": summary.generate_tokens.iter().sum::<usize>(),
+            "slot_generate_tokens": summary.generate_tokens,
         }));
         summary.code
     }
 
-    fn run_entered(&self, input: &RunInput, infer: &InferOptions, caller: &Caller) -> Summary {
+    fn run_entered(&self, inputs: &[RunInput], infer: &InferOptions, caller: &Caller) -> Summary {
+        // Planning the replies takes the simulator real time: it counts as
+        // part of the prefill, whose deadline is set from here.
+        let started = Instant::now();
         let prepared = {
             let mut state = self.state();
             match state.paused.take() {
@@ -108,10 +79,10 @@ impl SimModel {
                 Some(reply) => {
                     Ok(Prepared { reply, prefill_tokens: 0, prefill: self.scaled(self.config.profile.decode_ms) })
                 }
-                None => self.prepare(&mut state, input, infer),
+                None => self.prepare(&mut state, inputs, infer),
             }
         };
-        let mut prepared = match prepared {
+        let Prepared { mut reply, prefill_tokens, prefill } = match prepared {
             Ok(p) => p,
             Err(message) => {
                 log::line(&message);
@@ -119,10 +90,17 @@ impl SimModel {
                 return Summary::failed("error");
             }
         };
-        let (end, perf) = self.deliver(&mut prepared, caller);
-        let reply = prepared.reply;
+        let delivered_before: Vec<usize> = reply.slots.iter().map(|s| s.next).collect();
+        let (mut end, perf) = self.deliver(&mut reply, started, prefill, prefill_tokens, caller);
+        if end == End::Paused && caller.slots > 1 {
+            log::line(
+                "E rkllm: a batched run was paused by its callback (returned 1); the simulated runtime does not \
+                 resume batches (unknown on the real one): the run ends with ERROR",
+            );
+            end = End::Error;
+        }
         let end_name = match end {
-            End::Finished if reply.truncated => "length",
+            End::Finished if reply.slots.iter().any(|s| s.truncated) => "length",
             End::Finished => "eos",
             End::Aborted => "abort",
             End::Paused => "pause",
@@ -135,42 +113,73 @@ impl SimModel {
             }
             End::Paused => 0,
             End::Error => {
-                log::line(&format!(
-                    "E rkllm: simulated runtime error after {} generated tokens (error_after)",
-                    reply.next
-                ));
+                log::line(&format!("E rkllm: simulated runtime error after {} generated tokens", perf.generate_tokens));
                 caller.end(call_state::ERROR, perf);
                 -1
             }
         };
+        let generate_tokens: Vec<usize> =
+            reply.slots.iter().zip(&delivered_before).map(|(slot, before)| slot.next - before).collect();
         let mut state = self.state();
-        state.kv_tokens += perf.generate_tokens as usize;
+        let eos = crate::eos_token_id();
+        for ((slot, before), kv) in reply.slots.iter().zip(&delivered_before).zip(state.kv.iter_mut()) {
+            kv.extend(slot.pieces[*before..slot.next].iter().map(|p| p.token_id as u32));
+            if self.config.eos_in_cache && end == End::Finished && !slot.truncated {
+                kv.push(eos);
+            }
+        }
         match end {
             End::Paused => state.paused = Some(reply),
             End::Error => state.clear(false),
             End::Finished | End::Aborted if !reply.keep_history => state.clear(false),
             End::Finished | End::Aborted => {}
         }
-        Summary {
-            code,
-            end: end_name,
-            prefill_tokens: prepared.prefill_tokens,
-            generate_tokens: perf.generate_tokens as usize,
+        Summary { code, end: end_name, prefill_tokens, generate_tokens }
+    }
+
+    /// What one slot's input prefills; the error is the line to print.
+    fn slot_input(&self, state: &State, slot: usize, input: &RunInput) -> Result<SlotInput, String> {
+        let n = state.kv.len();
+        let which = if n > 1 { format!("batch slot {slot}: ") } else { String::new() };
+        let empty = || {
+            if n > 1 {
+                format!(
+                    "E rkllm: rkllm_run: batch slot {slot} of {n} has no input; with n_batch = {n} every run must give {n} \
+                     inputs (the simulated runtime refuses fewer: whether the real one accepts them is unknown)"
+                )
+            } else if input.input_type == RKLLMInputType::Token as i32 {
+                "E rkllm: token_input has no ids".to_owned()
+            } else {
+                "E rkllm: prompt_input is NULL".to_owned()
+            }
+        };
+        match input.input_type {
+            t if t == RKLLMInputType::Prompt as i32 => {
+                let prompt = input.prompt.as_deref().ok_or_else(empty)?;
+                let system = if state.kv[slot].is_empty() { state.template.system_ids() } else { Vec::new() };
+                let ids = [system.as_slice(), &state.template.turn_ids(prompt)].concat();
+                Ok(SlotInput { text: prompt.to_owned(), ids, system: system.len() })
+            }
+            t if t == RKLLMInputType::Token as i32 => {
+                let sent = input.token_ids.as_deref().filter(|ids| !ids.is_empty()).ok_or_else(empty)?;
+                let vocab = crate::vocab_size();
+                let ids: Vec<u32> = sent.iter().filter_map(|id| u32::try_from(*id).ok()).collect();
+                if let Some(bad) = sent.iter().find(|id| usize::try_from(**id).map_or(true, |id| id >= vocab)) {
+                    return Err(format!("E rkllm: {which}token id {bad} is outside the vocabulary (0..{vocab})"));
+                }
+                // Token input is prefilled as sent: no template, no system part.
+                Ok(SlotInput { text: decode(&ids), ids, system: 0 })
+            }
+            other => Err(format!(
+                "E rkllm: {which}input_type {other} is not simulated; the simulated runtime takes RKLLM_INPUT_PROMPT \
+                 and RKLLM_INPUT_TOKEN only"
+            )),
         }
     }
 
-    /// Checks the input, prefills it into the KV cache and plans the reply.
-    /// The error is the line to print.
-    fn prepare(&self, state: &mut State, input: &RunInput, infer: &InferOptions) -> Result<Prepared, String> {
-        if input.input_type != RKLLMInputType::Prompt as i32 {
-            return Err(format!(
-                "E rkllm: input_type {} is not simulated; the simulated runtime takes RKLLM_INPUT_PROMPT only",
-                input.input_type
-            ));
-        }
-        let Some(prompt) = input.prompt.as_deref() else {
-            return Err("E rkllm: prompt_input is NULL".to_owned());
-        };
+    /// Checks every slot's input, prefills them into the KV cache and plans
+    /// the replies. Nothing changes unless every slot is accepted.
+    fn prepare(&self, state: &mut State, inputs: &[RunInput], infer: &InferOptions) -> Result<Prepared, String> {
         if infer.mode != RKLLMInferMode::Generate as i32 {
             return Err(format!(
                 "E rkllm: infer mode {} is not simulated; the simulated runtime takes RKLLM_INFER_GENERATE only",
@@ -180,109 +189,49 @@ impl SimModel {
         if let Some(name) = &infer.lora_adapter {
             return Err(format!("E rkllm: lora adapter {name} is not loaded"));
         }
-        let system_tokens = if state.kv_tokens == 0 { state.template.system_tokens() } else { 0 };
-        let prefill_tokens = system_tokens + state.template.turn_tokens(prompt);
         let max_context = self.params.max_context_len.max(0) as usize;
-        let filled = state.kv_tokens + prefill_tokens;
-        if filled > max_context {
-            return Err(format!(
-                "E rkllm: the input of {prefill_tokens} tokens (with {} tokens in the KV cache) exceeds max context length {max_context}",
-                state.kv_tokens
-            ));
-        }
         let max_new = infer.max_new_tokens.filter(|n| *n > 0).unwrap_or(self.params.max_new_tokens);
-        let room = max_context - filled;
-        let limit = usize::try_from(max_new).ok().filter(|n| *n > 0).map_or(room, |n| n.min(room));
-        let (pieces, truncated) = generate::reply(&ReplySpec {
-            prompt,
-            seed: self.config.seed,
-            sampling: infer.sampling.unwrap_or(self.params.sampling),
-            reply_tokens: self.config.reply_tokens,
-            scripted: self.script.as_ref().and_then(|s| s.reply_for(prompt)),
-            ignore_eos: self.params.ignore_eos_token == Some(true),
-            limit,
-        });
-        if state.kv_tokens == 0 {
-            state.kv_system_tokens = system_tokens;
+        let mut slots = Vec::with_capacity(inputs.len());
+        for (slot, input) in inputs.iter().enumerate() {
+            let checked = self.slot_input(state, slot, input)?;
+            let cached = state.kv[slot].len();
+            let filled = cached + checked.ids.len();
+            if filled > max_context {
+                return Err(format!(
+                    "E rkllm: the input of {} tokens (with {cached} tokens in the KV cache) exceeds max context length {max_context}",
+                    checked.ids.len()
+                ));
+            }
+            let room = max_context - filled;
+            let limit = usize::try_from(max_new).ok().filter(|n| *n > 0).map_or(room, |n| n.min(room));
+            let (pieces, truncated) = generate::reply(&ReplySpec {
+                prompt: &checked.text,
+                seed: self.config.seed,
+                sampling: infer.sampling.unwrap_or(self.params.sampling),
+                reply_tokens: self.config.reply_tokens,
+                scripted: self.script.as_ref().and_then(|s| s.reply_for(&checked.text)),
+                ignore_eos: self.params.ignore_eos_token == Some(true),
+                limit,
+            });
+            slots.push((checked, SlotReply { pieces, next: 0, truncated }));
         }
-        state.kv_tokens = filled;
+        if state.kv[0].is_empty() {
+            state.kv_system_tokens = slots[0].0.system;
+        }
+        let prefill_tokens = slots.iter().map(|(input, _)| input.ids.len()).sum();
+        for ((input, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
+            kv.extend(&input.ids);
+        }
+        // A batch's prefill costs the tokens of all its slots.
         let prefill_ms = self.config.profile.prefill_ms(prefill_tokens) + self.config.prefill_extra_ms;
         Ok(Prepared {
-            reply: Reply { pieces, next: 0, truncated, keep_history: infer.keep_history },
+            reply: Reply {
+                slots: slots.into_iter().map(|(_, reply)| reply).collect(),
+                keep_history: infer.keep_history,
+                steps: 0,
+            },
             prefill_tokens,
             prefill: self.scaled(prefill_ms),
         })
     }
-
-    fn scaled(&self, ms: f64) -> Duration {
-        Duration::from_secs_f64(ms * self.config.time_scale / 1000.0)
-    }
-
-    /// Sleeps through the prefill (an abort cannot interrupt it, as on the
-    /// vendor runtime), then delivers pieces one decode interval apart,
-    /// checking for an abort at every token boundary.
-    fn deliver(&self, prepared: &mut Prepared, caller: &Caller) -> (End, RKLLMPerfStat) {
-        let start = Instant::now();
-        let first_due = start + prepared.prefill;
-        if let Some(left) = first_due.checked_duration_since(Instant::now()) {
-            std::thread::sleep(left);
-        }
-        let decode = self.scaled(self.config.profile.decode_ms);
-        let reply = &mut prepared.reply;
-        let mut first_token = None;
-        let mut generated: u32 = 0;
-        let end = loop {
-            let Some(piece) = reply.pieces.get(reply.next) else {
-                break End::Finished;
-            };
-            // Before the abort check: a wedged runtime ignores aborts.
-            if self.config.hang_after == Some(reply.next) {
-                hang();
-            }
-            if self.gate.wait_until(first_due + decode * generated) {
-                break End::Aborted;
-            }
-            if self.config.error_after == Some(reply.next) {
-                break End::Error;
-            }
-            first_token.get_or_insert_with(Instant::now);
-            let answer = caller.token(piece);
-            generated += 1;
-            reply.next += 1;
-            if answer == callback_return::PAUSE {
-                break End::Paused;
-            }
-        };
-        let now = Instant::now();
-        let perf = RKLLMPerfStat {
-            prefill_time_ms: millis(first_token.unwrap_or(now) - start),
-            prefill_tokens: prepared.prefill_tokens as i32,
-            generate_time_ms: first_token.map_or(0.0, |t| millis(now - t)),
-            generate_tokens: generated as i32,
-            memory_usage_mb: peak_memory_mb(),
-        };
-        (end, perf)
-    }
-}
-
-/// A wedged runtime (`hang_after`): no more callbacks, aborts ignored,
-/// `rkllm_run` never returns. Only killing the process ends it.
-fn hang() -> ! {
-    loop {
-        std::thread::park();
-    }
-}
-
-fn millis(d: Duration) -> f32 {
-    (d.as_secs_f64() * 1000.0) as f32
-}
-
-/// The process's peak resident memory (VmHWM), MB; 0 if unknown.
-fn peak_memory_mb() -> f32 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
-    kb.map_or(0.0, |kb| (kb / 1024.0) as f32)
 }

@@ -1,13 +1,13 @@
 //! The chat template the simulated runtime wraps prompts in, which decides
 //! how many tokens a run prefills.
 
-use crate::tokenize;
+use crate::token_ids;
 
-/// The built-in template's system part (ChatML, as Qwen models use): 32 sim tokens.
+/// The built-in template's system part (ChatML, as Qwen models use): 11 tokens.
 pub const DEFAULT_SYSTEM: &str = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n";
-/// The built-in template's text before the prompt: 10 sim tokens.
+/// The built-in template's text before the prompt: 3 tokens.
 pub const DEFAULT_PREFIX: &str = "<|im_start|>user\n";
-/// The built-in template's text after the prompt: 20 sim tokens.
+/// The built-in template's text after the prompt: 5 tokens.
 pub const DEFAULT_POSTFIX: &str = "<|im_end|>\n<|im_start|>assistant\n";
 
 /// `system`, `prefix` and `postfix` as given to `rkllm_set_chat_template`.
@@ -30,13 +30,13 @@ impl ChatTemplate {
         ChatTemplate { system: system.to_owned(), prefix: prefix.to_owned(), postfix: postfix.to_owned() }
     }
 
-    /// Tokens of the system part, prefilled only into an empty KV cache.
-    pub fn system_tokens(&self) -> usize {
-        tokenize(&self.system).len()
+    /// Ids of the system part, prefilled only into an empty KV cache.
+    pub fn system_ids(&self) -> Vec<u32> {
+        token_ids(&self.system)
     }
 
-    /// Tokens of one turn: `prefix + prompt + postfix`, tokenized as one text.
-    pub fn turn_tokens(&self, prompt: &str) -> usize {
-        tokenize(&format!("{}{}{}", self.prefix, prompt, self.postfix)).len()
+    /// Ids of one turn: `prefix + prompt + postfix`, tokenized as one text.
+    pub fn turn_ids(&self, prompt: &str) -> Vec<u32> {
+        token_ids(&format!("{}{}{}", self.prefix, prompt, self.postfix))
     }
 }

@@ -1,37 +1,89 @@
-//! The simulator's tokenizer: simple enough to count tokens by hand.
+//! The simulated model's tokenizer: the byte-level BPE of `vocab`, run by
+//! Hugging Face `tokenizers` from the same `tokenizer.json` text that
+//! [`tokenizer_json`] gives the daemon, so both count every text alike.
 
-/// Longest run of ASCII letters and digits that forms one token.
-const MAX_WORD_PIECE: usize = 4;
+use crate::vocab::{Vocab, SPECIAL_TOKENS};
+use std::sync::OnceLock;
+use tokenizers::Tokenizer;
 
-/// Splits text into the simulator's tokens. A token is either
-/// * a run of 1 to 4 ASCII letters or digits (a longer run is cut every 4), or
-/// * one other character: a space, a punctuation mark, a newline, or one
-///   non-ASCII character (whatever its UTF-8 length).
+struct Loaded {
+    json: String,
+    tokenizer: Tokenizer,
+    /// Token id → bytes.
+    tokens: Vec<Vec<u8>>,
+}
+
+fn loaded() -> &'static Loaded {
+    static LOADED: OnceLock<Loaded> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        let vocab = Vocab::build();
+        let json = vocab.to_json();
+        // Built from constants: a failure here is a bug in `vocab`, caught by
+        // every test that tokenizes.
+        let tokenizer: Tokenizer =
+            json.parse().unwrap_or_else(|e| panic!("the simulator's tokenizer.json does not load: {e}"));
+        // The pre-tokenizer compiles its regex on first use: do it here, not
+        // inside a run's time to first token.
+        let _ = tokenizer.encode("warm up", false);
+        Loaded { json, tokenizer, tokens: vocab.tokens }
+    })
+}
+
+/// The simulated model's `tokenizer.json` (Hugging Face `tokenizers`
+/// format): a byte-level BPE of common English words with ChatML's special
+/// tokens. Counting a text with it gives the simulator's prompt token count,
+/// and decoding the `token_id`s of a reply gives the reply's text.
+pub fn tokenizer_json() -> &'static str {
+    &loaded().json
+}
+
+/// The ids of `text`, special tokens (`<|im_start|>`, …) matched in it.
 ///
-/// Concatenating the tokens gives back the text.
+/// ```
+/// let ids = rkllm_sim::token_ids("Hello, world!");
+/// assert_eq!(ids.len(), 4); // "Hello" "," " world" "!"
+/// ```
+pub fn token_ids(text: &str) -> Vec<u32> {
+    // Encoding a &str with this tokenizer cannot fail (byte-level BPE with
+    // all 256 bytes in the vocabulary); an empty list is the safe fallback.
+    loaded().tokenizer.encode(text, false).map(|e| e.get_ids().to_vec()).unwrap_or_default()
+}
+
+/// The bytes of one token; `None` for an id outside the vocabulary.
+pub fn token_bytes(id: u32) -> Option<&'static [u8]> {
+    loaded().tokens.get(id as usize).map(Vec::as_slice)
+}
+
+/// Size of the vocabulary: valid ids are `0..vocab_size()`.
+pub fn vocab_size() -> usize {
+    loaded().tokens.len()
+}
+
+/// The end-of-sequence token of the built-in template, `<|im_end|>`.
+pub fn eos_token_id() -> u32 {
+    let special = vocab_size() - SPECIAL_TOKENS.len();
+    special as u32 + SPECIAL_TOKENS.iter().position(|t| *t == "<|im_end|>").unwrap_or(0) as u32
+}
+
+/// Splits text into the simulator's tokens, as bytes (a character outside
+/// the vocabulary spans several tokens, none of them valid UTF-8 alone).
+/// Concatenating the tokens gives back the text; their number is the
+/// prompt token count.
 ///
 /// ```
 /// use rkllm_sim::tokenize;
-/// assert_eq!(tokenize("Hello, world!"), ["Hell", "o", ",", " ", "worl", "d", "!"]);
-/// assert_eq!(tokenize("café 日本"), ["caf", "é", " ", "日", "本"]);
-/// assert_eq!(tokenize("12345678 ok"), ["1234", "5678", " ", "ok"]);
-/// // 👍🏽 is two characters (thumbs up, skin tone).
-/// assert_eq!(tokenize("🚀👍🏽"), ["🚀", "👍", "🏽"]);
-/// assert_eq!(tokenize("<|im_end|>\n"), ["<", "|", "im", "_", "end", "|", ">", "\n"]);
+/// assert_eq!(tokenize("Why is the sky blue?"), [&b"Why"[..], b" is", b" the", b" sky", b" blue", b"?"]);
+/// // é is two bytes, two tokens.
+/// assert_eq!(tokenize("café").concat(), "café".as_bytes());
+/// assert_eq!(tokenize("<|im_end|>\n").len(), 2);
 /// assert!(tokenize("").is_empty());
 /// ```
-pub fn tokenize(text: &str) -> Vec<&str> {
-    let mut tokens = Vec::new();
-    let mut rest = text;
-    while let Some(first) = rest.chars().next() {
-        let len = if first.is_ascii_alphanumeric() {
-            rest.bytes().take(MAX_WORD_PIECE).take_while(u8::is_ascii_alphanumeric).count()
-        } else {
-            first.len_utf8()
-        };
-        let (token, tail) = rest.split_at(len);
-        tokens.push(token);
-        rest = tail;
-    }
-    tokens
+pub fn tokenize(text: &str) -> Vec<&'static [u8]> {
+    token_ids(text).into_iter().filter_map(token_bytes).collect()
+}
+
+/// The text of `ids` (special tokens included), as `tokenizers` decodes it;
+/// bytes that are not UTF-8 become U+FFFD.
+pub(crate) fn decode(ids: &[u32]) -> String {
+    loaded().tokenizer.decode(ids, false).unwrap_or_default()
 }

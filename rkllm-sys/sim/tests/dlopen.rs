@@ -68,3 +68,78 @@ fn loads_as_runtime_1_3_and_paces_like_its_profile() {
     assert!(f64::from(perf.generate_time_ms) >= (decode * 10).as_secs_f64() * 1000.0, "{perf:?}");
     assert!(perf.memory_usage_mb > 0.0, "VmHWM read: {perf:?}");
 }
+
+/// Every function of the official 1.3.0 header (`shared/rkllm-runtime.md`):
+/// a program built against `rkllm.h` links only if all of them resolve.
+const HEADER_1_3_0: [&str; 15] = [
+    "rkllm_createDefaultParam",
+    "rkllm_init",
+    "rkllm_load_lora",
+    "rkllm_load_prompt_cache",
+    "rkllm_release_prompt_cache",
+    "rkllm_destroy",
+    "rkllm_run",
+    "rkllm_run_async",
+    "rkllm_abort",
+    "rkllm_is_running",
+    "rkllm_clear_kv_cache",
+    "rkllm_get_kv_cache_size",
+    "rkllm_set_chat_template",
+    "rkllm_set_function_tools",
+    "rkllm_set_cross_attn_params",
+];
+
+#[test]
+fn exports_every_function_of_the_1_3_0_header() {
+    // SAFETY: the simulator's initialisers have no side effects.
+    let lib = unsafe { libloading::Library::new(cdylib()) }.expect("dlopen");
+    let missing: Vec<&str> = HEADER_1_3_0
+        .iter()
+        .copied()
+        // SAFETY: only the address is looked up; nothing is called.
+        .filter(|name| unsafe { lib.get::<unsafe extern "C" fn()>(name.as_bytes()) }.is_err())
+        .collect();
+    assert!(missing.is_empty(), "not exported: {missing:?}");
+}
+
+#[test]
+fn cross_attn_params_are_accepted_only_with_use_cross_attn() {
+    use rkllm_sys::common::{LLMHandle, RKLLMCrossAttnParam};
+    use rkllm_sys::v1_3;
+    type CreateDefault = unsafe extern "C" fn() -> v1_3::RKLLMParam;
+    type Init = unsafe extern "C" fn(*mut LLMHandle, *mut v1_3::RKLLMParam, *mut v1_3::RKLLMCallback) -> i32;
+    type SetCrossAttn = unsafe extern "C" fn(LLMHandle, *mut RKLLMCrossAttnParam) -> i32;
+    type Destroy = unsafe extern "C" fn(LLMHandle) -> i32;
+    let record = common::temp_path("record.jsonl");
+    let path = std::ffi::CString::new(format!("sim:instant?record={}", record.display())).unwrap();
+    // SAFETY: the symbols have these signatures (rkllm.h 1.3.0); every
+    // pointer passed is valid for the call.
+    unsafe {
+        let lib = libloading::Library::new(cdylib()).expect("dlopen");
+        let create: libloading::Symbol<CreateDefault> = lib.get(b"rkllm_createDefaultParam").unwrap();
+        let init: libloading::Symbol<Init> = lib.get(b"rkllm_init").unwrap();
+        let set: libloading::Symbol<SetCrossAttn> = lib.get(b"rkllm_set_cross_attn_params").unwrap();
+        let destroy: libloading::Symbol<Destroy> = lib.get(b"rkllm_destroy").unwrap();
+        let mut params = RKLLMCrossAttnParam {
+            encoder_k_cache: std::ptr::null_mut(),
+            encoder_v_cache: std::ptr::null_mut(),
+            encoder_mask: std::ptr::null_mut(),
+            encoder_pos: std::ptr::null_mut(),
+            num_tokens: 7,
+        };
+        for use_cross_attn in [0, 1] {
+            let mut param = create();
+            param.model_path = path.as_ptr();
+            param.extend_param.use_cross_attn = use_cross_attn;
+            let mut handle: LLMHandle = std::ptr::null_mut();
+            assert_eq!(init(&mut handle, &mut param, std::ptr::null_mut()), 0);
+            let expected = if use_cross_attn == 1 { 0 } else { -1 };
+            assert_eq!(set(handle, &mut params), expected, "use_cross_attn {use_cross_attn}");
+            assert_eq!(set(handle, std::ptr::null_mut()), -1, "NULL params");
+            assert_eq!(destroy(handle), 0);
+        }
+    }
+    let calls: Vec<_> =
+        common::calls(&record, "set_cross_attn_params").iter().map(|r| r["num_tokens"].clone()).collect();
+    assert_eq!(calls, [serde_json::json!(7), serde_json::Value::Null, serde_json::json!(7), serde_json::Value::Null]);
+}

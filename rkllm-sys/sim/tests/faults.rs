@@ -57,7 +57,9 @@ fn a_prompt_beyond_max_context_is_an_error() {
     let record = temp_path("record.jsonl");
     let cfg = InitConfig { max_context_len: 64, ..InitConfig::new(format!("sim:instant?record={}", record.display())) };
     let model = Model::load(common::sim(Abi::V1_3), cfg).expect("init");
-    let out = prompt(&model, "this prompt is long enough to overflow");
+    let long = "this prompt is long enough to overflow ".repeat(8);
+    assert!(common::first_turn_tokens(&long) > 64);
+    let out = prompt(&model, &long);
     assert!(out.tokens.is_empty());
     assert!(out.finish.runtime_error && out.finish.code == -1, "{:?}", out.finish);
     assert_eq!(calls(&record, "run_end")[0]["end"], "error");

@@ -22,20 +22,28 @@ fn multibyte_text_split_over_waiting_and_normal_comes_back_exactly() {
     assert_eq!(out.text(), reply);
     assert_eq!(out.bytes(), reply.as_bytes());
     assert!(out.finish.tail.is_empty());
-    let waiting: Vec<_> = out.tokens.iter().filter(|t| t.waiting).collect();
-    // é 日 本 🚀 👍 🏽: each non-ASCII character is its own sim token, split in two.
-    assert_eq!(waiting.len(), 6);
-    for token in &waiting {
-        assert!(std::str::from_utf8(&token.bytes).is_err(), "WAITING bytes {:?} are not text alone", token.bytes);
-        assert_eq!(token.text, "", "nothing completes on a WAITING token");
+    // Every token of a character outside the vocabulary but its last is WAITING.
+    let tokens = rkllm_sim::tokenize(reply);
+    assert_eq!(out.tokens.len(), tokens.len(), "one callback per token");
+    let mut end = 0;
+    for (got, expected) in out.tokens.iter().zip(&tokens) {
+        end += expected.len();
+        assert_eq!(got.bytes, *expected);
+        assert_eq!(got.waiting, !reply.is_char_boundary(end), "token ending at byte {end}");
+        if got.waiting {
+            assert_eq!(got.text, "", "nothing completes on a WAITING token");
+        }
     }
-    assert_eq!(out.tokens.len(), rkllm_sim::tokenize(reply).len() + 6);
+    assert!(out.tokens.iter().any(|t| t.waiting));
+    let ids: Vec<u32> = out.tokens.iter().map(|t| t.token_id as u32).collect();
+    assert_eq!(ids, rkllm_sim::token_ids(reply), "the token ids are the tokenizer's");
     assert_eq!(out.perf().generate_tokens as usize, out.tokens.len());
 
     // No match: generated text, still valid UTF-8 however it was split.
     let out = prompt(&model, "nothing scripted here");
     assert!(!out.text().contains('\u{FFFD}'));
     assert_eq!(out.bytes(), out.text().as_bytes());
+    assert!(out.text().starts_with("Simulated reply"), "{}", out.text());
 }
 
 #[test]

@@ -1,0 +1,174 @@
+//! Delivering a run's replies through the result callback, paced against
+//! absolute deadlines from the run's start so sleeps never drift.
+//!
+//! With `n_batch` 1 every callback carries one `RKLLMResult`: a token with
+//! state NORMAL or WAITING. With `n_batch` N > 1 every callback carries an
+//! array of N results, one step of every slot: state NORMAL, a finished
+//! slot's `token_id` -1 and `text` NULL, a slot's bytes possibly ending
+//! inside a character (reassemble per slot; the one `state` cannot speak
+//! for N slots). FINISH and ERROR carry N results too, all finished, the
+//! run's `perf` in the first.
+
+use crate::engine::{Reply, SimModel, SlotReply};
+use rkllm_sys::common::*;
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::time::{Duration, Instant};
+
+/// How a run's delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Every slot's reply ended (EOS), or reached its limit.
+    Finished,
+    Aborted,
+    /// The callback returned 1; the reply waits for the next `rkllm_run`.
+    Paused,
+    /// A simulated runtime error (`error_after`).
+    Error,
+}
+
+/// A batch step's cost grows little with its active slots (decode is
+/// memory-bound): this much of a single step per extra active slot.
+const EXTRA_SLOT_COST: f64 = 0.15;
+
+/// `token_id` of a slot that has finished (the manual: "negative").
+const FINISHED: i32 = -1;
+
+/// The result callback with the run's `userdata`.
+pub(crate) struct Caller {
+    pub function: Option<LLMResultCallback>,
+    pub userdata: *mut c_void,
+    /// `n_batch`: how many results every callback carries.
+    pub slots: usize,
+}
+
+fn result(text: *const std::ffi::c_char, token_id: i32) -> RKLLMResult {
+    RKLLMResult {
+        text,
+        token_id,
+        last_hidden_layer: RKLLMResultLastHiddenLayer { hidden_states: ptr::null(), embd_size: 0, num_tokens: 0 },
+        logits: RKLLMResultLogits { logits: ptr::null(), vocab_size: 0, num_tokens: 0 },
+        perf: RKLLMPerfStat::default(),
+    }
+}
+
+impl Caller {
+    fn call(&self, results: &mut [RKLLMResult], state: c_int) -> c_int {
+        let Some(function) = self.function else {
+            return callback_return::CONTINUE;
+        };
+        // SAFETY: the caller registered this callback for exactly this
+        // signature; `results` holds n_batch initialised results and outlives
+        // the call.
+        unsafe { function(results.as_mut_ptr(), self.userdata, state) }
+    }
+
+    /// One step: the next token of every slot that has one. Advances them.
+    fn step(&self, slots: &mut [SlotReply]) -> c_int {
+        let mut waiting = false;
+        let mut results: Vec<RKLLMResult> = slots
+            .iter_mut()
+            .map(|slot| match slot.pieces.get(slot.next) {
+                Some(piece) => {
+                    slot.next += 1;
+                    waiting = piece.waiting;
+                    result(piece.text.as_ptr(), piece.token_id)
+                }
+                None => result(ptr::null(), FINISHED),
+            })
+            .collect();
+        let state = if waiting && self.slots == 1 { call_state::WAITING } else { call_state::NORMAL };
+        self.call(&mut results, state)
+    }
+
+    /// FINISH or ERROR: text NULL, `perf` in the first result.
+    pub fn end(&self, state: c_int, perf: RKLLMPerfStat) {
+        // One slot keeps the single-sequence shape: token_id 0.
+        let token_id = if self.slots == 1 { 0 } else { FINISHED };
+        let mut results = vec![result(ptr::null(), token_id); self.slots];
+        results[0].perf = perf;
+        self.call(&mut results, state);
+    }
+}
+
+impl SimModel {
+    pub(crate) fn scaled(&self, ms: f64) -> Duration {
+        Duration::from_secs_f64(ms * self.config.time_scale / 1000.0)
+    }
+
+    /// Sleeps through the prefill until `start + prefill` (an abort cannot interrupt it, as on the
+    /// vendor runtime), then delivers a step per decode interval, checking
+    /// for an abort at every token boundary. `hang_after` and `error_after`
+    /// count steps (the tokens of a single sequence).
+    pub(crate) fn deliver(
+        &self,
+        reply: &mut Reply,
+        start: Instant,
+        prefill: Duration,
+        prefill_tokens: usize,
+        caller: &Caller,
+    ) -> (End, RKLLMPerfStat) {
+        let mut due = start + prefill;
+        if let Some(left) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        let decode = self.scaled(self.config.profile.decode_ms);
+        let mut first_token = None;
+        let mut generated = 0;
+        let end = loop {
+            let active = reply.slots.iter().filter(|s| !s.finished()).count();
+            if active == 0 {
+                break End::Finished;
+            }
+            // Before the abort check: a wedged runtime ignores aborts.
+            if self.config.hang_after == Some(reply.steps) {
+                hang();
+            }
+            if self.gate.wait_until(due) {
+                break End::Aborted;
+            }
+            if self.config.error_after == Some(reply.steps) {
+                break End::Error;
+            }
+            first_token.get_or_insert_with(Instant::now);
+            let answer = caller.step(&mut reply.slots);
+            generated += active;
+            reply.steps += 1;
+            due += decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
+            if answer == callback_return::PAUSE {
+                break End::Paused;
+            }
+        };
+        let now = Instant::now();
+        let perf = RKLLMPerfStat {
+            prefill_time_ms: millis(first_token.unwrap_or(now) - start),
+            prefill_tokens: prefill_tokens as i32,
+            generate_time_ms: first_token.map_or(0.0, |t| millis(now - t)),
+            generate_tokens: generated as i32,
+            memory_usage_mb: peak_memory_mb(),
+        };
+        (end, perf)
+    }
+}
+
+/// A wedged runtime (`hang_after`): no more callbacks, aborts ignored,
+/// `rkllm_run` never returns. Only killing the process ends it.
+fn hang() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
+
+fn millis(d: Duration) -> f32 {
+    (d.as_secs_f64() * 1000.0) as f32
+}
+
+/// The process's peak resident memory (VmHWM), MB; 0 if unknown.
+fn peak_memory_mb() -> f32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
+    kb.map_or(0.0, |kb| (kb / 1024.0) as f32)
+}
