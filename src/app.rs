@@ -11,7 +11,9 @@
 use crate::api::{self, Loaded};
 use crate::config::{Backend, Config};
 use crate::conversation::{LoadError, PromptSettings, Prompter};
-use crate::engine::{self, BackendError, Engine, EngineError, EngineSettings, Limits, RuntimeChoice, RuntimeSettings};
+use crate::engine::{
+    self, BackendError, BackendKind, Engine, EngineError, EngineSettings, Limits, RuntimeChoice, RuntimeSettings,
+};
 use crate::metrics;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +28,14 @@ pub enum AppError {
     Engine(#[from] EngineError),
 }
 
-/// What the prompter needs: where the chat template and tokenizer come from.
-pub fn prompt_settings(config: &Config) -> PromptSettings {
+/// What the prompter needs: where the chat template and tokenizer come
+/// from. `kind`: the in-process simulator brings its own tokenizer.json.
+pub fn prompt_settings(config: &Config, kind: BackendKind) -> PromptSettings {
     PromptSettings {
         chat_template: config.chat_template.clone(),
         template: config.template,
         tokenizer: config.tokenizer.clone(),
+        runtime_tokenizer: (kind == BackendKind::Sim).then(rkllm_sim::tokenizer_json),
     }
 }
 
@@ -123,7 +127,7 @@ pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loa
     }
     let model_path = engine::model_path(config.model.as_deref(), &config.sim_profile, runtime.kind)?;
     // Before the (slow) model load, so a bad template fails fast.
-    let prompter = Prompter::load(&prompt_settings(config), &model_path)?;
+    let prompter = Prompter::load(&prompt_settings(config, runtime.kind), &model_path)?;
     let (template, tokenizer) = prompter.describe();
     tracing::info!(%template, %tokenizer, "prompt rendering");
     if !prompter.renders() {

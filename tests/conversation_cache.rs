@@ -112,20 +112,24 @@ async fn an_edited_history_and_interleaved_conversations_are_clean_misses() {
 
 #[tokio::test]
 async fn a_turn_that_would_overflow_the_context_starts_clean() {
-    let d = start(&["--max-context-len", "200", "--max-new-tokens", "64"]);
-    let messages = json!([{"role": "user", "content": "Hello there!"}]);
-    let (_, reply, first, _) = turn(&d, &messages, 16).await;
-    let follow = json!([{"role": "user", "content": "Hello there!"}, {"role": "assistant", "content": reply}, {"role": "user", "content": "Go on."}]);
-    // With room for 16 more tokens the prefix is reused ...
-    let (status, _, usage, _) = turn(&d, &follow, 16).await;
+    let d = start(&["--max-context-len", "200", "--max-new-tokens", "150"]);
+    let mut messages = vec![json!({"role": "user", "content": "Hello there!"})];
+    let (_, reply, _, _) = turn(&d, &Value::Array(messages.clone()), 16).await;
+    messages.extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "Go on."})]);
+    // With room for its 16 tokens the prefix is reused ...
+    let (status, reply, usage, _) = turn(&d, &Value::Array(messages.clone()), 16).await;
     assert_eq!(status, 200);
-    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap() > 0, "{first} {usage}");
-    // ... a prompt that fits but leaves the cached sequence no room starts clean.
-    let prompt = usage["prompt_tokens"].as_u64().unwrap();
-    let max_tokens = 200 - prompt as u32;
-    let (status, _, usage, _) = turn(&d, &follow, max_tokens).await;
-    assert_eq!(status, 200, "{usage}");
-    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0, "{usage}");
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap() > 0, "{usage}");
+    // ... without max_tokens the run may take the configured 150, and the
+    // cached prompt + 150 would not fit in 200: it starts clean.
+    messages.extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "More."})]);
+    let r = d.post("/v1/chat/completions", json!({"model": "sim-qwen2.5-1.5b", "messages": messages})).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let prompt = body["usage"]["prompt_tokens"].as_i64().unwrap();
+    assert!(prompt + 150 > 200 && prompt < 200, "the case this test is about: {body}");
+    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{body}");
+    assert_eq!(body["timings"]["prompt_n"], prompt, "the whole prompt was prefilled");
 }
 
 #[tokio::test]

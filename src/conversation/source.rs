@@ -31,6 +31,9 @@ pub struct PromptSettings {
     pub chat_template: Option<PathBuf>,
     pub template: Option<TemplateFamily>,
     pub tokenizer: Option<PathBuf>,
+    /// A tokenizer that comes with the runtime (the simulator's), as
+    /// `tokenizer.json` text: used when no file is configured or found.
+    pub runtime_tokenizer: Option<&'static str>,
 }
 
 impl Prompter {
@@ -59,7 +62,11 @@ impl Prompter {
             Some(path) => Some(path.clone()),
             None => beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()),
         };
-        let tokenizer = tokenizer_path.map(|p| load_tokenizer(&p)).transpose()?;
+        let tokenizer = match (tokenizer_path, config.runtime_tokenizer) {
+            (Some(path), _) => Some(load_tokenizer(&path)?),
+            (None, Some(json)) => Some(parse_tokenizer(json, "the simulated runtime's tokenizer.json")?),
+            (None, None) => None,
+        };
         Ok(Prompter { template, tokenizer })
     }
 }
@@ -129,12 +136,14 @@ fn special_tokens(config: &Json) -> (String, String) {
 }
 
 fn load_tokenizer(path: &Path) -> Result<(tokenizers::Tokenizer, String), LoadError> {
-    let shown = path.display().to_string();
-    let text = read(path)?;
-    let tokenizer: tokenizers::Tokenizer = text
+    parse_tokenizer(&read(path)?, &path.display().to_string())
+}
+
+fn parse_tokenizer(json: &str, origin: &str) -> Result<(tokenizers::Tokenizer, String), LoadError> {
+    let tokenizer: tokenizers::Tokenizer = json
         .parse()
-        .map_err(|e: tokenizers::Error| LoadError::Tokenizer { path: shown.clone(), message: e.to_string() })?;
-    Ok((tokenizer, shown))
+        .map_err(|e: tokenizers::Error| LoadError::Tokenizer { path: origin.to_owned(), message: e.to_string() })?;
+    Ok((tokenizer, origin.to_owned()))
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 use super::{Check, Report};
 use crate::config::{Backend, Config};
 use crate::conversation::{Prompter, TemplateFamily};
+use crate::engine::BackendKind;
 use crate::metrics::board::Board;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
@@ -246,7 +247,8 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         None if plan.needs_npu => return,
         None => format!("sim:{}", config.sim_profile),
     };
-    match Prompter::load(&crate::app::prompt_settings(config), &model) {
+    let kind = if plan.needs_npu { BackendKind::Rkllm } else { BackendKind::Sim };
+    match Prompter::load(&crate::app::prompt_settings(config, kind), &model) {
         Ok(prompter) if prompter.renders() => {
             let (template, tokenizer) = prompter.describe();
             report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));

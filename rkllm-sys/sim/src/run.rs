@@ -204,12 +204,21 @@ impl SimModel {
             }
             let room = max_context - filled;
             let limit = usize::try_from(max_new).ok().filter(|n| *n > 0).map_or(room, |n| n.min(room));
+            // Like a model, the reply depends on everything in the context:
+            // the cached sequence and this input, as text. A follow-up sent as
+            // the new tokens after a kept history gets the reply the whole
+            // transcript sent at once would get.
+            let context = if cached == 0 {
+                checked.text.clone()
+            } else {
+                decode(&[state.kv[slot].as_slice(), &checked.ids].concat())
+            };
             let (pieces, truncated) = generate::reply(&ReplySpec {
-                prompt: &checked.text,
+                prompt: &context,
                 seed: self.config.seed,
                 sampling: infer.sampling.unwrap_or(self.params.sampling),
                 reply_tokens: self.config.reply_tokens,
-                scripted: self.script.as_ref().and_then(|s| s.reply_for(&checked.text)),
+                scripted: self.script.as_ref().and_then(|s| s.reply_for(&context)),
                 ignore_eos: self.params.ignore_eos_token == Some(true),
                 limit,
             });
