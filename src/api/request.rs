@@ -253,7 +253,6 @@ impl ChatCompletionRequest {
         let chat = ChatInput { messages, tools, tool_choice, variables };
         let rendered = engine.prompter().render(&chat).map_err(|e| match e {
             PromptError::Template(e) => ApiError::bad_request(Some("messages"), e.to_string()),
-            PromptError::NeedsTemplate { param, message } => ApiError::invalid_value(param, message),
             e @ PromptError::AtMessage { index, .. } => {
                 ApiError::bad_request(Some(&format!("messages[{index}]")), e.to_string())
             }

@@ -2,7 +2,7 @@
 
 use super::{Check, Report};
 use crate::config::{Backend, Config};
-use crate::conversation::{Prompter, TemplateFamily};
+use crate::conversation::{Prompter, TemplateFamily, TemplateMode};
 use crate::metrics::board::Board;
 use clap::ValueEnum;
 use rkllm_sys::{loader, Runtime};
@@ -234,10 +234,9 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
     }
 }
 
-/// The model file; returns its size when it is a readable file.
-/// The chat template `serve` would render with, found and loaded as it
-/// does: without one, the runtime's own template takes a single user
-/// message, so chat clients that send a system prompt or history get 400s.
+/// The chat template `serve` would render with, found, configured or
+/// detected as it does, and why. Without one, conversations are folded into
+/// the runtime template's one user message: served, but lossy.
 pub fn chat_template(plan: &Plan, report: &mut Report) {
     const TITLE: &str = "chat template";
     let config = plan.config;
@@ -247,25 +246,27 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         None if plan.needs_npu => return,
         None => format!("sim:{}", config.sim_profile),
     };
+    let families: Vec<&str> = TemplateFamily::value_variants().iter().map(|f| f.name()).collect();
+    let configure = format!(
+        "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
+         or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" ({}) in the config",
+        families.join(", ")
+    );
     match Prompter::load(&crate::app::prompt_settings(config), &model) {
-        Ok(prompter) if prompter.renders() => {
-            let (template, tokenizer) = prompter.describe();
-            report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));
-        }
-        Ok(_) => {
-            let families: Vec<&str> = TemplateFamily::value_variants().iter().map(|f| f.name()).collect();
-            report.push(Check::warn(
-                TITLE,
-                "the runtime's built-in one — only single-message requests: a system prompt, earlier turns \
-                 or tools are refused with 400 (chat clients such as Open WebUI send them)"
-                    .into(),
-                &format!(
-                    "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
-                     or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" \
-                     ({}) in the config",
-                    families.join(", ")
-                ),
-            ));
+        Ok(prompter) => {
+            let info = prompter.describe();
+            let text =
+                format!("{} [{}]: {}; tokenizer: {}", info.origin, info.mode.as_str(), info.reason, info.tokenizer);
+            if info.mode == TemplateMode::RuntimeFolded {
+                let text = format!(
+                    "{text}. A system prompt, earlier turns and tools reach the model only as a folded transcript"
+                );
+                report.push(Check::warn(TITLE, text, &configure));
+            } else if info.warn {
+                report.push(Check::warn(TITLE, text, &format!("if the guess is wrong, {configure}")));
+            } else {
+                report.push(Check::ok(TITLE, text));
+            }
         }
         Err(e) => report.push(Check::fail(
             TITLE,
@@ -275,6 +276,7 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
     }
 }
 
+/// The model file; returns its size when it is a readable file.
 pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
     const TITLE: &str = "model";
     let Some(model) = plan.config.model.as_deref() else {

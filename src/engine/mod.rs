@@ -81,13 +81,7 @@ impl Engine {
         let model_path = backend::model_path(config, kind)?;
         // Before the (slow) model load, so a bad template fails fast.
         let prompter = Prompter::load(&crate::app::prompt_settings(config), &model_path)?;
-        let (template, tokenizer) = prompter.describe();
-        tracing::info!(%template, %tokenizer, "prompt rendering");
-        if !prompter.renders() {
-            tracing::warn!(
-                "no chat template found: requests are limited to one user message; set `template` or `chat_template`"
-            );
-        }
+        prompter.log_choice();
         let defaults = config.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: config.max_context_len as i32,
