@@ -66,8 +66,12 @@ async fn a_bare_model_file_gets_conversations_folded_into_the_runtime_template()
     let d = start(&model_file(dir.path(), "model.rkllm", &[]), &record);
     let log = d.log();
     assert!(log.contains("WARN") && log.contains("runtime-folded") && log.contains("nothing recognised"), "{log}");
-    let (status, body) = send(&d, conversation()).await;
-    assert_eq!(status, 200, "{body}");
+    let r = d.post("/v1/chat/completions", conversation()).await;
+    assert_eq!(r.headers()["x-rkllmd-template-mode"], "runtime-folded");
+    assert_eq!(r.status(), 200);
+    let (_, card) = d.get_json("/v1/models/m").await;
+    assert_eq!(card["template"]["mode"], "runtime-folded");
+    assert!(card["template"]["reason"].as_str().unwrap().starts_with("nothing recognised"), "{card}");
     assert_eq!(
         calls(&record, "run")[0]["prompt"],
         "System: Be terse.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: Again",
@@ -95,8 +99,11 @@ async fn a_named_model_file_is_rendered_with_its_family() {
     let record = dir.path().join("record.jsonl");
     let d = start(&model_file(dir.path(), "Llama-3.2-1B-Instruct_w8a8_RK3588.rkllm", &[]), &record);
     assert!(d.log().contains("detected llama3 from the file name"), "{}", d.log());
-    let (status, body) = send(&d, conversation()).await;
-    assert_eq!(status, 200, "{body}");
+    let r = d.post("/v1/chat/completions", conversation()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rkllmd-template-mode"], "detected-family");
+    let (_, card) = d.get_json("/v1/models/m").await;
+    assert_eq!((&card["template"]["mode"], &card["template"]["family"]), (&json!("detected-family"), &json!("llama3")));
     let prompt = calls(&record, "run")[0]["prompt"].as_str().unwrap().to_owned();
     assert!(prompt.starts_with("<|begin_of_text|><|start_header_id|>system<|end_header_id|>"), "{prompt}");
     assert!(prompt.contains("Be terse.<|eot_id|>") && prompt.contains("Hello.<|eot_id|>"), "{prompt}");

@@ -32,6 +32,8 @@ pub struct Meta {
 }
 
 const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
+/// How the prompt was made (docs/api.md, "Models without a chat template").
+const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mode");
 
 pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -> Result<Response, ApiError> {
     let engine = state.engine()?;
@@ -39,6 +41,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
         EngineError::QueueFull => ApiError::queue_full(2),
         other => ApiError::runtime(other.to_string()),
     })?;
+    let template_mode = HeaderValue::from_static(engine.prompter().mode().as_str());
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
@@ -49,6 +52,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
     } else {
         collect(pieces, shape, meta).await?
     };
+    response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
             response.headers_mut().insert(IGNORED_PARAMS, value);
