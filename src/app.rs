@@ -128,13 +128,7 @@ pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loa
     let model_path = engine::model_path(config.model.as_deref(), &config.sim_profile, runtime.kind)?;
     // Before the (slow) model load, so a bad template fails fast.
     let prompter = Prompter::load(&prompt_settings(config, runtime.kind), &model_path)?;
-    let (template, tokenizer) = prompter.describe();
-    tracing::info!(%template, %tokenizer, "prompt rendering");
-    if !prompter.renders() {
-        tracing::warn!(
-            "no chat template found: requests are limited to one user message; set `template` or `chat_template`"
-        );
-    }
+    prompter.log_choice();
     let model_id = model_id(config.model_id.as_deref(), &model_path);
     let created = model_created(&model_path);
     let settings = engine_settings(config, model_path, &prompter);

@@ -302,26 +302,6 @@ async fn enable_thinking_in_chat_template_kwargs_must_be_a_boolean() {
 }
 
 #[tokio::test]
-async fn without_a_template_the_runtime_template_takes_one_user_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("model.rkllm");
-    std::fs::write(&model, b"not really a model").unwrap();
-    let record = dir.path().join("record.jsonl");
-    let d = Daemon::start_with_env(
-        &["--backend", "sim", "--model", model.to_str().unwrap()],
-        &[("RKLLM_SIM_RECORD", record.to_str().unwrap()), ("RKLLM_SIM_PROFILE", "instant")],
-    );
-    let (status, _) = chat(&d, common::chat("model", "Hello")).await;
-    assert_eq!(status, 200);
-    assert_eq!(runs(&record)[0]["prompt"], "Hello");
-    assert_eq!(calls(&record, "set_chat_template"), 0, "the runtime's template stays on");
-    let two = json!([{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]);
-    let (status, body) = chat(&d, json!({"model": "model", "messages": two})).await;
-    assert_eq!((status, body["error"]["param"].as_str()), (400, Some("messages")), "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("template"));
-}
-
-#[tokio::test]
 async fn a_template_beside_the_model_file_is_found() {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.rkllm");

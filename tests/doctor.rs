@@ -155,14 +155,19 @@ fn the_chat_template_is_resolved_as_serve_does_and_a_bare_model_file_warns() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let model = model_file(dir.path(), "qwen.rkllm", 16);
-    // A bare .rkllm: the runtime's template, one user message only.
+    let model = model_file(dir.path(), "model.rkllm", 16);
+    // A bare .rkllm: the runtime's template, conversations folded into it.
     let run = doctor(&["--backend", "sim", "--model", &model], &["--root", root], &[]);
     let line = run.line("WARN", "chat template");
-    assert!(line.contains("the runtime's built-in one — only single-message requests"), "{line}");
+    assert!(line.contains("[runtime-folded]: nothing recognised") && line.contains("folded transcript"), "{line}");
     let fix = run.fix("WARN", "chat template");
     assert!(fix.contains("tokenizer_config.json") && fix.contains("template = ") && fix.contains("qwen3"), "{fix}");
     assert_eq!(run.code, 0, "a warning, not a failure: {}", run.out);
+    // A family detected from the file name, and the reason.
+    let named = model_file(dir.path(), "Qwen2.5-0.5B-Instruct.rkllm", 16);
+    let run = doctor(&["--backend", "sim", "--model", &named], &["--root", root], &[]);
+    let line = run.line("OK", "chat template");
+    assert!(line.contains("[detected-family]: detected chatml from the file name"), "{line}");
     // A built-in chosen in the config.
     let run = doctor(&["--backend", "sim", "--model", &model, "--template", "qwen3"], &["--root", root], &[]);
     assert!(run.line("OK", "chat template").contains("qwen3"), "{}", run.out);

@@ -91,6 +91,10 @@ impl Loaded {
             object: "model",
             created: self.created,
             owned_by: format!("rkllmd-{}-{}", info.backend.as_str(), info.version.as_deref().unwrap_or("unknown")),
+            template: {
+                let t = self.prompter.describe();
+                models::TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
+            },
         }
     }
 }

@@ -15,6 +15,18 @@ pub struct ModelCard {
     pub created: u64,
     /// `rkllmd-<backend>-<runtime version>`.
     pub owned_by: String,
+    /// Extension: which chat template renders prompts, and why.
+    pub template: TemplateCard,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TemplateCard {
+    /// `file`, `beside-model`, `configured-family`, `detected-family` or `runtime-folded`.
+    pub mode: &'static str,
+    /// The built-in family, when one renders.
+    pub family: Option<&'static str>,
+    /// What was found and why this template.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

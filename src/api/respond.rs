@@ -32,6 +32,8 @@ pub struct Meta {
 }
 
 const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
+/// How the prompt was made (docs/api.md, "Models without a chat template").
+const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mode");
 
 /// Marks a response whose request reached the engine: the request record
 /// counts it when it ends, so the counting middleware must not.
@@ -42,6 +44,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
     let engine = state.engine()?;
     let mut generation = engine.submit(v.job).map_err(|e| super::status::refused(&e))?;
     let record = Record::new(meta.id.clone(), &mut generation);
+    let template_mode = HeaderValue::from_static(state.serving()?.prompter.mode().as_str());
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
@@ -53,6 +56,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
         collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
     };
     response.extensions_mut().insert(Admitted);
+    response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
             response.headers_mut().insert(IGNORED_PARAMS, value);

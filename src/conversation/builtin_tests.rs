@@ -14,7 +14,7 @@ fn fixture(name: &str) -> String {
 }
 
 fn prompter(source: TemplateSource) -> Prompter {
-    Prompter { template: Some(ChatTemplate::compile(source).unwrap()), tokenizer: None }
+    Prompter::bare(Some(ChatTemplate::compile(source).unwrap()))
 }
 
 fn builtin(family: TemplateFamily) -> Prompter {

@@ -1,10 +1,13 @@
 //! Messages → prompt, and the text-level rules applied to generated output.
 //!
-//! The seam is [`Prompter`]: loaded once at startup (chat template and
-//! optional tokenizer), it turns an OpenAI message list into the text given
-//! to the runtime and counts its tokens.
+//! The seam is [`Prompter`]: loaded once at startup (chat template, found,
+//! configured or detected from the model file, and optional tokenizer), it
+//! turns an OpenAI message list into the text given to the runtime and
+//! counts its tokens; [`Prompter::describe`] says which template and why.
 
 mod builtin;
+mod detect;
+mod fold;
 mod output;
 mod prompter;
 mod pyjson;
@@ -17,7 +20,7 @@ mod tool_json;
 
 pub use builtin::TemplateFamily;
 pub use output::{CallDelta, CallHead, Delta, Reply, ReplyParser};
-pub use prompter::{PromptError, Prompter};
+pub use prompter::{PromptError, Prompter, TemplateInfo, TemplateMode};
 pub use source::{LoadError, PromptSettings};
 pub use stop::StopMatcher;
 

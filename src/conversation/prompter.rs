@@ -1,7 +1,9 @@
 //! From a chat request to the runtime's prompt: the model's template (or
-//! the runtime's own), tool choice, the thinking state the reply starts in,
-//! and exact token counts when a tokenizer is configured.
+//! the conversation folded for the runtime's own), tool choice, the thinking
+//! state the reply starts in, and exact token counts when a tokenizer is
+//! configured.
 
+use super::fold::fold;
 use super::template::{Arguments, ChatTemplate, RenderError};
 use super::{ChatInput, Message, Role, ToolChoice, ToolSyntax};
 use serde_json::{json, Map, Value as Json};
@@ -11,6 +13,63 @@ pub struct Prompter {
     /// `None`: the runtime's built-in template wraps a single user message.
     pub(super) template: Option<ChatTemplate>,
     pub(super) tokenizer: Option<(tokenizers::Tokenizer, String)>,
+    pub(super) choice: Choice,
+}
+
+/// Where the template came from, by precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TemplateMode {
+    /// The configured `chat_template` file.
+    File,
+    /// `chat_template.jinja` or `tokenizer_config.json` next to the model.
+    BesideModel,
+    /// The configured built-in `template`.
+    ConfiguredFamily,
+    /// A built-in family detected from the model file.
+    DetectedFamily,
+    /// None known: the runtime's template, with the conversation folded
+    /// into its one user message (lossy).
+    RuntimeFolded,
+}
+
+impl TemplateMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TemplateMode::File => "file",
+            TemplateMode::BesideModel => "beside-model",
+            TemplateMode::ConfiguredFamily => "configured-family",
+            TemplateMode::DetectedFamily => "detected-family",
+            TemplateMode::RuntimeFolded => "runtime-folded",
+        }
+    }
+}
+
+/// How the template was chosen (set by `Prompter::load`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Choice {
+    pub mode: TemplateMode,
+    pub family: Option<&'static str>,
+    pub reason: String,
+    /// The model's file name and its tokens disagreed.
+    pub conflict: bool,
+}
+
+/// What the daemon renders with and why, for the start log, `rkllmd
+/// doctor` and the API.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TemplateInfo {
+    pub mode: TemplateMode,
+    /// The built-in family, when one renders.
+    pub family: Option<&'static str>,
+    /// The template's file or built-in name.
+    pub origin: String,
+    /// One sentence: what was found and why this template.
+    pub reason: String,
+    pub tokenizer: String,
+    /// A guess is shaky: the file name and the file's tokens disagreed, or
+    /// conversations are folded (say it at WARN level).
+    pub warn: bool,
 }
 
 /// A rendered chat prompt and what it implies for reading the reply.
@@ -27,9 +86,6 @@ pub struct Rendered {
 pub enum PromptError {
     #[error(transparent)]
     Template(#[from] RenderError),
-    /// The runtime's own template cannot express this request.
-    #[error("{message}")]
-    NeedsTemplate { param: &'static str, message: String },
     /// The template failed, and rendering the conversation up to this
     /// message (the client's index) fails the same way.
     #[error("the chat template failed on messages[{index}] (a `{role}` message): {reason}")]
@@ -42,9 +98,9 @@ impl Prompter {
         self.template.is_some()
     }
 
-    /// Where the template and tokenizer came from, for the startup log.
-    pub fn describe(&self) -> (String, String) {
-        let template = match &self.template {
+    /// Which template is used and why.
+    pub fn describe(&self) -> TemplateInfo {
+        let origin = match &self.template {
             Some(t) => t.origin.clone(),
             None => "the runtime's built-in template".into(),
         };
@@ -52,20 +108,36 @@ impl Prompter {
             Some((_, origin)) => origin.clone(),
             None => "none (the runtime counts prompt tokens)".into(),
         };
-        (template, tokenizer)
+        let Choice { mode, family, reason, conflict } = self.choice.clone();
+        TemplateInfo { mode, family, origin, reason, tokenizer, warn: conflict || mode == TemplateMode::RuntimeFolded }
+    }
+
+    pub fn mode(&self) -> TemplateMode {
+        self.choice.mode
+    }
+
+    /// The start log's account of the template: WARN when it is a shaky
+    /// guess or lossy, so an operator sees it before a client does.
+    pub fn log_choice(&self) {
+        let i = self.describe();
+        if i.warn {
+            tracing::warn!(mode = i.mode.as_str(), template = %i.origin, tokenizer = %i.tokenizer, reason = %i.reason, "prompt rendering");
+        } else {
+            tracing::info!(mode = i.mode.as_str(), template = %i.origin, tokenizer = %i.tokenizer, reason = %i.reason, "prompt rendering");
+        }
     }
 
     pub fn render(&self, chat: &ChatInput) -> Result<Rendered, PromptError> {
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
-        let Some(template) = &self.template else {
-            return runtime_prompt(chat, offered);
-        };
         let tools: Vec<Json> = match &chat.tool_choice {
             ToolChoice::Function(name) => chat.tools.iter().filter(|t| tool_name(t) == Some(name)).cloned().collect(),
             _ => chat.tools.clone(),
         };
         let tools = offered.then_some(tools.as_slice());
         let messages = with_tool_instruction(&chat.messages, &chat.tool_choice, offered);
+        let Some(template) = &self.template else {
+            return Ok(fold(&messages, tools));
+        };
         let to_json = |null_as_empty| -> Vec<Json> {
             messages.iter().map(|m| to_template(m, template.arguments, null_as_empty)).collect()
         };
@@ -108,28 +180,16 @@ impl Prompter {
     }
 }
 
-/// With the runtime's template only one user message can be sent: say so
-/// rather than drop the rest of the conversation.
-fn runtime_prompt(chat: &ChatInput, offered: bool) -> Result<Rendered, PromptError> {
-    let hint = "configure `template` or `chat_template` (see docs/configuration.md)";
-    if offered {
-        return Err(PromptError::NeedsTemplate {
-            param: "tools",
-            message: format!(
-                "This model uses the runtime's built-in chat template, which cannot render tools; {hint}."
-            ),
-        });
-    }
-    match chat.messages.as_slice() {
-        [Message { role: Role::User, content: Some(text), .. }] => {
-            Ok(Rendered { prompt: text.clone(), starts_in_thinking: false, tool_syntax: None })
+#[cfg(test)]
+impl Prompter {
+    /// A prompter with this template (`None`: folded) and nothing else.
+    pub(super) fn bare(template: Option<ChatTemplate>) -> Prompter {
+        let mode = if template.is_some() { TemplateMode::File } else { TemplateMode::RuntimeFolded };
+        Prompter {
+            template,
+            tokenizer: None,
+            choice: Choice { mode, family: None, reason: String::new(), conflict: false },
         }
-        _ => Err(PromptError::NeedsTemplate {
-            param: "messages",
-            message: format!(
-                "This model uses the runtime's built-in chat template, which takes a single user message; {hint} to send system prompts and conversations."
-            ),
-        }),
     }
 }
 
@@ -239,7 +299,7 @@ mod tests {
             bos_token: String::new(),
             eos_token: String::new(),
         };
-        Prompter { template: Some(ChatTemplate::compile(source).unwrap()), tokenizer: None }
+        Prompter::bare(Some(ChatTemplate::compile(source).unwrap()))
     }
 
     fn user(text: &str) -> Message {
@@ -288,11 +348,18 @@ mod tests {
     }
 
     #[test]
-    fn runtime_template_takes_one_user_message() {
-        let p = Prompter { template: None, tokenizer: None };
-        let chat = ChatInput { messages: vec![user("hi")], ..Default::default() };
-        assert_eq!(p.render(&chat).unwrap().prompt, "hi");
-        let two = ChatInput { messages: vec![user("a"), user("b")], ..Default::default() };
-        assert!(matches!(p.render(&two), Err(PromptError::NeedsTemplate { param: "messages", .. })));
+    fn without_a_template_the_conversation_is_folded_with_the_tool_instruction() {
+        let p = Prompter::bare(None);
+        let system = Message { role: Role::System, content: Some("Be brief.".into()), ..Default::default() };
+        let tools = vec![json!({"type": "function", "function": {"name": "a"}})];
+        let mut chat = ChatInput { messages: vec![system, user("hi")], tools, ..Default::default() };
+        chat.tool_choice = ToolChoice::Required;
+        let r = p.render(&chat).unwrap();
+        assert!(r.prompt.starts_with("System: Be brief.\n\nYou must call at least one"), "{}", r.prompt);
+        assert!(r.prompt.ends_with("\n\nUser: hi"), "{}", r.prompt);
+        assert_eq!(r.tool_syntax, Some(ToolSyntax::Hermes));
+        chat.tool_choice = ToolChoice::None;
+        let r = p.render(&chat).unwrap();
+        assert_eq!((r.prompt.as_str(), r.tool_syntax), ("System: Be brief.\n\nUser: hi", None));
     }
 }

@@ -3,13 +3,15 @@
 //! Template, first match wins: the configured `chat_template` file (a
 //! `.jinja` file, `tokenizer_config.json` or `chat_template.json`);
 //! `chat_template.jinja`, then `tokenizer_config.json`, next to the `.rkllm`
-//! file; the built-in `template`; for `sim:` models the built-in `chatml`
-//! (the simulator's own template is ChatML too); otherwise the runtime's
-//! built-in template. Tokenizer: the configured `tokenizer`, else
-//! `tokenizer.json` next to the `.rkllm` file, else none.
+//! file; the built-in `template`; the family detected from the model file
+//! (for `sim:` models the built-in `chatml`, the simulator's own template
+//! being ChatML); otherwise the runtime's built-in template, into which
+//! whole conversations are folded. Tokenizer: the configured `tokenizer`,
+//! else `tokenizer.json` next to the `.rkllm` file, else none.
 
 use super::builtin::TemplateFamily;
-use super::prompter::Prompter;
+use super::detect::detect;
+use super::prompter::{Choice, Prompter, TemplateMode};
 use super::template::{ChatTemplate, TemplateSource};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
@@ -39,19 +41,7 @@ pub struct PromptSettings {
 impl Prompter {
     pub fn load(config: &PromptSettings, model_path: &str) -> Result<Prompter, LoadError> {
         let beside = (!model_path.starts_with("sim:")).then(|| Path::new(model_path).parent()).flatten();
-        let source = match &config.chat_template {
-            Some(path) => Some(from_file(path)?.ok_or_else(|| LoadError::Template {
-                path: path.display().to_string(),
-                message: "no `chat_template` in this file".into(),
-            })?),
-            None => match beside.map(beside_model).transpose()?.flatten() {
-                Some(found) => Some(found),
-                None => config
-                    .template
-                    .or(model_path.starts_with("sim:").then_some(TemplateFamily::Chatml))
-                    .map(TemplateFamily::source),
-            },
-        };
+        let (source, choice) = choose(config, model_path, beside)?;
         let template = source
             .map(|s| {
                 let origin = s.origin.clone();
@@ -67,8 +57,61 @@ impl Prompter {
             (None, Some(json)) => Some(parse_tokenizer(json, "the simulated runtime's tokenizer.json")?),
             (None, None) => None,
         };
-        Ok(Prompter { template, tokenizer })
+        Ok(Prompter { template, tokenizer, choice })
     }
+}
+
+/// The template by precedence, and why it was chosen.
+fn choose(
+    config: &PromptSettings,
+    model_path: &str,
+    beside: Option<&Path>,
+) -> Result<(Option<TemplateSource>, Choice), LoadError> {
+    let choice = |mode, family: Option<TemplateFamily>, reason: String| Choice {
+        mode,
+        family: family.map(TemplateFamily::name),
+        reason,
+        conflict: false,
+    };
+    if let Some(path) = &config.chat_template {
+        let source = from_file(path)?.ok_or_else(|| LoadError::Template {
+            path: path.display().to_string(),
+            message: "no `chat_template` in this file".into(),
+        })?;
+        let reason = format!("configured chat_template {}", path.display());
+        return Ok((Some(source), choice(TemplateMode::File, None, reason)));
+    }
+    if let Some(source) = beside.map(beside_model).transpose()?.flatten() {
+        let reason = format!("found beside the model: {}", source.origin);
+        return Ok((Some(source), choice(TemplateMode::BesideModel, None, reason)));
+    }
+    if let Some(family) = config.template {
+        let reason = format!("configured template = \"{}\"", family.name());
+        return Ok((Some(family.source()), choice(TemplateMode::ConfiguredFamily, Some(family), reason)));
+    }
+    if model_path.starts_with("sim:") {
+        let family = TemplateFamily::Chatml;
+        let reason = "detected chatml: `sim:` models use the simulator's own ChatML template".to_owned();
+        return Ok((Some(family.source()), choice(TemplateMode::DetectedFamily, Some(family), reason)));
+    }
+    let detection = detect(Path::new(model_path));
+    Ok(match detection.family {
+        Some(family) => (
+            Some(family.source()),
+            Choice {
+                conflict: detection.conflict,
+                ..choice(TemplateMode::DetectedFamily, Some(family), format!("detected {}", detection.reason))
+            },
+        ),
+        None => {
+            let reason = format!(
+                "{}; the runtime's own template wraps one user message, into which the system prompt, \
+                 earlier turns and tool results are folded (docs/api.md)",
+                detection.reason
+            );
+            (None, Choice { conflict: detection.conflict, ..choice(TemplateMode::RuntimeFolded, None, reason) })
+        }
+    })
 }
 
 fn beside_model(dir: &Path) -> Result<Option<TemplateSource>, LoadError> {

@@ -2,7 +2,7 @@
 
 use super::{Check, Report};
 use crate::config::{Backend, Config};
-use crate::conversation::{Prompter, TemplateFamily};
+use crate::conversation::{Prompter, TemplateFamily, TemplateMode};
 use crate::engine::BackendKind;
 use crate::metrics::board::Board;
 use rkllm_sys::{loader, Runtime};
@@ -234,10 +234,9 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
     }
 }
 
-/// The model file; returns its size when it is a readable file.
-/// The chat template `serve` would render with, found and loaded as it
-/// does: without one, the runtime's own template takes a single user
-/// message, so chat clients that send a system prompt or history get 400s.
+/// The chat template `serve` would render with, found, configured or
+/// detected as it does, and why. Without one, conversations are folded into
+/// the runtime template's one user message: served, but lossy.
 pub fn chat_template(plan: &Plan, report: &mut Report) {
     const TITLE: &str = "chat template";
     let config = plan.config;
@@ -247,26 +246,29 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         None if plan.needs_npu => return,
         None => format!("sim:{}", config.sim_profile),
     };
+    let families: Vec<&str> = TemplateFamily::ALL.iter().map(|f| f.name()).collect();
+    let configure = format!(
+        "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
+         or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" ({}) in the config",
+        families.join(", ")
+    );
     let kind = if plan.needs_npu { BackendKind::Rkllm } else { BackendKind::Sim };
     match Prompter::load(&crate::app::prompt_settings(config, kind), &model) {
-        Ok(prompter) if prompter.renders() => {
-            let (template, tokenizer) = prompter.describe();
-            report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));
-        }
-        Ok(_) => {
-            let families: Vec<&str> = TemplateFamily::ALL.iter().map(|f| f.name()).collect();
-            report.push(Check::warn(
-                TITLE,
-                "the runtime's built-in one — only single-message requests: a system prompt, earlier turns \
-                 or tools are refused with 400 (chat clients such as Open WebUI send them)"
-                    .into(),
-                &format!(
-                    "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
-                     or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" \
-                     ({}) in the config",
-                    families.join(", ")
-                ),
-            ));
+        Ok(prompter) => {
+            let info = prompter.describe();
+            let text =
+                format!("{} [{}]: {}; tokenizer: {}", info.origin, info.mode.as_str(), info.reason, info.tokenizer);
+            if info.mode == TemplateMode::RuntimeFolded {
+                let text = format!(
+                    "{text}. A system prompt, earlier turns and tools reach the model only as a folded transcript"
+                );
+                report.push(Check::warn(TITLE, text, &configure));
+            } else if info.warn {
+                report.push(Check::warn(TITLE, text, &format!("if the guess is wrong, {configure}")));
+            } else {
+                report.push(Check::ok(TITLE, text));
+            }
+            report.push(conversation_cache(config.conversation_cache, &prompter));
         }
         Err(e) => report.push(Check::fail(
             TITLE,
@@ -276,6 +278,26 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
     }
 }
 
+/// Whether follow-up turns will reuse the KV cache, as `app::engine_settings` decides.
+fn conversation_cache(configured: bool, prompter: &Prompter) -> Check {
+    const TITLE: &str = "conversation cache";
+    match (configured, prompter.renders(), prompter.has_tokenizer()) {
+        (false, ..) => Check::ok(TITLE, "off (conversation_cache = off): every request prefills its whole prompt".into()),
+        (true, true, true) => Check::ok(TITLE, "on: a follow-up turn prefills only what is new".into()),
+        (true, false, _) => Check::warn(
+            TITLE,
+            "off: the runtime's own template is in use, and token input bypasses it".into(),
+            "give the model's chat template (see the chat template check)",
+        ),
+        (true, true, false) => Check::warn(
+            TITLE,
+            "off: no tokenizer.json, so the daemon cannot know what the KV cache holds; every turn prefills the whole conversation".into(),
+            "put the model's tokenizer.json (from its Hugging Face repo) next to the .rkllm file, or set tokenizer = \"/path/to/tokenizer.json\"",
+        ),
+    }
+}
+
+/// The model file; returns its size when it is a readable file.
 pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
     const TITLE: &str = "model";
     let Some(model) = plan.config.model.as_deref() else {

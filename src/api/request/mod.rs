@@ -117,7 +117,6 @@ impl ChatCompletionRequest {
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
         let rendered = model.prompter.render(&chat).map_err(|e| match e {
             PromptError::Template(e) => ApiError::bad_request(Some("messages"), e.to_string()),
-            PromptError::NeedsTemplate { param, message } => ApiError::invalid_value(param, message),
             e @ PromptError::AtMessage { index, .. } => {
                 ApiError::bad_request(Some(&format!("messages[{index}]")), e.to_string())
             }
