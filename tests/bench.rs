@@ -75,6 +75,46 @@ async fn figures_match_the_simulated_pacing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_turn_conversations_report_ttft_and_cached_tokens_by_turn() {
+    let d = Daemon::start(&["--model", "sim:qwen2-0.5b?reply_tokens=8&time_scale=0.2"]);
+    let report = bench(args(&[
+        "--url",
+        &d.url,
+        "--turns",
+        "3",
+        "--requests",
+        "2",
+        "--warmup",
+        "0",
+        "--prompt-tokens",
+        "60",
+        "--output-tokens",
+        "16",
+    ]))
+    .await;
+    let requests = report["requests"].as_array().unwrap();
+    assert_eq!(requests.len(), 2 * 3, "two conversations of three turns");
+    for r in requests {
+        assert_eq!(r["ok"], true, "{r}");
+        let turn = r["turn"].as_u64().unwrap();
+        let cached = r["cached_tokens"].as_u64().unwrap();
+        if turn == 0 {
+            assert_eq!(cached, 0, "{r}");
+        } else {
+            // The history with the server's own reply is resent: the cache covers it.
+            assert!(cached > 0 && cached < r["prompt_tokens"].as_u64().unwrap(), "{r}");
+        }
+    }
+    let by_turn = report["levels"][0]["by_turn"].as_array().unwrap();
+    assert_eq!(by_turn.iter().map(|t| t["turn"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(by_turn[0]["cached_tokens"]["mean"], 0.0);
+    assert!(
+        by_turn[2]["cached_tokens"]["mean"].as_f64().unwrap() > by_turn[1]["cached_tokens"]["mean"].as_f64().unwrap()
+    );
+    assert_eq!(by_turn[2]["ttft_ms"]["n"], 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn levels_sample_the_server_and_write_every_output() {
     let d = Daemon::start(&["--model", "sim:instant?reply_tokens=20", "--queue-depth", "8"]);
     let dir = tempfile::tempdir().unwrap();

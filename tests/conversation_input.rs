@@ -13,12 +13,24 @@ fn fixture(path: &str) -> PathBuf {
 }
 
 /// The `run` calls the simulated runtime recorded.
+/// The recorded runs, each with its `prompt` as text: a run sent as token
+/// ids (the conversation cache) is decoded with the simulator's tokenizer.
 fn runs(record: &Path) -> Vec<Value> {
     std::fs::read_to_string(record)
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|c| c["call"] == "run")
+        .map(|mut run| {
+            if let Some(ids) = run["token_ids"].as_array() {
+                let bytes: Vec<u8> = ids
+                    .iter()
+                    .flat_map(|id| rkllm_sim::token_bytes(id.as_u64().unwrap() as u32).unwrap().to_vec())
+                    .collect();
+                run["prompt"] = String::from_utf8(bytes).unwrap().into();
+            }
+            run
+        })
         .collect()
 }
 
@@ -76,7 +88,7 @@ async fn a_tokenizer_config_json_template_and_disabling_the_runtime_template() {
 }
 
 #[tokio::test]
-async fn every_turn_of_a_long_conversation_reaches_the_runtime_statelessly() {
+async fn every_turn_of_a_long_conversation_reaches_the_runtime_in_one_prompt() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     let d = Daemon::start(&["--model", &sim(&record)]);
@@ -94,10 +106,12 @@ async fn every_turn_of_a_long_conversation_reaches_the_runtime_statelessly() {
     assert_eq!(status, 200, "{body}");
     let run = &runs(&record)[0];
     assert_eq!(run["prompt"], expected.as_str(), "sim models default to the built-in chatml template");
-    assert_eq!(run["keep_history"], false);
+    // A fresh daemon's cache is empty: the whole transcript is sent, kept for the next turn.
+    assert_eq!(run["keep_history"], true);
     assert_eq!(run["role"], "user");
-    // Without a tokenizer, usage counts what the runtime prefilled: the whole transcript.
+    // The simulator's tokenizer counts the whole transcript, and the runtime prefilled all of it.
     assert_eq!(body["usage"]["prompt_tokens"], rkllm_sim::tokenize(&expected).len());
+    assert_eq!(body["timings"]["prompt_n"], rkllm_sim::tokenize(&expected).len());
 }
 
 #[tokio::test]
@@ -343,7 +357,20 @@ fn an_invalid_template_is_a_startup_error_naming_the_file() {
 async fn without_a_tokenizer_the_runtimes_refusal_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
-    let d = Daemon::start(&["--model", &sim(&record), "--max-context-len", "40", "--max-new-tokens", "8"]);
+    // Through dlopen the daemon cannot know the library's tokenizer.
+    let lib = common::sim_cdylib();
+    let d = Daemon::start(&[
+        "--backend",
+        "rkllm",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--model",
+        &sim(&record),
+        "--max-context-len",
+        "40",
+        "--max-new-tokens",
+        "8",
+    ]);
     let (status, body) = chat(&d, common::chat("sim-instant", &"word ".repeat(40))).await;
     assert_eq!(status, 500, "{body}");
     let message = body["error"]["message"].as_str().unwrap();

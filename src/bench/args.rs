@@ -25,6 +25,11 @@ pub struct BenchArgs {
     /// optionally with `"max_tokens"`. Used in turn instead of synthetic prompts.
     #[arg(long)]
     pub prompts: Option<PathBuf>,
+    /// Turns per conversation: each turn resends the history with the server's own earlier
+    /// replies plus a new user message (a conversation counts as one request of --requests);
+    /// TTFT and the cached tokens the server reports are summarised by turn.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub turns: u32,
     /// Send `ignore_eos: true` (vLLM, llama.cpp) so replies run to `max_tokens`.
     #[arg(long)]
     pub ignore_eos: bool,

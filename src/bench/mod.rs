@@ -26,7 +26,7 @@ use report::{FindingRow, Report};
 use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
-use workload::{Limits, Load, Prompts, Rng};
+use workload::{Level, Limits, Load, Prompts, Rng};
 
 /// Measured requests per level when neither --requests nor --duration is given.
 const DEFAULT_REQUESTS: usize = 16;
@@ -72,15 +72,15 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         }
         let progress = progress_bar(limits.requests, &load);
         let sampler = args.server_pid.map(procstat::Sampler::start).transpose()?;
+        let level = Level { load, limits, turns: args.turns as usize };
         let run =
-            workload::run_level(target.clone(), prompts.clone(), next_prompt, load, limits, &mut rng, progress.clone())
-                .await;
+            workload::run_level(target.clone(), prompts.clone(), next_prompt, level, &mut rng, progress.clone()).await;
         progress.finish_and_clear();
-        next_prompt += run.records.len();
+        next_prompt += run.records.iter().filter(|(_, turn, _)| *turn == 0).count();
         let mut rows = Vec::new();
         let mut level_findings = Vec::new();
-        for (prompt, record) in &run.records {
-            let (row, found) = report::request_row(index, *prompt, record);
+        for (prompt, turn, record) in &run.records {
+            let (row, found) = report::request_row(index, *prompt, *turn, record);
             level_findings.extend(found.into_iter().map(|finding| FindingRow {
                 level: index,
                 prompt: *prompt,
@@ -88,7 +88,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             }));
             rows.push(row);
         }
-        rows.sort_by_key(|r| r.prompt);
+        rows.sort_by_key(|r| (r.prompt, r.turn));
         level_findings.sort_by_key(|f| f.prompt);
         let streamed: u64 = rows.iter().filter_map(|r| r.completion_tokens).sum();
         let process = sampler.map(|s| s.finish(streamed)).transpose()?;

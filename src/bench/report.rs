@@ -20,10 +20,14 @@ pub struct RequestRow {
     pub level: usize,
     /// The prompt's number (synthetic prompts are numbered; file prompts cycle).
     pub prompt: usize,
+    /// The turn of its conversation (0 without --turns).
+    pub turn: usize,
     pub ok: bool,
     pub error: Option<Failure>,
     pub http_status: Option<u16>,
     pub prompt_tokens: Option<u64>,
+    /// `usage.prompt_tokens_details.cached_tokens`, when the server reports it.
+    pub cached_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
     pub ttft_ms: Option<f64>,
     pub tpot_ms: Option<f64>,
@@ -68,6 +72,18 @@ pub struct LevelReport {
     /// Count of findings by kind.
     pub findings: BTreeMap<&'static str, usize>,
     pub server_process: Option<ServerProcess>,
+    /// With --turns: TTFT and cached tokens by turn index (empty otherwise).
+    pub by_turn: Vec<TurnSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TurnSummary {
+    /// 1-based turn of the conversations.
+    pub turn: usize,
+    pub ttft_ms: Summary,
+    pub prompt_tokens: Summary,
+    /// What the server said it reused; `n` = how many replies reported it.
+    pub cached_tokens: Summary,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,7 +103,7 @@ pub struct Report {
 }
 
 /// Measures and checks one finished request.
-pub fn request_row(level: usize, prompt: usize, record: &RequestRecord) -> (RequestRow, Vec<Finding>) {
+pub fn request_row(level: usize, prompt: usize, turn: usize, record: &RequestRecord) -> (RequestRow, Vec<Finding>) {
     let fig = figures(record);
     let mut findings = Vec::new();
     if record.status == Some(200) {
@@ -106,10 +122,12 @@ pub fn request_row(level: usize, prompt: usize, record: &RequestRecord) -> (Requ
     let row = RequestRow {
         level,
         prompt,
+        turn,
         ok: error.is_none(),
         error,
         http_status: record.status,
         prompt_tokens: fig.prompt_tokens,
+        cached_tokens: fig.usage.as_ref().and_then(|u| u["prompt_tokens_details"]["cached_tokens"].as_u64()),
         completion_tokens: fig.completion_tokens,
         ttft_ms: fig.ttft_ms,
         tpot_ms: fig.tpot_ms,
@@ -166,5 +184,25 @@ pub fn level_report(
         completion_tokens: summary(|r| r.completion_tokens.map(|n| n as f64)),
         findings: counts,
         server_process,
+        by_turn: by_turn(&ok),
     }
+}
+
+/// Per-turn summaries of the successful requests, when there are several turns.
+fn by_turn(ok: &[&&RequestRow]) -> Vec<TurnSummary> {
+    let turns = ok.iter().map(|r| r.turn + 1).max().unwrap_or(0);
+    if turns < 2 {
+        return Vec::new();
+    }
+    (0..turns)
+        .map(|t| {
+            let of_turn = || ok.iter().filter(move |r| r.turn == t);
+            TurnSummary {
+                turn: t + 1,
+                ttft_ms: Summary::of(of_turn().filter_map(|r| r.ttft_ms)),
+                prompt_tokens: Summary::of(of_turn().filter_map(|r| r.prompt_tokens.map(|n| n as f64))),
+                cached_tokens: Summary::of(of_turn().filter_map(|r| r.cached_tokens.map(|n| n as f64))),
+            }
+        })
+        .collect()
 }

@@ -92,6 +92,24 @@ fn level(out: &mut String, l: &LevelReport) {
         "throughput: {:.2} req/s = {} ok / {:.2} s; {:.1} output tok/s = {} tokens / {:.2} s",
         l.request_throughput, l.succeeded, l.wall_s, l.output_throughput, l.output_tokens, l.wall_s
     );
+    if !l.by_turn.is_empty() {
+        let _ = writeln!(
+            out,
+            "{:<6}{:>12}{:>12}{:>16}{:>16}",
+            "turn", "TTFT p50", "TTFT mean", "prompt tokens", "cached tokens"
+        );
+        for t in &l.by_turn {
+            let _ = writeln!(
+                out,
+                "{:<6}{:>12}{:>12}{:>16}{:>16}",
+                t.turn,
+                num(t.ttft_ms.p50),
+                num(t.ttft_ms.mean),
+                num(t.prompt_tokens.mean),
+                num(t.cached_tokens.mean)
+            );
+        }
+    }
     if !l.errors.is_empty() {
         let list: Vec<String> = l.errors.iter().map(|(k, n)| format!("{k} × {n}")).collect();
         let _ = writeln!(out, "errors: {}", list.join(", "));

@@ -111,8 +111,8 @@ impl Limits {
 }
 
 pub struct LevelRun {
-    /// (prompt number, record), in order of completion.
-    pub records: Vec<(usize, RequestRecord)>,
+    /// (prompt number, turn, record), in order of completion.
+    pub records: Vec<(usize, usize, RequestRecord)>,
     /// First request sent → last stream ended.
     pub wall_s: f64,
 }
@@ -122,30 +122,61 @@ struct Shared {
     target: Arc<Target>,
     prompts: Arc<Prompts>,
     first_prompt: usize,
-    done: Mutex<Vec<(usize, RequestRecord)>>,
+    turns: usize,
+    done: Mutex<Vec<(usize, usize, RequestRecord)>>,
     progress: ProgressBar,
 }
 
 impl Shared {
+    /// Request `i`: one prompt, or with several turns one conversation
+    /// that resends its history with the server's own replies each turn.
     async fn request(&self, i: usize) {
         let n = self.first_prompt + i;
-        let record = run_one(&self.target, self.prompts.get(n)).await;
+        let first = self.prompts.get(n);
+        let mut messages = first.messages.as_array().cloned().unwrap_or_default();
+        for turn in 0..self.turns {
+            if turn > 0 {
+                messages.push(json!({"role": "user", "content": follow_up(turn)}));
+            }
+            let prompt = Arc::new(Prompt { messages: Value::Array(messages.clone()), max_tokens: first.max_tokens });
+            let record = run_one(&self.target, prompt).await;
+            let reply = super::measure::figures(&record).text;
+            let failed = record.failure.is_some() || record.status != Some(200);
+            self.done.lock().unwrap_or_else(|e| e.into_inner()).push((n, turn, record));
+            if failed {
+                break;
+            }
+            messages.push(json!({"role": "assistant", "content": reply}));
+        }
         self.progress.inc(1);
-        self.done.lock().unwrap_or_else(|e| e.into_inner()).push((n, record));
     }
 }
 
+/// The user message of a conversation's later turn.
+fn follow_up(turn: usize) -> String {
+    const ASKS: [&str; 4] = ["Go on.", "Can you say more about that?", "Why is that?", "Summarise it in one line."];
+    format!("Turn {}: {}", turn + 1, ASKS[turn % ASKS.len()])
+}
+
 /// Runs one level; request `i` gets prompt `first_prompt + i`.
+/// The shape of one level: how requests arrive, when it ends, turns per conversation.
+#[derive(Debug, Clone, Copy)]
+pub struct Level {
+    pub load: Load,
+    pub limits: Limits,
+    pub turns: usize,
+}
+
 pub async fn run_level(
     target: Arc<Target>,
     prompts: Arc<Prompts>,
     first_prompt: usize,
-    load: Load,
-    limits: Limits,
+    level: Level,
     rng: &mut Rng,
     progress: ProgressBar,
 ) -> LevelRun {
-    let shared = Arc::new(Shared { target, prompts, first_prompt, done: Mutex::new(Vec::new()), progress });
+    let Level { load, limits, turns } = level;
+    let shared = Arc::new(Shared { target, prompts, first_prompt, turns, done: Mutex::new(Vec::new()), progress });
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     match load {
