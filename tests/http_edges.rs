@@ -115,7 +115,8 @@ async fn a_stream_cut_off_at_the_end_of_the_grace_ends_with_the_shutting_down_er
         "--backend",
         "sim",
         "--model",
-        "sim:qwen2.5-1.5b?reply_tokens=100000",
+        // Far longer than the grace (16.7 tokens/s); the simulator plans a reply whole, so not 10^5.
+        "sim:qwen2.5-1.5b?reply_tokens=2000",
         "--model-id",
         "m",
         "--shutdown-grace-secs",

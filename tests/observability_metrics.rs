@@ -119,9 +119,9 @@ async fn counters_add_up_to_the_requests_sent_including_errors() {
     assert_eq!(r.status(), 415);
     expect("415", "none");
 
-    // A runtime error: the prompt does not fit in the context.
-    assert_eq!(post(chat("m", &"overflow ".repeat(300))).await.status(), 500);
-    expect("500", "error");
+    // A prompt that does not fit: the simulator's tokenizer counts it, so it never reaches the runtime.
+    assert_eq!(post(chat("m", &"overflow ".repeat(300))).await.status(), 400);
+    expect("400", "none");
 
     // LONG runs into the request time-out; meanwhile one waits (and leaves), one is refused.
     let long = tokio::spawn({
@@ -201,7 +201,8 @@ async fn counters_add_up_to_the_requests_sent_including_errors() {
     // Gauges of this moment.
     assert_eq!(value(&s, "rkllmd_requests_running", &[]), Some(0.0));
     assert_eq!(value(&s, "rkllmd_requests_waiting", &[]), Some(0.0));
-    assert_eq!(value(&s, "rkllmd_kv_cache_tokens", &[]), Some(0.0), "keep_history = 0 empties the cache after a run");
+    let kv = value(&s, "rkllmd_kv_cache_tokens", &[]).unwrap();
+    assert!(kv > 0.0, "the conversation cache keeps the last run's tokens (keep_history = 1): {kv}");
     assert!(value(&s, "rkllmd_runtime_peak_memory_bytes", &[]).unwrap() > 1e6);
     assert!(value(&s, "process_resident_memory_bytes", &[]).unwrap() > 1e6);
     assert!(value(&s, "process_cpu_seconds_total", &[]).is_some());
@@ -312,4 +313,15 @@ async fn missing_telemetry_is_missing_not_zero_and_metrics_can_have_their_own_li
     // What the runtime printed at init still tells the driver, platform and core count.
     assert_eq!((v["driver_version"].as_str(), v["platform"].as_str()), (Some("0.9.8"), Some("RK3588")));
     assert_eq!(v["npu"]["cores"], 3, "npu_core_num from the init log");
+}
+
+#[tokio::test]
+async fn a_runtime_error_is_counted_once_as_500_error() {
+    let d =
+        Daemon::start(&["--backend", "sim", "--model", "sim:instant?reply_tokens=8&error_after=2", "--model-id", "m"]);
+    assert_eq!(d.post("/v1/chat/completions", chat("m", "x")).await.status(), 500);
+    let s = scrape_at(&d.url).await;
+    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some(1.0));
+    let got = value(&s, "rkllmd_requests_total", &[("model", "m"), ("status", "500"), ("finish_reason", "error")]);
+    assert_eq!(got, Some(1.0));
 }

@@ -28,7 +28,19 @@ async fn full_queue_is_429_with_retry_after_and_a_queued_client_that_leaves_neve
     let record = tempfile::NamedTempFile::new().unwrap();
     // A slow generation (150 ms per token at qwen2.5's pacing × 2.5) keeps the NPU busy.
     let spec = format!("sim:qwen2.5-1.5b?time_scale=2.5&reply_tokens=200&record={}", record.path().display());
-    let d = Daemon::start(&["--backend", "sim", "--model", &spec, "--model-id", "m", "--queue-depth", "1"]);
+    // Prompts as text in the record (the conversation cache would send token ids).
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        &spec,
+        "--model-id",
+        "m",
+        "--queue-depth",
+        "1",
+        "--conversation-cache",
+        "off",
+    ]);
     let mut running = d.post("/v1/chat/completions", streaming("first")).await;
     first_event(&mut running).await;
     let queued = tokio::spawn({
