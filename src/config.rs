@@ -75,6 +75,37 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// Where the sysfs/debugfs/procfs telemetry files are read from.
     pub telemetry_root: PathBuf,
+    /// Every `*.rkllm` here (and in its direct subfolders) is a model.
+    pub models_dir: Option<PathBuf>,
+    /// Models loaded at the same time; the least recently used idle one makes room.
+    pub max_loaded_models: usize,
+    /// How long an idle model stays loaded (Ollama's form: "5m", seconds, negative = forever, 0 = unload at once).
+    /// Default: 5m, or forever when only one model is registered.
+    pub keep_alive: Option<String>,
+    /// The loaded model files' sizes may not add up to more than this (MiB).
+    pub memory_budget_mb: Option<u64>,
+    /// `[[models]]` tables: models a directory cannot describe. (Not
+    /// `[[model]]`: TOML cannot have `model = "…"` and `[[model]]` both.)
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelTable>,
+}
+
+/// One `[[models]]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// Default: the file's stem (or `sim-PROFILE`).
+    pub id: Option<String>,
+    /// A `.rkllm` file or a `sim:` spec.
+    pub path: String,
+    pub chat_template: Option<PathBuf>,
+    pub template: Option<TemplateFamily>,
+    pub tokenizer: Option<PathBuf>,
+    /// Over the daemon's `[sampling]`.
+    #[serde(default, deserialize_with = "strict_sampling")]
+    pub sampling: Option<SamplingOverrides>,
+    pub max_context_len: Option<u32>,
+    pub max_new_tokens: Option<u32>,
 }
 
 impl Default for Config {
@@ -111,6 +142,11 @@ impl Default for Config {
             timings_log: None,
             metrics_addr: None,
             telemetry_root: PathBuf::from("/"),
+            models_dir: None,
+            max_loaded_models: 1,
+            keep_alive: None,
+            memory_budget_mb: None,
+            models: Vec::new(),
         }
     }
 }
@@ -208,6 +244,21 @@ pub struct Overrides {
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT")]
     pub telemetry_root: Option<PathBuf>,
+    /// Directory of models: every *.rkllm in it (or in a subfolder) is a model, id = file stem.
+    #[arg(long, env = "RKLLMD_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Models loaded at the same time (the least recently used idle one is unloaded to make room).
+    #[arg(long, env = "RKLLMD_MAX_LOADED_MODELS")]
+    pub max_loaded_models: Option<usize>,
+    /// How long an idle model stays loaded: "5m", seconds, negative = forever, 0 = unload at once.
+    #[arg(long, env = "RKLLMD_KEEP_ALIVE", allow_hyphen_values = true)]
+    pub keep_alive: Option<String>,
+    /// The loaded model files may add up to at most this many MiB.
+    #[arg(long, env = "RKLLMD_MEMORY_BUDGET_MB")]
+    pub memory_budget_mb: Option<u64>,
+    /// `[[models]]` tables (file only).
+    #[arg(skip)]
+    pub models: Option<Vec<ModelTable>>,
 }
 
 /// The `[sampling]` table. Requests may carry fields we ignore, but a
@@ -277,7 +328,9 @@ impl Config {
             log_format,
             reasoning,
             sampling,
-            telemetry_root
+            telemetry_root,
+            max_loaded_models,
+            models
         );
         set_opt!(
             model,
@@ -289,7 +342,10 @@ impl Config {
             template,
             tokenizer,
             timings_log,
-            metrics_addr
+            metrics_addr,
+            models_dir,
+            keep_alive,
+            memory_budget_mb
         );
     }
 
@@ -315,6 +371,12 @@ impl Config {
         }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
+        }
+        if self.max_loaded_models == 0 {
+            return invalid("max_loaded_models must be at least 1".into());
+        }
+        if let Some(k) = &self.keep_alive {
+            crate::registry::KeepAlive::parse(k).map_err(ConfigError::Invalid)?;
         }
         let s = self.sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         if !(0.0..=2.0).contains(&s.temperature) || !(0.0..=1.0).contains(&s.top_p) || s.top_k < 0 {
