@@ -3,8 +3,10 @@
 //!
 //! Layers, top to bottom (an import only ever points down):
 //! `app` (the composition root: every layer built from its own settings) →
-//! `api` (HTTP) → `conversation` (prompts, reply text), `engine` (the runtime
-//! thread, the queue), `metrics` (timeline, figures) → `sampling` → `rkllm-sys`.
+//! `api` (HTTP) → `registry` (the models, loaded on demand) →
+//! `conversation` (prompts, reply text), `engine` (the runtime thread, the
+//! queue, the shared NPU turn), `metrics` (timeline, figures) → `sampling` →
+//! `rkllm-sys`.
 //! `config` is read by the root alone.
 
 pub mod api;
@@ -16,5 +18,6 @@ pub mod doctor;
 pub mod engine;
 pub mod metrics;
 pub mod notify;
+pub mod registry;
 pub mod sampling;
 pub mod server;

@@ -1,4 +1,4 @@
-//! Choosing the runtime (real library or simulator) and the model to load.
+//! Choosing the runtime (real library or simulator).
 
 use rkllm_sys::{find_library, Abi, Runtime};
 use std::path::PathBuf;
@@ -84,26 +84,4 @@ fn real(settings: &RuntimeSettings) -> Result<Runtime, rkllm_sys::LoadError> {
 fn sim(settings: &RuntimeSettings) -> Arc<Runtime> {
     // The simulator speaks either ABI; `abi` picks which (1.3 by default).
     Arc::new(rkllm_sim::runtime(settings.abi.unwrap_or(Abi::V1_3)))
-}
-
-/// The `model_path` given to `rkllm_init`: the configured model, or with the
-/// simulator and no model its `sim:PROFILE`.
-pub fn model_path(model: Option<&str>, sim_profile: &str, kind: BackendKind) -> Result<String, BackendError> {
-    match (model, kind) {
-        (Some(model), _) => Ok(model.to_owned()),
-        (None, BackendKind::Sim) => Ok(format!("sim:{sim_profile}")),
-        (None, BackendKind::Rkllm) => Err(BackendError::NoModel),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sim_without_model_serves_the_profile_and_real_needs_a_model() {
-        assert_eq!(model_path(None, "qwen2.5-1.5b", BackendKind::Sim).unwrap(), "sim:qwen2.5-1.5b");
-        assert_eq!(model_path(Some("/m.rkllm"), "x", BackendKind::Sim).unwrap(), "/m.rkllm");
-        assert!(matches!(model_path(None, "x", BackendKind::Rkllm), Err(BackendError::NoModel)));
-    }
 }

@@ -8,12 +8,14 @@ mod generation;
 mod guards;
 mod job;
 mod liveness;
+mod npu;
 mod outcome;
 mod queue;
 
-pub use backend::{model_path, open_runtime, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings};
+pub use backend::{open_runtime, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings};
 pub use generation::Generation;
 pub use job::Job;
+pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use queue::QueueState;
 
@@ -74,6 +76,8 @@ pub struct EngineSettings {
     pub sampling: SamplingOverrides,
     /// The daemon renders every prompt itself: switch the runtime's own template off.
     pub disable_runtime_template: bool,
+    /// The NPU turn every model's runs share.
+    pub npu: Npu,
 }
 
 pub struct Engine {
@@ -90,7 +94,7 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
-        let EngineSettings { model_path, limits, queue_depth, base_domain_id, sampling, disable_runtime_template } =
+        let EngineSettings { model_path, limits, queue_depth, base_domain_id, sampling, disable_runtime_template, npu } =
             settings;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
@@ -114,7 +118,7 @@ impl Engine {
         Ok(Engine {
             model,
             closing: AtomicBool::new(false),
-            queue: queue::Queue::new(queue_depth),
+            queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,
             limits,
