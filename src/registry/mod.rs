@@ -113,7 +113,8 @@ pub struct Registry {
 /// A loaded model held for one request. While any lease (or anything the
 /// engine holds for a queued or running job) exists, the model stays loaded.
 pub struct Lease {
-    model: Arc<Loaded>,
+    /// `None` only inside `drop`, which hands it back to the registry.
+    model: Option<Arc<Loaded>>,
     registry: Arc<Registry>,
     keep_alive: KeepAlive,
     /// Time this request spent loading the model (zero when it was loaded).
@@ -123,13 +124,15 @@ pub struct Lease {
 impl std::ops::Deref for Lease {
     type Target = Loaded;
     fn deref(&self) -> &Loaded {
-        &self.model
+        self.model.as_deref().expect("a lease holds its model until it is dropped")
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.registry.released(&self.model, self.keep_alive);
+        if let Some(model) = self.model.take() {
+            self.registry.released(model, self.keep_alive);
+        }
     }
 }
 
@@ -234,14 +237,14 @@ impl Registry {
             id.to_owned(),
             Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
         );
-        Ok(Lease { model: loaded, registry: self.clone(), keep_alive, load_duration: started.elapsed() })
+        Ok(Lease { model: Some(loaded), registry: self.clone(), keep_alive, load_duration: started.elapsed() })
     }
 
     fn lease_loaded(self: &Arc<Self>, id: &str, keep_alive: KeepAlive, waited: Duration) -> Option<Lease> {
         let mut state = self.state();
         let slot = state.loaded.get_mut(id)?;
         slot.last_used = Instant::now();
-        Some(Lease { model: slot.model.clone(), registry: self.clone(), keep_alive, load_duration: waited })
+        Some(Lease { model: Some(slot.model.clone()), registry: self.clone(), keep_alive, load_duration: waited })
     }
 
     /// Unloads least recently used idle models until `spec` fits, then
@@ -310,22 +313,23 @@ impl Registry {
 
     /// A lease ended: the model's idle clock starts; `keep_alive` 0 unloads
     /// it at once when nobody else holds it.
-    fn released(&self, model: &Arc<Loaded>, keep_alive: KeepAlive) {
+    fn released(&self, model: Arc<Loaded>, keep_alive: KeepAlive) {
         let now = Instant::now();
         let unload_now = {
             let mut state = self.state();
-            let Some(slot) = state.loaded.get_mut(&model.model_id).filter(|s| Arc::ptr_eq(&s.model, model)) else {
+            let Some(slot) = state.loaded.get_mut(&model.model_id).filter(|s| Arc::ptr_eq(&s.model, &model)) else {
                 return;
             };
             slot.last_used = now;
             slot.expires = keep_alive.deadline(now);
-            // Our own lease still holds one reference.
+            // Counting the reference handed back here, dropped below.
             if keep_alive.is_zero() && slot.idle(1) {
                 state.loaded.remove(&model.model_id).map(|s| s.model)
             } else {
                 None
             }
         };
+        drop(model);
         if let Some(model) = unload_now {
             tracing::info!(model = %model.model_id, reason = "keep_alive", "unloading model");
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
