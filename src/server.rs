@@ -75,7 +75,8 @@ pub async fn serve(config: Config) -> Result<(), String> {
         })?;
         log_loaded(&loaded, &config);
     }
-    let serving = format!("serving {} model(s) on http://{addr}", registry.statuses().len());
+    let ids: Vec<String> = registry.statuses().into_iter().map(|s| s.spec.id.clone()).collect();
+    let serving = format!("serving {} on http://{addr}", ids.join(", "));
     state.set_models(registry.clone());
     tracing::info!("listening on http://{addr}");
     notify.ready(&serving);

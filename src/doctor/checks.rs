@@ -4,6 +4,7 @@ use super::{Check, Report};
 use crate::config::{Backend, Config};
 use crate::conversation::{Prompter, TemplateFamily};
 use crate::metrics::board::Board;
+use crate::registry::ModelSpec;
 use clap::ValueEnum;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
@@ -238,27 +239,26 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
 /// The chat template `serve` would render with, found and loaded as it
 /// does: without one, the runtime's own template takes a single user
 /// message, so chat clients that send a system prompt or history get 400s.
-pub fn chat_template(plan: &Plan, report: &mut Report) {
+pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
     const TITLE: &str = "chat template";
-    let config = plan.config;
-    let model = match &config.model {
-        Some(model) => model.clone(),
-        // The model check has failed already.
-        None if plan.needs_npu => return,
-        None => format!("sim:{}", config.sim_profile),
-    };
-    match Prompter::load(&crate::app::prompt_settings(config), &model) {
+    // Without a model the model check has failed already.
+    if spec.runtime.model.is_none() && plan.needs_npu {
+        return;
+    }
+    let id = &spec.id;
+    match Prompter::load(&spec.prompt, &spec.path) {
         Ok(prompter) if prompter.renders() => {
             let (template, tokenizer) = prompter.describe();
-            report.push(Check::ok(TITLE, format!("{template}; tokenizer: {tokenizer}")));
+            report.push(Check::ok(TITLE, format!("{id}: {template}; tokenizer: {tokenizer}")));
         }
         Ok(_) => {
             let families: Vec<&str> = TemplateFamily::value_variants().iter().map(|f| f.name()).collect();
             report.push(Check::warn(
                 TITLE,
-                "the runtime's built-in one — only single-message requests: a system prompt, earlier turns \
-                 or tools are refused with 400 (chat clients such as Open WebUI send them)"
-                    .into(),
+                format!(
+                    "{id}: the runtime's built-in one — only single-message requests: a system prompt, earlier \
+                     turns or tools are refused with 400 (chat clients such as Open WebUI send them)"
+                ),
                 &format!(
                     "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
                      or set chat_template = \"/path/to/tokenizer_config.json\", or a built-in template = \"…\" \
@@ -269,15 +269,15 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         }
         Err(e) => report.push(Check::fail(
             TITLE,
-            e.to_string(),
-            "fix the file named (or point chat_template / tokenizer elsewhere); serve refuses to start with it",
+            format!("{id}: {e}"),
+            "fix the file named (or point chat_template / tokenizer elsewhere); the model does not load with it",
         )),
     }
 }
 
-pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
+pub fn model(plan: &Plan, spec: &ModelSpec, report: &mut Report) -> Option<u64> {
     const TITLE: &str = "model";
-    let Some(model) = plan.config.model.as_deref() else {
+    let Some(model) = spec.runtime.model.as_deref() else {
         if plan.needs_npu {
             report.push(Check::fail(
                 TITLE,
@@ -290,10 +290,12 @@ pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
         return None;
     };
     if model.starts_with("sim:") {
-        report.push(Check::ok(TITLE, format!("{model} (a simulated model)")));
+        report.push(Check::ok(TITLE, format!("{} = {model} (a simulated model)", spec.id)));
         return None;
     }
-    let path = Path::new(model);
+    let shown = format!("{} = {model}", spec.id);
+    let model = shown.as_str();
+    let path = Path::new(&spec.path);
     let fix_path = "convert the model with rkllm-toolkit for this SoC and put the .rkllm file where model = points";
     let meta = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => m,
