@@ -149,7 +149,10 @@ fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
 }
 
 /// A `[[models]]`'s sampling over the daemon's `[sampling]`.
-fn merge_sampling(base: crate::sampling::SamplingOverrides, over: crate::sampling::SamplingOverrides) -> crate::sampling::SamplingOverrides {
+fn merge_sampling(
+    base: crate::sampling::SamplingOverrides,
+    over: crate::sampling::SamplingOverrides,
+) -> crate::sampling::SamplingOverrides {
     let mut merged = base;
     macro_rules! lay {
         ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $lo:literal ..= $hi:literal ),* $(,)?) => {
@@ -215,7 +218,13 @@ pub fn registry(config: &Config) -> Result<Arc<Registry>, AppError> {
 pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loaded, AppError> {
     let spec = primary_spec(config, &Npu::default())
         .ok_or_else(|| AppError::Models("no model configured: pass --model".into()))?;
-    Ok(registry::load(&spec, on_fallback)?)
+    Ok(registry::load(&spec, |settings| {
+        let opened = crate::engine::open_runtime(settings)?;
+        if let Some(why) = &opened.fallback {
+            on_fallback(why);
+        }
+        Ok(opened)
+    })?)
 }
 
 fn file_size(path: &str) -> u64 {

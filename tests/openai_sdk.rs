@@ -23,7 +23,9 @@ fn openai_python_sdk_suite() {
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
     }
     if std::fs::read(&wanted).ok() != std::fs::read(&installed).ok() {
-        run(Command::new(venv.join("bin/pip")).args(["install", "-q", "--disable-pip-version-check", "-r"]).arg(&wanted));
+        run(Command::new(venv.join("bin/pip"))
+            .args(["install", "-q", "--disable-pip-version-check", "-r"])
+            .arg(&wanted));
         std::fs::copy(&wanted, &installed).unwrap_or_else(|e| panic!("cannot copy {}: {e}", wanted.display()));
     }
     run(Command::new(pytest)

@@ -20,7 +20,10 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
     let queue = state.models().ok().map(|r| {
-        r.loaded().iter().map(|m| m.engine.queue_state()).fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
+        r.loaded()
+            .iter()
+            .map(|m| m.engine.queue_state())
+            .fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
     });
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
@@ -62,9 +65,8 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
 /// input, auth, queue full, loading, shutting down) with its status; the
 /// engine counts the others when they finish.
 pub async fn count_requests(req: Request, next: Next) -> Response {
-    let completion =
-        req.method() == Method::POST
-            && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate");
+    let completion = req.method() == Method::POST
+        && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate");
     if !completion {
         return next.run(req).await;
     }

@@ -16,7 +16,7 @@ pub enum RuntimeChoice {
 }
 
 /// Where the runtime comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeSettings {
     pub choice: RuntimeChoice,
     /// `librkllmrt.so` (default: `RKLLM_LIB`, then the usual directories).
@@ -51,7 +51,8 @@ pub enum BackendError {
     NoModel,
 }
 
-/// An opened runtime, ready for [`super::Engine::load`].
+/// An opened runtime, ready for [`super::Engine::load`]; clones share the library.
+#[derive(Clone)]
 pub struct OpenedRuntime {
     pub runtime: Arc<Runtime>,
     pub kind: BackendKind,

@@ -3,7 +3,7 @@
 
 use super::{Loaded, ModelSpec};
 use crate::conversation::{LoadError, Prompter};
-use crate::engine::{self, BackendError, BackendKind, Engine, EngineError, EngineSettings};
+use crate::engine::{BackendError, BackendKind, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,13 +16,13 @@ pub enum LoadFailure {
     Engine(#[from] EngineError),
 }
 
-/// Blocks for as long as `rkllm_init` takes. `on_fallback` receives the
-/// reason when `auto` falls back to the simulator.
-pub fn load(spec: &ModelSpec, on_fallback: impl FnOnce(&str)) -> Result<Loaded, LoadFailure> {
-    let runtime = engine::open_runtime(&spec.runtime)?;
-    if let Some(why) = &runtime.fallback {
-        on_fallback(why);
-    }
+/// Blocks for as long as `rkllm_init` takes, on the runtime `open` gives
+/// for the spec's runtime settings.
+pub fn load(
+    spec: &ModelSpec,
+    open: impl FnOnce(&RuntimeSettings) -> Result<OpenedRuntime, BackendError>,
+) -> Result<Loaded, LoadFailure> {
+    let runtime = open(&spec.runtime)?;
     // The implicit `sim:PROFILE` model (no model configured) is no model for a real runtime.
     if spec.runtime.model.is_none() && runtime.kind == BackendKind::Rkllm {
         return Err(BackendError::NoModel.into());
@@ -43,5 +43,10 @@ pub fn load(spec: &ModelSpec, on_fallback: impl FnOnce(&str)) -> Result<Loaded, 
         ..spec.engine.clone()
     };
     let engine = Engine::load(runtime, settings)?;
-    Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id: spec.id.clone(), created: spec.modified })
+    Ok(Loaded {
+        engine: Arc::new(engine),
+        prompter: Arc::new(prompter),
+        model_id: spec.id.clone(),
+        created: spec.modified,
+    })
 }

@@ -138,7 +138,9 @@ pub fn discover(dir: &Path) -> Result<Vec<Found>, String> {
                 file.display()
             ));
         }
-        let sidecar = |name: &str| file.with_file_name(format!("{id}.{name}")).is_file().then(|| file.with_file_name(format!("{id}.{name}")));
+        let sidecar = |name: &str| {
+            file.with_file_name(format!("{id}.{name}")).is_file().then(|| file.with_file_name(format!("{id}.{name}")))
+        };
         let chat_template = sidecar("chat_template.jinja").or_else(|| sidecar("tokenizer_config.json"));
         let tokenizer = sidecar("tokenizer.json");
         found.push(Found { id, file, chat_template, tokenizer });

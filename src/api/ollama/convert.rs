@@ -27,7 +27,9 @@ fn think(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(Value::String(s)) if matches!(s.as_str(), "high" | "medium" | "low") => Ok(Some(true)),
-        Some(_) => Err(ApiError::invalid_value("think", "`think` must be true, false, \"high\", \"medium\" or \"low\".")),
+        Some(_) => {
+            Err(ApiError::invalid_value("think", "`think` must be true, false, \"high\", \"medium\" or \"low\"."))
+        }
     }
 }
 
@@ -138,7 +140,9 @@ pub fn generate(
     if req.raw == Some(true) {
         // Raw: the prompt as written, no template; no legacy 16-token default.
         common.max_tokens = common.max_tokens.or(Some(model.engine.limits().max_new_tokens));
-        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }.validate(id, model, received).map(Some);
+        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }
+            .validate(id, model, received)
+            .map(Some);
     }
     let mut messages = Vec::new();
     for (role, text) in [(ChatRole::System, req.system.clone()), (ChatRole::User, Some(prompt))] {

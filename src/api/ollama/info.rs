@@ -79,7 +79,8 @@ pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaErr
 pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
     let req: ShowRequest = parse(&body)?;
     let statuses = state.models()?.statuses();
-    let status = statuses.iter().find(|s| s.spec.id == req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
+    let status =
+        statuses.iter().find(|s| s.spec.id == req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let spec = &status.spec;
     let s = spec.engine.sampling.apply(rkllm_sys::SamplingParams::RKLLM_DEFAULTS);
     let parameters = format!(

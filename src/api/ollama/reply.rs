@@ -103,7 +103,8 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Respons
             Piece::Failed(e) => return OllamaError(*e).into_response(),
             Piece::Finished(summary) => {
                 let calls = calls(&mut reply);
-                let chunk = frame.chunk(std::mem::take(&mut reply.content), std::mem::take(&mut reply.reasoning), calls);
+                let chunk =
+                    frame.chunk(std::mem::take(&mut reply.content), std::mem::take(&mut reply.reasoning), calls);
                 let stats = frame.stats(&summary);
                 return axum::Json(frame.done(chunk, done_reason(summary.finish_reason), Some(stats))).into_response();
             }
