@@ -3,43 +3,41 @@
 //! `main` read the whole configuration; below them every layer gets plain
 //! values.
 //!
-//! Who builds what: [`load_model`] opens the runtime (`engine`), loads the
-//! chat template and tokenizer (`conversation`), then the model (`engine`),
-//! and hands the api a [`Loaded`] with the engine and the prompter side by
-//! side; [`api_settings`] and [`metrics_settings`] give those layers theirs.
+//! Who builds what: [`model_specs`] turns `--model`, the `[[models]]` tables
+//! and `models_dir` into one [`ModelSpec`] per model (each with its runtime,
+//! prompt and engine settings, all sharing one NPU turn); [`registry`] hands
+//! them to the registry, which loads them (`engine` + `conversation`) on
+//! demand; [`api_settings`] and [`metrics_settings`] give those layers theirs.
 
-use crate::api::{self, Loaded};
-use crate::config::{Backend, Config};
-use crate::conversation::{LoadError, PromptSettings, Prompter};
-use crate::engine::{
-    self, BackendError, BackendKind, Engine, EngineError, EngineSettings, Limits, RuntimeChoice, RuntimeSettings,
-};
+use crate::api;
+use crate::config::{Backend, Config, ModelTable};
+use crate::conversation::PromptSettings;
+use crate::engine::{EngineSettings, Limits, Npu, RuntimeChoice, RuntimeSettings};
 use crate::metrics;
+use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error(transparent)]
-    Prompt(#[from] LoadError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
+    Load(#[from] LoadFailure),
+    #[error("{0}")]
+    Models(String),
 }
 
 /// What the prompter needs: where the chat template and tokenizer come
-/// from. `kind`: the in-process simulator brings its own tokenizer.json.
-pub fn prompt_settings(config: &Config, kind: BackendKind) -> PromptSettings {
+/// from (a runtime that brings its own tokenizer adds it at load).
+pub fn prompt_settings(config: &Config) -> PromptSettings {
     PromptSettings {
         chat_template: config.chat_template.clone(),
         template: config.template,
         tokenizer: config.tokenizer.clone(),
-        runtime_tokenizer: (kind == BackendKind::Sim).then(rkllm_sim::tokenizer_json),
+        runtime_tokenizer: None,
     }
 }
 
-pub fn runtime_settings(config: &Config) -> RuntimeSettings {
+pub fn runtime_settings(config: &Config, model: Option<String>) -> RuntimeSettings {
     RuntimeSettings {
         choice: match config.backend {
             Backend::Auto => RuntimeChoice::Auto,
@@ -48,7 +46,7 @@ pub fn runtime_settings(config: &Config) -> RuntimeSettings {
         },
         lib: config.lib.clone(),
         abi: config.runtime_abi(),
-        model: config.model.clone(),
+        model,
     }
 }
 
@@ -62,18 +60,17 @@ pub fn limits(config: &Config) -> Limits {
     }
 }
 
-/// `prompter`: what the model's prompts are rendered and tokenized with.
-pub fn engine_settings(config: &Config, model_path: String, prompter: &Prompter) -> EngineSettings {
+/// The engine's settings; `model_path` and `disable_runtime_template` are set at load.
+pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
     EngineSettings {
-        model_path,
+        model_path: String::new(),
         limits: limits(config),
         queue_depth: config.queue_depth,
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
-        disable_runtime_template: prompter.renders(),
-        // Token input needs our own template and tokenizer: the runtime's
-        // template is not applied to token ids.
-        conversation_cache: config.conversation_cache && prompter.renders() && prompter.has_tokenizer(),
+        disable_runtime_template: false,
+        conversation_cache: config.conversation_cache,
+        npu: npu.clone(),
     }
 }
 
@@ -117,26 +114,133 @@ pub fn model_id(configured: Option<&str>, model_path: &str) -> String {
         .unwrap_or_else(|| "model".into())
 }
 
-/// Opens the runtime, loads the prompter and then the model; blocks for as
-/// long as `rkllm_init` takes. `on_fallback` receives the reason when `auto`
-/// falls back to the simulator.
+/// The one-model case: `--model` (or, with no model anywhere, the
+/// simulator's `sim:PROFILE`); it is loaded at start. `None` when the models
+/// come only from `models_dir` and `[[models]]` tables.
+pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
+    let path = match &config.model {
+        Some(model) => model.clone(),
+        None if config.models_dir.is_none() && config.models.is_empty() => format!("sim:{}", config.sim_profile),
+        None => return None,
+    };
+    Some(ModelSpec {
+        id: model_id(config.model_id.as_deref(), &path),
+        runtime: runtime_settings(config, config.model.clone()),
+        prompt: prompt_settings(config),
+        engine: engine_settings(config, npu),
+        size_bytes: file_size(&path),
+        modified: model_created(&path),
+        path,
+    })
+}
+
+fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
+    let mut engine = engine_settings(config, npu);
+    if let Some(n) = table.max_context_len {
+        engine.limits.max_context_len = n;
+    }
+    if let Some(n) = table.max_new_tokens {
+        engine.limits.max_new_tokens = n;
+    }
+    engine.sampling = merge_sampling(config.sampling, table.sampling);
+    ModelSpec {
+        id: model_id(table.id.as_deref(), &table.path),
+        path: table.path.clone(),
+        runtime: runtime_settings(config, Some(table.path.clone())),
+        prompt: PromptSettings {
+            chat_template: table.chat_template.clone(),
+            template: table.template.or(config.template),
+            tokenizer: table.tokenizer.clone(),
+            runtime_tokenizer: None,
+        },
+        engine,
+        size_bytes: file_size(&table.path),
+        modified: model_created(&table.path),
+    }
+}
+
+/// A `[[models]]`'s sampling over the daemon's `[sampling]`.
+fn merge_sampling(
+    base: crate::sampling::SamplingOverrides,
+    over: crate::sampling::SamplingOverrides,
+) -> crate::sampling::SamplingOverrides {
+    let mut merged = base;
+    macro_rules! lay {
+        ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $lo:literal ..= $hi:literal ),* $(,)?) => {
+            $( if over.$name.is_some() { merged.$name = over.$name; } )*
+        };
+    }
+    crate::with_sampling_fields!(lay);
+    merged
+}
+
+/// Every registered model: the primary one, the `[[models]]` tables, then
+/// `models_dir`. An id given twice is an error naming both sources.
+pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppError> {
+    let mut specs: Vec<ModelSpec> = primary_spec(config, npu).into_iter().collect();
+    specs.extend(config.models.iter().map(|t| table_spec(config, t, npu)));
+    if let Some(dir) = &config.models_dir {
+        for found in registry::discover(dir).map_err(AppError::Models)? {
+            let path = found.file.display().to_string();
+            specs.push(ModelSpec {
+                id: found.id,
+                runtime: runtime_settings(config, Some(path.clone())),
+                prompt: PromptSettings {
+                    chat_template: found.chat_template,
+                    template: config.template,
+                    tokenizer: found.tokenizer,
+                    runtime_tokenizer: None,
+                },
+                engine: engine_settings(config, npu),
+                size_bytes: file_size(&path),
+                modified: model_created(&path),
+                path,
+            });
+        }
+    }
+    for (i, spec) in specs.iter().enumerate() {
+        if let Some(first) = specs[..i].iter().find(|s| s.id == spec.id) {
+            return Err(AppError::Models(format!(
+                "two models have the id `{}`: {} and {}; give one another id (`--model-id`, or `id` in its [[models]] table)",
+                spec.id, first.path, spec.path
+            )));
+        }
+    }
+    Ok(specs)
+}
+
+pub fn registry_settings(config: &Config, models: usize) -> registry::Settings {
+    // With one model there is nothing to make room for: unloading it would only slow the next request.
+    let default = if models > 1 { KeepAlive::For(Duration::from_secs(300)) } else { KeepAlive::Forever };
+    registry::Settings {
+        max_loaded: config.max_loaded_models,
+        memory_budget_bytes: config.memory_budget_mb.map(|mb| mb * 1024 * 1024),
+        keep_alive: config.keep_alive.as_deref().and_then(|k| KeepAlive::parse(k).ok()).unwrap_or(default),
+    }
+}
+
+/// The registry of every configured model (nothing loaded yet).
+pub fn registry(config: &Config) -> Result<Arc<Registry>, AppError> {
+    let specs = model_specs(config, &Npu::default())?;
+    let settings = registry_settings(config, specs.len());
+    Ok(Registry::new(specs, settings))
+}
+
+/// Loads the primary model by itself, outside any registry (`doctor --smoke`).
 pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loaded, AppError> {
-    let runtime = engine::open_runtime(&runtime_settings(config))?;
-    if let Some(why) = &runtime.fallback {
-        on_fallback(why);
-    }
-    let model_path = engine::model_path(config.model.as_deref(), &config.sim_profile, runtime.kind)?;
-    // Before the (slow) model load, so a bad template fails fast.
-    let prompter = Prompter::load(&prompt_settings(config, runtime.kind), &model_path)?;
-    prompter.log_choice();
-    let model_id = model_id(config.model_id.as_deref(), &model_path);
-    let created = model_created(&model_path);
-    let settings = engine_settings(config, model_path, &prompter);
-    if config.conversation_cache && !settings.conversation_cache {
-        tracing::info!("conversation cache off: it needs the model's chat template and tokenizer.json");
-    }
-    let engine = Engine::load(runtime, settings)?;
-    Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id, created })
+    let spec = primary_spec(config, &Npu::default())
+        .ok_or_else(|| AppError::Models("no model configured: pass --model".into()))?;
+    Ok(registry::load(&spec, |settings| {
+        let opened = crate::engine::open_runtime(settings)?;
+        if let Some(why) = &opened.fallback {
+            on_fallback(why);
+        }
+        Ok(opened)
+    })?)
+}
+
+fn file_size(path: &str) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// The model file's mtime; for a simulated spec, now.

@@ -3,8 +3,10 @@
 //!
 //! Layers, top to bottom (an import only ever points down):
 //! `app` (the composition root: every layer built from its own settings) →
-//! `api` (HTTP) → `conversation` (prompts, reply text), `engine` (the runtime
-//! thread, the queue), `metrics` (timeline, figures) → `sampling` → `rkllm-sys`.
+//! `api` (HTTP) → `registry` (the models, loaded on demand) →
+//! `conversation` (prompts, reply text), `engine` (the runtime thread, the
+//! queue, the shared NPU turn), `metrics` (timeline, figures) → `sampling` →
+//! `rkllm-sys`.
 //! `config` is read by the root alone.
 
 pub mod api;
@@ -17,5 +19,6 @@ pub mod engine;
 pub mod listener;
 pub mod metrics;
 pub mod notify;
+pub mod registry;
 pub mod sampling;
 pub mod server;

@@ -1,4 +1,5 @@
-//! `rkllmd serve`: bind, load the model, serve until SIGTERM/SIGINT, then
+//! `rkllmd serve`: bind, register the models (loading the one-model case's
+//! at once; the others load on demand), serve until SIGTERM/SIGINT, then
 //! shut down gracefully.
 //!
 //! The socket is bound first so `/health` answers (and `/health/ready` says
@@ -15,8 +16,8 @@
 use crate::api::{self, AppState};
 use crate::app;
 use crate::config::Config;
-use crate::engine::Engine;
 use crate::notify::Notifier;
+use crate::registry::{Loaded, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,26 +50,42 @@ pub async fn serve(config: Config) -> Result<(), String> {
     // Connections, time-outs, the connection cap and protocol errors live in crate::listener.
     let server = tokio::spawn(crate::listener::serve(listener, router, app::listener_settings(&config), shutdown));
 
-    let load_config = config.clone();
-    let loading = format!("loading {}", config.model.as_deref().unwrap_or("the simulated model"));
-    notify.extend_timeout(LOAD_EXTEND_BY);
-    notify.status(&loading);
-    let extender = tokio::spawn(extend_start_while_loading(notify.clone(), loading));
-    let loaded = tokio::task::spawn_blocking(move || {
-        app::load_model(&load_config, |why| {
-            tracing::warn!("no usable runtime library ({why}); using the simulated runtime")
-        })
-    })
-    .await;
-    extender.abort();
-    let loaded = loaded.map_err(|e| e.to_string())?.map_err(|e| {
-        notify.status(&format!("model load failed: {e}"));
-        e.to_string()
-    })?;
-    let engine = loaded.engine.clone();
-    let model_id = loaded.model_id.clone();
-    let info = engine.info().clone();
-    let s = engine.sampling_defaults();
+    let registry = app::registry(&config).map_err(|e| e.to_string())?;
+    tokio::spawn(registry.clone().reap());
+    for status in registry.statuses() {
+        tracing::info!(model = %status.spec.id, path = %status.spec.path, "model registered");
+    }
+    // The one-model case is loaded before the daemon reports ready, as ever.
+    if let Some(primary) = app::primary_spec(&config, &Default::default()) {
+        let loading = format!("loading {}", primary.path);
+        notify.extend_timeout(LOAD_EXTEND_BY);
+        notify.status(&loading);
+        let extender = tokio::spawn(extend_start_while_loading(notify.clone(), loading));
+        let loaded = registry.acquire(&primary.id, None).await;
+        extender.abort();
+        let loaded = loaded.map_err(|e| {
+            notify.status(&format!("model load failed: {e}"));
+            e.to_string()
+        })?;
+        log_loaded(&loaded, &config);
+    }
+    let ids: Vec<String> = registry.statuses().into_iter().map(|s| s.spec.id.clone()).collect();
+    let serving = format!("serving {} on http://{addr}", ids.join(", "));
+    state.set_models(registry.clone());
+    tracing::info!("listening on http://{addr}");
+    notify.ready(&serving);
+    if let Some(timeout) = notify.watchdog_timeout() {
+        tokio::spawn(watchdog(registry, notify.clone(), timeout, serving));
+    }
+
+    server.await.map_err(|e| e.to_string())?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn log_loaded(loaded: &Loaded, config: &Config) {
+    let info = loaded.engine.info();
+    let s = loaded.engine.sampling_defaults();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         backend = info.backend.as_str(),
@@ -76,23 +93,12 @@ pub async fn serve(config: Config) -> Result<(), String> {
         abi = %info.abi,
         library = %info.origin,
         model = %info.model_path,
-        model_id = %model_id,
+        model_id = %loaded.model_id,
         max_context_len = config.max_context_len,
         max_new_tokens = config.max_new_tokens,
         sampling = format!("top_k={} top_p={} temperature={} repeat_penalty={} frequency_penalty={} presence_penalty={} mirostat={} mirostat_tau={} mirostat_eta={}", s.top_k, s.top_p, s.temperature, s.repeat_penalty, s.frequency_penalty, s.presence_penalty, s.mirostat, s.mirostat_tau, s.mirostat_eta),
         "model loaded"
     );
-    let serving = format!("serving {model_id} on http://{addr}");
-    state.set_loaded(loaded);
-    tracing::info!("listening on http://{addr}");
-    notify.ready(&serving);
-    if let Some(timeout) = notify.watchdog_timeout() {
-        tokio::spawn(watchdog(engine.clone(), notify.clone(), timeout, serving));
-    }
-
-    server.await.map_err(|e| e.to_string())?;
-    tracing::info!("stopped");
-    Ok(())
 }
 
 /// Repeats `EXTEND_TIMEOUT_USEC` (and a status with the time spent) until
@@ -108,17 +114,24 @@ async fn extend_start_while_loading(notify: Notifier, loading: String) {
     }
 }
 
-/// Pings the systemd watchdog twice per `WatchdogSec`, but only while the
-/// runtime thread is alive; a hung runtime stops the pings and systemd
-/// restarts the service.
-async fn watchdog(engine: Arc<Engine>, notify: Notifier, timeout: Duration, serving: String) {
+/// Pings the systemd watchdog twice per `WatchdogSec`, but only while every
+/// loaded model's runtime thread is alive; a hung runtime stops the pings
+/// and systemd restarts the service.
+async fn watchdog(registry: Arc<Registry>, notify: Notifier, timeout: Duration, serving: String) {
     let every = timeout / 2;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut healthy = true;
     loop {
         tick.tick().await;
-        match engine.check_alive(every / 2).await {
+        let mut alive = Ok(());
+        for model in registry.loaded() {
+            if let Err(why) = model.engine.check_alive(every / 2).await {
+                alive = Err(format!("{}: {why}", model.model_id));
+                break;
+            }
+        }
+        match alive {
             Ok(()) => {
                 if !healthy {
                     tracing::warn!("the runtime shows progress again; watchdog pings resume");
@@ -159,9 +172,11 @@ async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
     let aborter = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(grace).await;
-        if let Ok(loaded) = aborter.loaded() {
+        if let Ok(registry) = aborter.models() {
             tracing::warn!("grace period over: aborting the running generation");
-            loaded.engine.abort_all();
+            for model in registry.loaded() {
+                model.engine.abort_all();
+            }
         }
     });
 }

@@ -218,7 +218,10 @@ async fn models_health_and_openapi() {
     assert_eq!(card["id"], "sim-qwen2.5-1.5b");
     assert_eq!(card["object"], "model");
     assert!(card["created"].as_u64().unwrap() > 1_700_000_000);
-    assert!(card["owned_by"].as_str().unwrap().contains("sim"));
+    assert_eq!(card["owned_by"], "rkllmd");
+    assert_eq!(card["state"], "loaded", "the one-model case is loaded at start");
+    assert!(card["loaded_since"].as_u64().unwrap() >= card["created"].as_u64().unwrap());
+    assert_eq!(card["expires_at"], json!(null), "one model stays loaded");
     let (s, one) = d.get_json("/v1/models/sim-qwen2.5-1.5b").await;
     assert_eq!((s, &one["id"]), (200, &card["id"]));
     let (s, e) = d.get_json("/v1/models/nope").await;

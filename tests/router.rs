@@ -16,13 +16,11 @@ use tower::ServiceExt;
 async fn router_with(spec: &str, tweak: impl FnOnce(&mut Config)) -> (Router, AppState) {
     let mut config = Config { backend: Backend::Sim, model: Some(spec.into()), ..Config::default() };
     tweak(&mut config);
-    let loaded = tokio::task::spawn_blocking(move || app::load_model(&config, |_| {}).map(|l| (l, config)))
-        .await
-        .expect("load task")
-        .expect("the simulated model loads");
-    let (loaded, config) = loaded;
+    let registry = app::registry(&config).expect("the models register");
+    let primary = app::primary_spec(&config, &Default::default()).expect("one model");
+    drop(registry.acquire(&primary.id, None).await.expect("the simulated model loads"));
     let state = AppState::new(app::api_settings(&config));
-    state.set_loaded(loaded);
+    state.set_models(registry);
     (api::router(state.clone()), state)
 }
 

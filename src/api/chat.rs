@@ -21,6 +21,7 @@ use std::time::Instant;
         (status = 400, description = "Invalid request", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 429, description = "Queue full", body = ErrorEnvelope),
+        (status = 500, description = "The model failed to load (`model_load_failed`) or the runtime failed", body = ErrorEnvelope),
     ),
     security(("bearer" = []))
 )]
@@ -29,7 +30,8 @@ pub async fn create(
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let meta = state.meta("chatcmpl", &req.common.model)?;
-    let validated = req.validate(&meta.id, state.serving()?, state.settings.reasoning, received)?;
-    respond(&state, validated, Shape::Chat, meta).await
+    let model = state.lease(&req.common.model, None).await?;
+    let meta = AppState::meta("chatcmpl", &model);
+    let validated = req.validate(&meta.id, &model, state.settings.reasoning, received)?;
+    respond(&state, model, validated, Shape::Chat, meta).await
 }

@@ -22,6 +22,7 @@ use std::time::Instant;
         (status = 400, description = "Invalid request", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 429, description = "Queue full", body = ErrorEnvelope),
+        (status = 500, description = "The model failed to load (`model_load_failed`) or the runtime failed", body = ErrorEnvelope),
     ),
     security(("bearer" = []))
 )]
@@ -30,7 +31,8 @@ pub async fn create(
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let meta = state.meta("cmpl", &req.common.model)?;
-    let validated = req.validate(&meta.id, state.serving()?, received)?;
-    respond(&state, validated, Shape::Text, meta).await
+    let model = state.lease(&req.common.model, None).await?;
+    let meta = AppState::meta("cmpl", &model);
+    let validated = req.validate(&meta.id, &model, received)?;
+    respond(&state, model, validated, Shape::Text, meta).await
 }

@@ -150,6 +150,11 @@ impl ApiError {
         e
     }
 
+    /// A model that could not be loaded (its file, NPU memory): the daemon serves the others.
+    pub fn model_load_failed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("model_load_failed")
+    }
+
     pub fn shutting_down() -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("shutting_down")
     }

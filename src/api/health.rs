@@ -25,7 +25,12 @@ pub struct Health {
     pub version: &'static str,
     pub backend: Option<&'static str>,
     pub runtime: Option<Runtime>,
+    /// The most recently used loaded model (`null` when none is loaded);
+    /// `backend` and `runtime` are its.
     pub model: Option<String>,
+    /// Every loaded model, most recently used first.
+    pub loaded_models: Vec<String>,
+    /// The queues of every loaded model, added up (`capacity` is per model).
     pub queue: Option<Queue>,
 }
 
@@ -34,18 +39,24 @@ pub struct Health {
 /// `stalled` when the runtime hangs.
 #[utoipa::path(get, path = "/health", tag = "health", responses((status = 200, body = Health), (status = 503, body = Health)))]
 pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
-    let loaded = state.loaded().ok();
-    let stalled = match loaded {
-        Some(l) => l.engine.check_alive(PING_TIMEOUT).await.err(),
-        None => None,
-    };
+    let registry = state.models().ok();
+    let models = registry.map(|r| r.loaded()).unwrap_or_default();
+    let mut stalled = None;
+    for m in &models {
+        if let Err(why) = m.engine.check_alive(PING_TIMEOUT).await {
+            stalled = Some(format!("{}: {why}", m.model_id));
+            break;
+        }
+    }
     let status = if stalled.is_some() {
         "stalled"
-    } else if loaded.is_some() {
+    } else if registry.is_some() {
         "ok"
     } else {
         "loading"
     };
+    let loaded = models.first();
+    let queue = registry.map(|r| Queue::sum(r.queue_depth(), models.iter().map(|m| m.engine.queue_state())));
     let code = if stalled.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
     let body = Json(Health {
         status,
@@ -54,7 +65,8 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
         runtime: loaded.map(|l| l.engine.info().into()),
         model: loaded.map(|l| l.model_id.clone()),
-        queue: loaded.map(|l| l.engine.queue_state().into()),
+        loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
+        queue,
     });
     (code, body)
 }
@@ -70,13 +82,18 @@ pub struct Ready {
 /// would be queued behind a run that never ends.
 #[utoipa::path(get, path = "/health/ready", tag = "health", responses((status = 200, body = Ready), (status = 503, body = Ready)))]
 pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
-    let status = match state.loaded() {
+    let status = match state.models() {
         _ if state.is_shutting_down() => "shutting_down",
         Err(_) => "loading",
-        Ok(l) => {
-            if l.engine.check_alive(PING_TIMEOUT).await.is_err() {
+        Ok(r) => {
+            let loaded = r.loaded();
+            let mut stalled = false;
+            for m in &loaded {
+                stalled |= m.engine.check_alive(PING_TIMEOUT).await.is_err();
+            }
+            if stalled {
                 "stalled"
-            } else if l.engine.queue_full() {
+            } else if loaded.iter().any(|m| m.engine.queue_full()) {
                 "queue_full"
             } else {
                 "ready"

@@ -19,7 +19,12 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     let system = SystemInfo::gather(&state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
-    let queue = state.loaded().ok().map(|l| l.engine.queue_state()).map(|q| (q.running, q.waiting));
+    let queue = state.models().ok().map(|r| {
+        r.loaded()
+            .iter()
+            .map(|m| m.engine.queue_state())
+            .fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
+    });
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
@@ -60,8 +65,8 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
 /// input, auth, queue full, loading, shutting down) with its status; the
 /// engine counts the others when they finish.
 pub async fn count_requests(req: Request, next: Next) -> Response {
-    let completion =
-        req.method() == Method::POST && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions");
+    let completion = req.method() == Method::POST
+        && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate");
     if !completion {
         return next.run(req).await;
     }

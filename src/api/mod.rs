@@ -10,6 +10,7 @@ mod extract;
 mod health;
 mod metrics;
 mod models;
+mod ollama;
 mod record;
 mod reply;
 pub mod request;
@@ -19,8 +20,8 @@ mod runtime_info;
 mod status;
 mod system;
 
-use crate::conversation::{Prompter, ReasoningMode};
-use crate::engine::Engine;
+use crate::conversation::ReasoningMode;
+use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
@@ -41,7 +42,8 @@ pub struct AppState(Arc<Inner>);
 
 pub struct Inner {
     pub settings: Settings,
-    loaded: OnceLock<Loaded>,
+    /// Set once the models are registered (and the primary one loaded).
+    models: OnceLock<Arc<Registry>>,
     shutting_down: AtomicBool,
 }
 
@@ -63,40 +65,17 @@ pub struct Settings {
     pub max_new_tokens: u32,
 }
 
-/// The model once it is loaded: the engine that runs it and the prompter
-/// that renders its prompts, side by side.
-pub struct Loaded {
-    pub engine: Arc<Engine>,
-    pub prompter: Arc<Prompter>,
-    pub model_id: String,
-    /// Unix seconds: the model file's mtime, or the load time for the simulator.
-    pub created: u64,
-}
+pub use crate::registry::Loaded;
 
-impl Loaded {
-    pub fn fingerprint(&self) -> String {
-        let info = self.engine.info();
-        format!(
-            "rkllmd-{}-{}-{}",
-            env!("CARGO_PKG_VERSION"),
-            info.backend.as_str(),
-            info.version.as_deref().unwrap_or("unknown")
-        )
-    }
-
-    fn card(&self) -> models::ModelCard {
-        let info = self.engine.info();
-        models::ModelCard {
-            id: self.model_id.clone(),
-            object: "model",
-            created: self.created,
-            owned_by: format!("rkllmd-{}-{}", info.backend.as_str(), info.version.as_deref().unwrap_or("unknown")),
-            template: {
-                let t = self.prompter.describe();
-                models::TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
-            },
-        }
-    }
+/// `rkllmd-<version>-<backend>-<runtime version>`: what produced a reply.
+pub fn fingerprint(model: &Loaded) -> String {
+    let info = model.engine.info();
+    format!(
+        "rkllmd-{}-{}-{}",
+        env!("CARGO_PKG_VERSION"),
+        info.backend.as_str(),
+        info.version.as_deref().unwrap_or("unknown")
+    )
 }
 
 impl Deref for AppState {
@@ -108,30 +87,28 @@ impl Deref for AppState {
 
 impl AppState {
     pub fn new(settings: Settings) -> Self {
-        AppState(Arc::new(Inner { settings, loaded: OnceLock::new(), shutting_down: AtomicBool::new(false) }))
+        AppState(Arc::new(Inner { settings, models: OnceLock::new(), shutting_down: AtomicBool::new(false) }))
     }
 
-    /// Makes the model available to requests (once).
-    pub fn set_loaded(&self, loaded: Loaded) {
-        crate::metrics::observer().set_model(&loaded.model_id);
-        let _ = self.loaded.set(loaded);
+    /// Makes the models available to requests (once).
+    pub fn set_models(&self, registry: Arc<Registry>) {
+        if let Some(primary) = registry.loaded().first() {
+            crate::metrics::observer().set_model(&primary.model_id);
+        }
+        let _ = self.models.set(registry);
     }
 
-    pub fn loaded(&self) -> Result<&Loaded, ApiError> {
-        self.loaded.get().ok_or_else(ApiError::loading)
+    /// The registry, once the daemon has started serving.
+    pub fn models(&self) -> Result<&Arc<Registry>, ApiError> {
+        self.models.get().ok_or_else(ApiError::loading)
     }
 
-    /// The engine, if requests are being accepted.
-    pub fn engine(&self) -> Result<&Arc<Engine>, ApiError> {
-        Ok(&self.serving()?.engine)
-    }
-
-    /// The loaded model, if requests are being accepted.
-    pub fn serving(&self) -> Result<&Loaded, ApiError> {
+    /// The model a request names, loaded if it is not (if requests are being accepted).
+    pub async fn lease(&self, model: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, ApiError> {
         if self.is_shutting_down() {
             return Err(ApiError::shutting_down());
         }
-        self.loaded()
+        self.models()?.acquire(model, keep_alive).await.map_err(|e| registry_error(&e))
     }
 
     pub fn begin_shutdown(&self) {
@@ -142,18 +119,23 @@ impl AppState {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// Checks the requested model and fixes what every chunk repeats.
-    fn meta(&self, prefix: &str, model: &str) -> Result<respond::Meta, ApiError> {
-        let loaded = self.loaded()?;
-        if model != loaded.model_id {
-            return Err(ApiError::model_not_found(model));
-        }
-        Ok(respond::Meta {
+    /// What every chunk of a reply by this model repeats.
+    fn meta(prefix: &str, model: &Loaded) -> respond::Meta {
+        respond::Meta {
             id: format!("{prefix}-{}", uuid::Uuid::new_v4().simple()),
             created: unix_now(),
-            model: loaded.model_id.clone(),
-            fingerprint: loaded.fingerprint(),
-        })
+            model: model.model_id.clone(),
+            fingerprint: fingerprint(model),
+        }
+    }
+}
+
+/// What a failed look-up or load is on the wire.
+pub fn registry_error(e: &RegistryError) -> ApiError {
+    match e {
+        RegistryError::NotFound(id) => ApiError::model_not_found(id),
+        RegistryError::Load { .. } | RegistryError::Interrupted(_) => ApiError::model_load_failed(e.to_string()),
+        RegistryError::TooLarge { .. } => ApiError::model_load_failed(e.to_string()),
     }
 }
 
@@ -176,6 +158,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(completions::create))
         .routes(routes!(models::list))
         .routes(routes!(models::get))
+        .routes(routes!(models::load))
+        .routes(routes!(models::unload))
         .routes(routes!(system::get))
         .split_for_parts();
     let (public, health_doc) =
@@ -186,6 +170,7 @@ pub fn router(state: AppState) -> Router {
         docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
     docs::complete(&mut openapi, &doc_settings);
 
+    let api = api.merge(ollama::routes());
     let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
     let api = api.layer(axum::middleware::from_fn(metrics::count_requests));
     let mut app = Router::new()

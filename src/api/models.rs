@@ -1,22 +1,31 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`.
+//! `GET /v1/models`, `GET /v1/models/{id}`, and the admin endpoints
+//! `POST /v1/models/{id}/load` and `POST /v1/models/{id}/unload`.
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::AppState;
+use crate::registry::{KeepAlive, Status};
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::Serialize;
+use std::time::{SystemTime, UNIX_EPOCH};
 use utoipa::ToSchema;
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ModelCard {
     pub id: String,
     pub object: &'static str,
-    /// The model file's modification time (Unix seconds); for the simulator, the load time.
+    /// The model file's modification time (Unix seconds); for the simulator, the daemon's start.
     pub created: u64,
-    /// `rkllmd-<backend>-<runtime version>`.
-    pub owned_by: String,
-    /// Extension: which chat template renders prompts, and why.
-    pub template: TemplateCard,
+    /// `rkllmd`.
+    pub owned_by: &'static str,
+    /// `loaded` or `unloaded`.
+    pub state: &'static str,
+    /// Unix seconds when the model finished loading (`null` when unloaded).
+    pub loaded_since: Option<u64>,
+    /// Unix seconds when the idle model will be unloaded (`null`: unloaded, in use, or kept forever).
+    pub expires_at: Option<u64>,
+    /// Extension: which chat template renders prompts, and why (`null` until the model is loaded).
+    pub template: Option<TemplateCard>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -35,13 +44,39 @@ pub struct ModelList {
     pub data: Vec<ModelCard>,
 }
 
-/// Lists the served models.
-#[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList)), security(("bearer" = [])))]
-pub async fn list(State(state): State<AppState>) -> Result<Json<ModelList>, ApiError> {
-    Ok(Json(ModelList { object: "list", data: vec![state.loaded()?.card()] }))
+pub fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// One served model.
+fn card(status: &Status) -> ModelCard {
+    ModelCard {
+        id: status.spec.id.clone(),
+        object: "model",
+        created: status.spec.modified,
+        owned_by: "rkllmd",
+        state: if status.loaded.is_some() { "loaded" } else { "unloaded" },
+        loaded_since: status.loaded.as_ref().map(|l| unix_secs(l.since)),
+        expires_at: status.loaded.as_ref().and_then(|l| l.expires).map(unix_secs),
+        template: status.loaded.as_ref().map(|l| {
+            let t = l.model.prompter.describe();
+            TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
+        }),
+    }
+}
+
+fn find(state: &AppState, id: &str) -> Result<ModelCard, ApiError> {
+    let statuses = state.models()?.statuses();
+    statuses.iter().find(|s| s.spec.id == id).map(card).ok_or_else(|| ApiError::model_not_found(id))
+}
+
+/// Lists every registered model, loaded or not.
+#[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList)), security(("bearer" = [])))]
+pub async fn list(State(state): State<AppState>) -> Result<Json<ModelList>, ApiError> {
+    let data = state.models()?.statuses().iter().map(card).collect();
+    Ok(Json(ModelList { object: "list", data }))
+}
+
+/// One registered model.
 #[utoipa::path(
     get,
     path = "/v1/models/{id}",
@@ -51,10 +86,35 @@ pub async fn list(State(state): State<AppState>) -> Result<Json<ModelList>, ApiE
     security(("bearer" = []))
 )]
 pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
-    let loaded = state.loaded()?;
-    if id == loaded.model_id {
-        Ok(Json(loaded.card()))
-    } else {
-        Err(ApiError::model_not_found(&id))
-    }
+    find(&state, &id).map(Json)
+}
+
+/// Loads the model now (unloading least recently used idle ones to make
+/// room); it then stays loaded until unloaded or, idle, past `keep_alive`.
+#[utoipa::path(
+    post,
+    path = "/v1/models/{id}/load",
+    tag = "models",
+    params(("id" = String, Path, description = "Model id")),
+    responses((status = 200, body = ModelCard), (status = 404, body = ErrorEnvelope), (status = 500, description = "The load failed", body = ErrorEnvelope)),
+    security(("bearer" = []))
+)]
+pub async fn load(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
+    drop(state.lease(&id, None::<KeepAlive>).await?);
+    find(&state, &id).map(Json)
+}
+
+/// Unloads the model: at once when idle, else as soon as its queued and
+/// running requests are done (`expires_at` then says when it was asked).
+#[utoipa::path(
+    post,
+    path = "/v1/models/{id}/unload",
+    tag = "models",
+    params(("id" = String, Path, description = "Model id")),
+    responses((status = 200, body = ModelCard), (status = 404, body = ErrorEnvelope)),
+    security(("bearer" = []))
+)]
+pub async fn unload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
+    state.models()?.unload(&id).await.map_err(|e| super::registry_error(&e))?;
+    find(&state, &id).map(Json)
 }

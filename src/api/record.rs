@@ -13,18 +13,19 @@ use tokio::sync::oneshot;
 
 pub struct Record {
     id: String,
+    model: String,
     abandoned: Option<oneshot::Receiver<Outcome>>,
 }
 
 impl Record {
-    pub fn new(id: String, generation: &mut Generation) -> Record {
-        Record { id, abandoned: generation.take_abandoned() }
+    pub fn new(id: String, model: String, generation: &mut Generation) -> Record {
+        Record { id, model, abandoned: generation.take_abandoned() }
     }
 
     /// The reply reached its end with this outcome.
     pub fn finish(mut self, outcome: &Outcome, ending: &Ending) {
         self.abandoned = None;
-        write(&self.id, outcome, ending, false);
+        write(&self.id, &self.model, outcome, ending, false);
     }
 }
 
@@ -32,10 +33,11 @@ impl Drop for Record {
     fn drop(&mut self) {
         let Some(abandoned) = self.abandoned.take() else { return };
         let id = std::mem::take(&mut self.id);
+        let model = std::mem::take(&mut self.model);
         let record = async move {
             if let Ok(outcome) = abandoned.await {
                 let ending = super::status::ending(&outcome.reason, false);
-                write(&id, &outcome, &ending, true);
+                write(&id, &model, &outcome, &ending, true);
             }
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -44,9 +46,10 @@ impl Drop for Record {
     }
 }
 
-fn write(id: &str, outcome: &Outcome, ending: &Ending, client_disconnected: bool) {
+fn write(id: &str, model: &str, outcome: &Outcome, ending: &Ending, client_disconnected: bool) {
     crate::metrics::finish_request(&Finished {
         id,
+        model,
         status: ending.status,
         finish_reason: ending.finish_reason,
         timeline: &outcome.timeline,

@@ -8,6 +8,7 @@ use super::request::Validated;
 use super::response::*;
 use super::AppState;
 use crate::conversation::{Delta as ReplyDelta, Reply};
+use crate::registry::Lease;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -40,16 +41,17 @@ const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mod
 #[derive(Debug, Clone, Copy)]
 pub struct Admitted;
 
-pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -> Result<Response, ApiError> {
-    let engine = state.engine()?;
-    let mut generation = engine.submit(v.job).map_err(|e| super::status::refused(&e))?;
-    let record = Record::new(meta.id.clone(), &mut generation);
-    let template_mode = HeaderValue::from_static(state.serving()?.prompter.mode().as_str());
-    let ignored = generation.ignored_params.join(",");
-    if !ignored.is_empty() {
-        tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
-    }
-    let pieces = pieces(generation, record, v.stops, v.rules);
+/// Submits the job to the leased model; the lease rides with the reply
+/// until its last piece, so the model is not unloaded under a stream.
+pub async fn respond(
+    state: &AppState,
+    model: Lease,
+    v: Validated,
+    shape: Shape,
+    meta: Meta,
+) -> Result<Response, ApiError> {
+    let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
+    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules)?;
     let mut response = if v.stream {
         stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
     } else {
@@ -63,6 +65,29 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
         }
     }
     Ok(response)
+}
+
+/// Submits a job and gives its reply as pieces (holding the lease), with
+/// the sampling fields the runtime ignored (comma-separated).
+pub fn start(
+    model: Lease,
+    job: crate::engine::Job,
+    id: &str,
+    stops: Vec<String>,
+    rules: crate::conversation::ReplyRules,
+) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
+    let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
+    let record = Record::new(id.to_owned(), model.model_id.clone(), &mut generation);
+    let ignored = generation.ignored_params.join(",");
+    if !ignored.is_empty() {
+        tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
+    }
+    let pieces = pieces(generation, record, stops, rules).map(move |piece| {
+        // Held until the reply's last piece is read or the reply is dropped.
+        let _held = &model;
+        piece
+    });
+    Ok((pieces, ignored))
 }
 
 async fn collect(

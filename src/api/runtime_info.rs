@@ -45,6 +45,18 @@ pub struct Queue {
     pub running_tokens: u32,
 }
 
+impl Queue {
+    /// The queues of several models added up; `capacity` is the per-model depth.
+    pub fn sum(capacity: usize, states: impl Iterator<Item = QueueState>) -> Queue {
+        states.fold(Queue { running: 0, waiting: 0, capacity, running_tokens: 0 }, |q, s| Queue {
+            running: q.running + s.running,
+            waiting: q.waiting + s.waiting,
+            capacity,
+            running_tokens: q.running_tokens + s.running_tokens,
+        })
+    }
+}
+
 impl From<QueueState> for Queue {
     fn from(q: QueueState) -> Self {
         let QueueState { running, waiting, capacity, running_tokens } = q;

@@ -16,7 +16,11 @@ use utoipa::ToSchema;
 pub struct SystemInfo {
     /// rkllmd's version.
     pub version: &'static str,
-    /// The loaded runtime (`null` while the model loads).
+    /// The most recently used loaded model, whose runtime `runtime` describes (`null` when none is loaded).
+    pub model: Option<String>,
+    /// Every loaded model, most recently used first.
+    pub loaded_models: Vec<String>,
+    /// The loaded runtime (`null` while no model is loaded).
     pub runtime: Option<Runtime>,
     /// SoC as the runtime reported it at init (`RK3588`, …).
     pub platform: Option<String>,
@@ -63,11 +67,14 @@ impl SystemInfo {
     pub fn gather(state: &AppState) -> SystemInfo {
         let observer = crate::metrics::observer();
         let snapshot = observer.telemetry.get();
-        let engine = state.loaded().ok().map(|l| &l.engine);
+        let models = state.models().map(|r| r.loaded()).unwrap_or_default();
+        let engine = models.first().map(|l| &l.engine);
         let facts = engine.map(|e| InitFacts::parse(e.init_log())).unwrap_or_default();
         let process = ProcessStats::read();
         SystemInfo {
             version: env!("CARGO_PKG_VERSION"),
+            model: models.first().map(|m| m.model_id.clone()),
+            loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
             runtime: engine.map(|e| e.info().into()),
             platform: facts.platform,
             driver_version: snapshot.driver_version.clone().or(facts.driver_version),

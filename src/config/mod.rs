@@ -154,6 +154,41 @@ pub struct Config {
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
     pub telemetry_root: PathBuf,
+    /// Directory of models: every *.rkllm in it (or in a subfolder) is a model, id = file stem.
+    #[arg(long, env = "RKLLMD_MODELS_DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Models loaded at the same time (the least recently used idle one is unloaded to make room).
+    #[arg(long, env = "RKLLMD_MAX_LOADED_MODELS", default_value_t = 1)]
+    pub max_loaded_models: usize,
+    /// How long an idle model stays loaded: "5m", seconds, negative = forever, 0 = unload at once (default: 5m, or forever with one model).
+    #[arg(long, env = "RKLLMD_KEEP_ALIVE", allow_hyphen_values = true)]
+    pub keep_alive: Option<String>,
+    /// The loaded model files may add up to at most this many MiB.
+    #[arg(long, env = "RKLLMD_MEMORY_BUDGET_MB")]
+    pub memory_budget_mb: Option<u64>,
+    /// `[[models]]` tables: models a directory cannot describe (file only). Not `[[model]]`:
+    /// TOML cannot hold `model = "…"` and `[[model]]` both.
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<ModelTable>,
+}
+
+/// One `[[models]]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelTable {
+    /// Default: the file's stem (or `sim-PROFILE`).
+    pub id: Option<String>,
+    /// A `.rkllm` file or a `sim:` spec.
+    pub path: String,
+    pub chat_template: Option<PathBuf>,
+    pub template: Option<TemplateFamily>,
+    pub tokenizer: Option<PathBuf>,
+    /// Over the daemon's `[sampling]`.
+    #[serde(default, deserialize_with = "layers::strict_sampling")]
+    pub sampling: SamplingOverrides,
+    pub max_context_len: Option<u32>,
+    pub max_new_tokens: Option<u32>,
 }
 
 /// A flag value that is one of a type's names (listed by `--help`), read by

@@ -29,6 +29,12 @@ impl Config {
                 "header_read_timeout_secs, body_idle_timeout_secs and max_connections must be at least 1".into(),
             );
         }
+        if self.max_loaded_models == 0 {
+            return invalid("max_loaded_models must be at least 1".into());
+        }
+        if let Some(k) = &self.keep_alive {
+            crate::registry::KeepAlive::parse(k).map_err(ConfigError::Invalid)?;
+        }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }

@@ -2,9 +2,10 @@
 
 use super::{Check, Report};
 use crate::config::{Backend, Config};
-use crate::conversation::{Prompter, TemplateFamily, TemplateMode};
-use crate::engine::BackendKind;
+use crate::conversation::{PromptSettings, Prompter, TemplateFamily, TemplateMode};
+use crate::engine::{runtime_tokenizer, BackendKind};
 use crate::metrics::board::Board;
+use crate::registry::ModelSpec;
 use rkllm_sys::{loader, Runtime};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -237,15 +238,13 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
 /// The chat template `serve` would render with, found, configured or
 /// detected as it does, and why. Without one, conversations are folded into
 /// the runtime template's one user message: served, but lossy.
-pub fn chat_template(plan: &Plan, report: &mut Report) {
+pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
     const TITLE: &str = "chat template";
-    let config = plan.config;
-    let model = match &config.model {
-        Some(model) => model.clone(),
-        // The model check has failed already.
-        None if plan.needs_npu => return,
-        None => format!("sim:{}", config.sim_profile),
-    };
+    // Without a model the model check has failed already.
+    if spec.runtime.model.is_none() && plan.needs_npu {
+        return;
+    }
+    let id = &spec.id;
     let families: Vec<&str> = TemplateFamily::ALL.iter().map(|f| f.name()).collect();
     let configure = format!(
         "put the model's tokenizer_config.json (from its Hugging Face repo) next to the .rkllm file, \
@@ -253,11 +252,17 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
         families.join(", ")
     );
     let kind = if plan.needs_npu { BackendKind::Rkllm } else { BackendKind::Sim };
-    match Prompter::load(&crate::app::prompt_settings(config, kind), &model) {
+    let prompt = PromptSettings { runtime_tokenizer: runtime_tokenizer(kind), ..spec.prompt.clone() };
+    match Prompter::load(&prompt, &spec.path) {
         Ok(prompter) => {
             let info = prompter.describe();
-            let text =
-                format!("{} [{}]: {}; tokenizer: {}", info.origin, info.mode.as_str(), info.reason, info.tokenizer);
+            let text = format!(
+                "{id}: {} [{}]: {}; tokenizer: {}",
+                info.origin,
+                info.mode.as_str(),
+                info.reason,
+                info.tokenizer
+            );
             if info.mode == TemplateMode::RuntimeFolded {
                 let text = format!(
                     "{text}. A system prompt, earlier turns and tools reach the model only as a folded transcript"
@@ -268,17 +273,17 @@ pub fn chat_template(plan: &Plan, report: &mut Report) {
             } else {
                 report.push(Check::ok(TITLE, text));
             }
-            report.push(conversation_cache(config.conversation_cache, &prompter));
+            report.push(conversation_cache(spec.engine.conversation_cache, &prompter));
         }
         Err(e) => report.push(Check::fail(
             TITLE,
-            e.to_string(),
-            "fix the file named (or point chat_template / tokenizer elsewhere); serve refuses to start with it",
+            format!("{id}: {e}"),
+            "fix the file named (or point chat_template / tokenizer elsewhere); the model does not load with it",
         )),
     }
 }
 
-/// Whether follow-up turns will reuse the KV cache, as `app::engine_settings` decides.
+/// Whether follow-up turns will reuse the KV cache, as the registry's load decides.
 fn conversation_cache(configured: bool, prompter: &Prompter) -> Check {
     const TITLE: &str = "conversation cache";
     match (configured, prompter.renders(), prompter.has_tokenizer()) {
@@ -298,9 +303,9 @@ fn conversation_cache(configured: bool, prompter: &Prompter) -> Check {
 }
 
 /// The model file; returns its size when it is a readable file.
-pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
+pub fn model(plan: &Plan, spec: &ModelSpec, report: &mut Report) -> Option<u64> {
     const TITLE: &str = "model";
-    let Some(model) = plan.config.model.as_deref() else {
+    let Some(model) = spec.runtime.model.as_deref() else {
         if plan.needs_npu {
             report.push(Check::fail(
                 TITLE,
@@ -313,10 +318,12 @@ pub fn model(plan: &Plan, report: &mut Report) -> Option<u64> {
         return None;
     };
     if model.starts_with("sim:") {
-        report.push(Check::ok(TITLE, format!("{model} (a simulated model)")));
+        report.push(Check::ok(TITLE, format!("{} = {model} (a simulated model)", spec.id)));
         return None;
     }
-    let path = Path::new(model);
+    let shown = format!("{} = {model}", spec.id);
+    let model = shown.as_str();
+    let path = Path::new(&spec.path);
     let fix_path = "convert the model with rkllm-toolkit for this SoC and put the .rkllm file where model = points";
     let meta = match std::fs::metadata(path) {
         Ok(m) if m.is_file() => m,

@@ -1,6 +1,6 @@
 //! `rkllmd doctor`: what a person on a fresh board wants to know before
 //! serving — the runtime library, the NPU driver and device nodes, CPU cores,
-//! memory against the model, the model file and its chat template, clocks
+//! memory against the models, every registered model's file and chat template, clocks
 //! and governors, and with `--smoke` one real token. Each line is OK, WARN or
 //! FAIL with the fix; the exit status is 1 when serving would fail.
 //!
@@ -117,9 +117,20 @@ async fn examine(config: &Config, args: &DoctorArgs) -> Report {
     checks::driver(&board, &plan, &mut report);
     checks::devices(&board, &plan, &mut report);
     checks::cpus(&board, &mut report);
-    let model_size = checks::model(&plan, &mut report);
-    checks::chat_template(&plan, &mut report);
-    checks::memory(&board, model_size, &mut report);
+    // Every registered model; memory is checked against the largest that may be loaded together.
+    let mut sizes = Vec::new();
+    match crate::app::model_specs(config, &Default::default()) {
+        Ok(specs) => {
+            for spec in &specs {
+                sizes.extend(checks::model(&plan, spec, &mut report));
+                checks::chat_template(&plan, spec, &mut report);
+            }
+        }
+        Err(e) => report.push(Check::fail("models", e.to_string(), "give every model its own id")),
+    }
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let together: u64 = sizes.iter().take(config.max_loaded_models).sum();
+    checks::memory(&board, (!sizes.is_empty()).then_some(together), &mut report);
     checks::frequencies(&board, &mut report);
     // The smoke run loads the library itself, as `serve` does.
     drop(library);

@@ -1,4 +1,4 @@
-//! Choosing the runtime (real library or simulator) and the model to load.
+//! Choosing the runtime (real library or simulator).
 
 use rkllm_sys::{find_library, Abi, Runtime};
 use std::path::PathBuf;
@@ -16,7 +16,7 @@ pub enum RuntimeChoice {
 }
 
 /// Where the runtime comes from.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RuntimeSettings {
     pub choice: RuntimeChoice,
     /// `librkllmrt.so` (default: `RKLLM_LIB`, then the usual directories).
@@ -51,19 +51,29 @@ pub enum BackendError {
     NoModel,
 }
 
-/// An opened runtime, ready for [`super::Engine::load`].
+/// An opened runtime, ready for [`super::Engine::load`]; clones share the library.
+#[derive(Clone)]
 pub struct OpenedRuntime {
     pub runtime: Arc<Runtime>,
     pub kind: BackendKind,
     /// Why `auto` fell back to the simulator (the caller logs it as a warning).
     pub fallback: Option<String>,
+    /// The runtime's own tokenizer.json, when it brings one (the simulator).
+    pub tokenizer_json: Option<&'static str>,
+}
+
+/// The tokenizer.json a runtime of this kind brings: the in-process
+/// simulator's (a real library's tokenizer lives inside each model file).
+pub fn runtime_tokenizer(kind: BackendKind) -> Option<&'static str> {
+    (kind == BackendKind::Sim).then(rkllm_sim::tokenizer_json)
 }
 
 /// Opens the runtime the settings ask for. With `auto`, a library that is
 /// missing or fails to load falls back to the simulator, unless a real model
 /// file is configured: then the loader's error is returned.
 pub fn open_runtime(settings: &RuntimeSettings) -> Result<OpenedRuntime, BackendError> {
-    let opened = |runtime, kind, fallback| OpenedRuntime { runtime, kind, fallback };
+    let opened =
+        |runtime, kind, fallback| OpenedRuntime { runtime, kind, fallback, tokenizer_json: runtime_tokenizer(kind) };
     match settings.choice {
         RuntimeChoice::Sim => Ok(opened(sim(settings), BackendKind::Sim, None)),
         RuntimeChoice::Rkllm => Ok(opened(Arc::new(real(settings)?), BackendKind::Rkllm, None)),
@@ -84,26 +94,4 @@ fn real(settings: &RuntimeSettings) -> Result<Runtime, rkllm_sys::LoadError> {
 fn sim(settings: &RuntimeSettings) -> Arc<Runtime> {
     // The simulator speaks either ABI; `abi` picks which (1.3 by default).
     Arc::new(rkllm_sim::runtime(settings.abi.unwrap_or(Abi::V1_3)))
-}
-
-/// The `model_path` given to `rkllm_init`: the configured model, or with the
-/// simulator and no model its `sim:PROFILE`.
-pub fn model_path(model: Option<&str>, sim_profile: &str, kind: BackendKind) -> Result<String, BackendError> {
-    match (model, kind) {
-        (Some(model), _) => Ok(model.to_owned()),
-        (None, BackendKind::Sim) => Ok(format!("sim:{sim_profile}")),
-        (None, BackendKind::Rkllm) => Err(BackendError::NoModel),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sim_without_model_serves_the_profile_and_real_needs_a_model() {
-        assert_eq!(model_path(None, "qwen2.5-1.5b", BackendKind::Sim).unwrap(), "sim:qwen2.5-1.5b");
-        assert_eq!(model_path(Some("/m.rkllm"), "x", BackendKind::Sim).unwrap(), "/m.rkllm");
-        assert!(matches!(model_path(None, "x", BackendKind::Rkllm), Err(BackendError::NoModel)));
-    }
 }

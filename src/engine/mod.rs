@@ -9,12 +9,16 @@ mod guards;
 mod job;
 mod kv;
 mod liveness;
+mod npu;
 mod outcome;
 mod queue;
 
-pub use backend::{model_path, open_runtime, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings};
+pub use backend::{
+    open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
+};
 pub use generation::Generation;
 pub use job::Job;
+pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use queue::QueueState;
 
@@ -78,6 +82,8 @@ pub struct EngineSettings {
     /// Keep the conversation in the KV cache between runs (`kv.rs`); jobs
     /// without token ids always run stateless.
     pub conversation_cache: bool,
+    /// The NPU turn every model's runs share.
+    pub npu: Npu,
 }
 
 pub struct Engine {
@@ -104,6 +110,7 @@ impl Engine {
             sampling,
             disable_runtime_template,
             conversation_cache,
+            npu,
         } = settings;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
@@ -127,7 +134,7 @@ impl Engine {
         Ok(Engine {
             model,
             closing: AtomicBool::new(false),
-            queue: queue::Queue::new(queue_depth),
+            queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,
             limits,

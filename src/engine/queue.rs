@@ -4,8 +4,10 @@
 //! `try_acquire` so a full queue is refused at once; `turn` (one permit) is
 //! awaited, and tokio's semaphore is fair, so waiters run in arrival order. A
 //! client that goes away while waiting drops its future and with it its
-//! place; nothing else has to clean up.
+//! place; nothing else has to clean up. A job whose turn came also takes
+//! the NPU ([`super::npu`]), shared with every other model's queue.
 
+use super::npu::{Npu, NpuTurn};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -13,6 +15,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct Queue {
     capacity: Arc<Semaphore>,
     turn: Arc<Semaphore>,
+    npu: Npu,
     depth: usize,
     running: Arc<AtomicUsize>,
     /// Tokens generated so far by the running job (0 while it prefills).
@@ -28,6 +31,7 @@ pub struct Place {
 pub struct Turn {
     _place: Place,
     _turn: OwnedSemaphorePermit,
+    _npu: NpuTurn,
     running: Arc<AtomicUsize>,
     progress: Arc<AtomicU32>,
 }
@@ -58,10 +62,11 @@ pub struct QueueState {
 }
 
 impl Queue {
-    pub fn new(depth: usize) -> Self {
+    pub fn new(depth: usize, npu: Npu) -> Self {
         Queue {
             capacity: Arc::new(Semaphore::new(depth + 1)),
             turn: Arc::new(Semaphore::new(1)),
+            npu,
             depth,
             running: Arc::new(AtomicUsize::new(0)),
             progress: Arc::new(AtomicU32::new(0)),
@@ -73,13 +78,14 @@ impl Queue {
         self.capacity.clone().try_acquire_owned().ok().map(|p| Place { _capacity: p })
     }
 
-    /// Waits for the turn, in arrival order.
+    /// Waits for the turn, in arrival order, then for the NPU.
     pub async fn wait_turn(&self, place: Place) -> Turn {
         // The semaphore is never closed, so acquire cannot fail.
         let turn = self.turn.clone().acquire_owned().await.expect("queue semaphore is never closed");
+        let npu = self.npu.take().await;
         self.running.fetch_add(1, Ordering::Relaxed);
         self.progress.store(0, Ordering::Relaxed);
-        Turn { _place: place, _turn: turn, running: self.running.clone(), progress: self.progress.clone() }
+        Turn { _place: place, _turn: turn, _npu: npu, running: self.running.clone(), progress: self.progress.clone() }
     }
 
     pub fn state(&self) -> QueueState {
@@ -100,7 +106,7 @@ mod tests {
 
     #[tokio::test]
     async fn full_queue_refuses_and_a_dropped_waiter_frees_its_place() {
-        let q = Queue::new(1);
+        let q = Queue::new(1, Npu::default());
         let first = q.wait_turn(q.try_enter().unwrap()).await;
         let second = q.try_enter().unwrap();
         assert!(q.try_enter().is_none(), "one running + one waiting = full");
@@ -115,7 +121,7 @@ mod tests {
     async fn turns_are_given_in_arrival_order() {
         use futures_util::poll;
         use std::task::Poll;
-        let q = Queue::new(4);
+        let q = Queue::new(4, Npu::default());
         let running = q.wait_turn(q.try_enter().unwrap()).await;
         let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(q.wait_turn(q.try_enter().unwrap()))).collect();
         for w in waiters.iter_mut() {

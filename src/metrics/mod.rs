@@ -79,7 +79,7 @@ impl Observer {
 /// calls it with the outcome it answered (or would have answered) with.
 pub fn finish_request(f: &Finished) {
     let o = observer();
-    let model = o.model();
+    let model = f.model;
     let timings = Timings::derive(f.timeline, f.perf, f.cached_tokens);
     request_log::log(f, &timings, model);
     for mismatch in request_log::cross_check(f, &timings) {

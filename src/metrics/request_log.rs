@@ -31,6 +31,8 @@ impl Mismatch {
 #[derive(Debug, Clone, Copy)]
 pub struct Finished<'a> {
     pub id: &'a str,
+    /// The model that served it (the `model` label).
+    pub model: &'a str,
     /// The HTTP status its outcome carries (for a stream that failed after it
     /// started: the status of the error event); 499 when the client went away.
     pub status: u16,
@@ -233,6 +235,7 @@ mod tests {
         t.token(r + Duration::from_millis(150));
         let p = perf(prefill_ms, runtime_tokens);
         let f = Finished {
+            model: "m",
             id: "x",
             status: 200,
             finish_reason: "stop",

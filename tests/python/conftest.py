@@ -198,22 +198,25 @@ class DaemonManager:
 
     def start(
         self,
-        model: str = DEFAULT_SPEC,
+        model: Optional[str] = DEFAULT_SPEC,
         *,
         queue_depth: Optional[int] = None,
         api_key: Optional[str] = None,
         extra_args: tuple[str, ...] = (),
+        env: Optional[dict[str, str]] = None,
+        backend: str = "sim",
     ) -> Daemon:
+        """`model=None`: no `--model` (the models come from `extra_args`, e.g. `--models-dir`)."""
         binary = daemon_binary()
         args = [
             str(binary),
             *SERVE_SUBCOMMAND,
-            "--backend", "sim",
+            "--backend", backend,
             "--host", "127.0.0.1",
             "--port", "0",
-            "--model-id", MODEL_ID,
-            "--model", model,
         ]
+        if model is not None:
+            args += ["--model-id", MODEL_ID, "--model", model]
         if queue_depth is not None:
             args += ["--queue-depth", str(queue_depth)]
         if api_key is not None:
@@ -224,7 +227,7 @@ class DaemonManager:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            env=_child_env(),
+            env={**_child_env(), **(env or {})},
             cwd=REPO_ROOT,
         )
         d = Daemon(args=args, proc=proc, api_key=api_key)
@@ -246,7 +249,7 @@ class DaemonManager:
 
 @pytest.fixture
 def start_daemon() -> Iterator[Callable[..., Daemon]]:
-    """Function-scoped factory: `start_daemon(model=SPEC, queue_depth=N, api_key=K)`."""
+    """Function-scoped factory: `start_daemon(model=SPEC, queue_depth=N, api_key=K, extra_args=…, env=…)`."""
     mgr = DaemonManager()
     yield mgr.start
     mgr.stop_all()

@@ -1,0 +1,170 @@
+//! Ollama requests → the OpenAI request types, validated by the same code
+//! (`api::request`): one path from a request to an engine job.
+
+use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
+use crate::api::error::ApiError;
+use crate::api::request::{self as openai, ChatMessage, ChatRole, Content, Prompt, StopSequences, Validated};
+use crate::api::Loaded;
+use crate::conversation::ReasoningMode;
+use crate::registry::KeepAlive;
+use serde_json::{json, Map, Value};
+use std::time::Instant;
+
+/// `keep_alive`: seconds or a duration string; `null`/absent = the daemon's.
+pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> {
+    let parsed = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => KeepAlive::from_secs(n.as_f64().unwrap_or(f64::NAN)),
+        Some(Value::String(s)) => KeepAlive::parse(s),
+        Some(_) => Err("keep_alive must be a number of seconds or a duration like \"5m\"".into()),
+    };
+    parsed.map(Some).map_err(|e| ApiError::invalid_value("keep_alive", e))
+}
+
+/// `think`: a boolean, or a level (any level turns thinking on).
+fn think(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(Value::String(s)) if matches!(s.as_str(), "high" | "medium" | "low") => Ok(Some(true)),
+        Some(_) => {
+            Err(ApiError::invalid_value("think", "`think` must be true, false, \"high\", \"medium\" or \"low\"."))
+        }
+    }
+}
+
+fn no_images(images: Option<&Vec<Value>>, param: &str) -> Result<(), ApiError> {
+    if images.is_some_and(|i| !i.is_empty()) {
+        return Err(ApiError::invalid_value(param, "Images are not supported: this server has no vision support."));
+    }
+    Ok(())
+}
+
+/// The OpenAI fields `options` (and `stream`) map onto.
+fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
+    let options = c.options.clone().unwrap_or_default();
+    let Options { num_predict, stop, seed, num_ctx, sampling, other } = options;
+    let limits = model.engine.limits();
+    if let Some(n) = num_ctx.filter(|&n| n > limits.max_context_len) {
+        return Err(ApiError::invalid_value(
+            "options.num_ctx",
+            format!("num_ctx {n} exceeds the model's context length {}.", limits.max_context_len),
+        ));
+    }
+    if seed.is_some() || !other.is_empty() || c.format.is_some() {
+        tracing::debug!(seed = seed.is_some(), options = ?other.keys().collect::<Vec<_>>(), format = c.format.is_some(), "ignoring Ollama fields RKLLM cannot apply");
+    }
+    // num_predict ≤ 0 (-1 endless, -2 fill the context): the server's maximum.
+    let max_tokens = num_predict.filter(|&n| n > 0).map(|n| n.min(i64::from(limits.max_new_tokens)) as u32);
+    Ok(openai::Common {
+        model: c.model.clone(),
+        stream: Some(c.stream.unwrap_or(true)),
+        max_tokens,
+        stop: stop.map(StopSequences::Many),
+        sampling,
+        ..Default::default()
+    })
+}
+
+fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMessage, ApiError> {
+    no_images(m.images.as_ref(), &format!("messages[{i}].images"))?;
+    let role = match m.role.as_str() {
+        "system" => ChatRole::System,
+        "user" => ChatRole::User,
+        "assistant" => ChatRole::Assistant,
+        "tool" => ChatRole::Tool,
+        other => {
+            return Err(ApiError::invalid_value(
+                &format!("messages[{i}].role"),
+                format!("Unknown role `{other}`: expected system, user, assistant or tool."),
+            ))
+        }
+    };
+    // Ollama's calls carry no ids: number them, and point a tool result at its function.
+    let tool_calls = m.tool_calls.as_ref().map(|calls| {
+        calls
+            .iter()
+            .map(|c| {
+                *calls_before += 1;
+                json!({"id": format!("call_{}", *calls_before), "type": "function",
+                       "function": {"name": c.function.name, "arguments": c.function.arguments}})
+            })
+            .collect()
+    });
+    let tool_call_id = (role == ChatRole::Tool).then(|| m.tool_name.clone().unwrap_or_else(|| "tool".into()));
+    Ok(ChatMessage {
+        role,
+        content: Some(Content::Text(m.content.clone())),
+        tool_calls,
+        tool_call_id,
+        name: m.tool_name.clone().filter(|_| role == ChatRole::Tool),
+        reasoning_content: m.thinking.clone(),
+    })
+}
+
+/// A chat request as a job; `None` when it has no messages (a load request).
+pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> Result<Option<Validated>, ApiError> {
+    let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
+    let mut calls = 0;
+    let messages = messages.iter().enumerate().map(|(i, m)| message(i, m, &mut calls)).collect::<Result<_, _>>()?;
+    let openai = openai::ChatCompletionRequest {
+        messages,
+        max_completion_tokens: None,
+        enable_thinking: think(req.common.think.as_ref())?,
+        chat_template_kwargs: None,
+        tools: req.tools.clone().filter(|t| !t.is_empty()),
+        tool_choice: None,
+        common: common(&req.common, model)?,
+    };
+    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+}
+
+/// A generate request as a job; `None` when the prompt is empty (a load request).
+pub fn generate(
+    req: &GenerateRequest,
+    id: &str,
+    model: &Loaded,
+    received: Instant,
+) -> Result<Option<Validated>, ApiError> {
+    no_images(req.images.as_ref(), "images")?;
+    for (param, given) in [("suffix", req.suffix.is_some()), ("template", req.template.is_some())] {
+        if given {
+            return Err(ApiError::invalid_value(
+                param,
+                format!("`{param}` is not supported: prompts are rendered with the model's chat template."),
+            ));
+        }
+    }
+    let Some(prompt) = req.prompt.clone().filter(|p| !p.is_empty()) else { return Ok(None) };
+    let mut common = common(&req.common, model)?;
+    if req.raw == Some(true) {
+        // Raw: the prompt as written, no template; no legacy 16-token default.
+        common.max_tokens = common.max_tokens.or(Some(model.engine.limits().max_new_tokens));
+        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }
+            .validate(id, model, received)
+            .map(Some);
+    }
+    let mut messages = Vec::new();
+    for (role, text) in [(ChatRole::System, req.system.clone()), (ChatRole::User, Some(prompt))] {
+        if let Some(text) = text {
+            messages.push(ChatMessage {
+                role,
+                content: Some(Content::Text(text)),
+                tool_calls: None,
+                tool_call_id: None,
+                name: None,
+                reasoning_content: None,
+            });
+        }
+    }
+    let openai = openai::ChatCompletionRequest {
+        messages,
+        max_completion_tokens: None,
+        enable_thinking: think(req.common.think.as_ref())?,
+        chat_template_kwargs: None::<Map<String, Value>>,
+        tools: None,
+        tool_choice: None,
+        common,
+    };
+    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+}

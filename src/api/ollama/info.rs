@@ -1,0 +1,105 @@
+//! `GET /api/version`, `GET /api/tags`, `GET /api/ps`, `POST /api/show`.
+
+use super::wire::{Details, ModelEntry, Models, Show, ShowRequest};
+use super::{parse, OllamaError};
+use crate::api::error::ApiError;
+use crate::api::AppState;
+use crate::registry::{ModelSpec, Status};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Map, Value};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub async fn version() -> Json<Value> {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t).map(|t| t.to_string()).unwrap_or_default()
+}
+
+fn unix(secs: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Not the file's sha256 (hashing gigabytes per listing is too slow): a
+/// fingerprint of its path, size and mtime, which changes when the file does.
+fn digest(spec: &ModelSpec) -> String {
+    let part = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (salt, &spec.path, spec.size_bytes, spec.modified).hash(&mut h);
+        format!("{:016x}", h.finish())
+    };
+    (0..4).map(part).collect()
+}
+
+fn details() -> Details {
+    Details {
+        parent_model: "",
+        format: "rkllm",
+        family: String::new(),
+        families: Vec::new(),
+        parameter_size: String::new(),
+        quantization_level: String::new(),
+    }
+}
+
+fn entry(status: &Status, running: bool) -> ModelEntry {
+    let spec = &status.spec;
+    let loaded = status.loaded.as_ref().filter(|_| running);
+    ModelEntry {
+        name: spec.id.clone(),
+        model: spec.id.clone(),
+        modified_at: (!running).then(|| rfc3339(unix(spec.modified))),
+        size: spec.size_bytes,
+        digest: digest(spec),
+        details: details(),
+        expires_at: loaded.and_then(|l| l.expires).map(rfc3339),
+        size_vram: loaded.map(|_| spec.size_bytes),
+        context_length: loaded.map(|l| l.model.engine.limits().max_context_len),
+    }
+}
+
+/// Every registered model.
+pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
+    let models = state.models()?.statuses().iter().map(|s| entry(s, false)).collect();
+    Ok(Json(Models { models }))
+}
+
+/// The loaded models.
+pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
+    let statuses = state.models()?.statuses();
+    let models = statuses.iter().filter(|s| s.loaded.is_some()).map(|s| entry(s, true)).collect();
+    Ok(Json(Models { models }))
+}
+
+/// What is known of a model without loading it; the template once it is loaded.
+pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
+    let req: ShowRequest = parse(&body)?;
+    let statuses = state.models()?.statuses();
+    let status =
+        statuses.iter().find(|s| s.spec.id == req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
+    let spec = &status.spec;
+    let s = spec.engine.sampling.apply(rkllm_sys::SamplingParams::RKLLM_DEFAULTS);
+    let parameters = format!(
+        "temperature {}\ntop_k {}\ntop_p {}\nrepeat_penalty {}\npresence_penalty {}\nfrequency_penalty {}\nmirostat {}\nmirostat_tau {}\nmirostat_eta {}\nnum_ctx {}\nnum_predict {}",
+        s.temperature, s.top_k, s.top_p, s.repeat_penalty, s.presence_penalty, s.frequency_penalty, s.mirostat,
+        s.mirostat_tau, s.mirostat_eta, spec.engine.limits.max_context_len, spec.engine.limits.max_new_tokens
+    );
+    let template = status.loaded.as_ref().map(|l| l.model.prompter.describe().origin).unwrap_or_default();
+    let mut model_info = Map::new();
+    model_info.insert("general.architecture".into(), json!("rkllm"));
+    model_info.insert("rkllm.context_length".into(), json!(spec.engine.limits.max_context_len));
+    model_info.insert("rkllm.path".into(), json!(spec.path));
+    Ok(Json(Show {
+        modelfile: format!("FROM {}\n", spec.path),
+        parameters,
+        template,
+        details: details(),
+        model_info,
+        capabilities: vec!["completion", "tools", "thinking"],
+        modified_at: rfc3339(unix(spec.modified)),
+    }))
+}

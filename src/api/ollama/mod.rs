@@ -1,0 +1,114 @@
+//! The Ollama API: `GET /api/version`, `GET /api/tags`, `GET /api/ps`,
+//! `POST /api/show`, `POST /api/chat`, `POST /api/generate`, with Ollama's
+//! field names, units and `{"error": "…"}` bodies. A request is converted
+//! into the OpenAI request types and validated there (`convert`); its reply
+//! is the same piece stream the OpenAI endpoints read (`reply`). No
+//! `/api/embed` yet: the daemon has no embeddings.
+
+mod convert;
+mod info;
+mod reply;
+mod wire;
+
+use super::error::ApiError;
+use super::respond::{start, Admitted};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use reply::{Frame, Shape};
+use std::time::Instant;
+use wire::{ChatRequest, Common, GenerateRequest};
+
+/// An error as Ollama sends it: `{"error": "…"}` with the status of the
+/// daemon's one status table.
+pub struct OllamaError(pub ApiError);
+
+impl From<ApiError> for OllamaError {
+    fn from(e: ApiError) -> Self {
+        OllamaError(e)
+    }
+}
+
+impl IntoResponse for OllamaError {
+    fn into_response(self) -> Response {
+        let e = self.0;
+        let message = match e.body.code {
+            // Ollama's own wording, which clients match on.
+            Some("model_not_found") if e.status == StatusCode::NOT_FOUND => {
+                format!("model '{}' not found", e.body.message.split('`').nth(1).unwrap_or_default())
+            }
+            _ => e.body.message.clone(),
+        };
+        (e.status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+    }
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/version", get(info::version))
+        .route("/api/tags", get(info::tags))
+        .route("/api/ps", get(info::ps))
+        .route("/api/show", post(info::show))
+        .route("/api/chat", post(chat))
+        .route("/api/generate", post(generate))
+}
+
+/// Ollama's server takes any content type: the body is parsed as JSON.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaError> {
+    super::extract::parse(body).map_err(OllamaError)
+}
+
+async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
+    let received = Instant::now();
+    let req: ChatRequest = parse(&body)?;
+    answer(&state, &req.common, Shape::Chat, received, |id, model| convert::chat(&req, id, model, received)).await
+}
+
+async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
+    let received = Instant::now();
+    let req: GenerateRequest = parse(&body)?;
+    answer(&state, &req.common, Shape::Generate, received, |id, model| convert::generate(&req, id, model, received))
+        .await
+}
+
+/// Loads the model, converts the request, and answers with NDJSON or one
+/// object. A request with nothing to generate only loads the model (or
+/// with `keep_alive: 0` unloads it), as Ollama's does.
+async fn answer(
+    state: &AppState,
+    common: &Common,
+    shape: Shape,
+    received: Instant,
+    validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError>,
+) -> Result<Response, OllamaError> {
+    if common.model.is_empty() {
+        return Err(ApiError::invalid_value("model", "model is required").into());
+    }
+    let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
+    let model = state.lease(&common.model, keep_alive).await?;
+    let frame = Frame { shape, model: model.model_id.clone(), load: model.load_duration };
+    let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
+    let Some(v) = validate(&id, &model)? else {
+        let unload = keep_alive.is_some_and(|k| k.is_zero());
+        drop(model);
+        if unload {
+            state.models()?.unload(&frame.model).await.map_err(|e| super::registry_error(&e))?;
+        }
+        let empty = frame.chunk(String::new(), String::new(), Vec::new());
+        let stats = wire::Stats {
+            total_duration: received.elapsed().as_nanos() as u64,
+            load_duration: frame.load.as_nanos() as u64,
+            ..Default::default()
+        };
+        let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
+        return Ok(axum::Json(done).into_response());
+    };
+    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules)?;
+    let mut response = if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
+    response.extensions_mut().insert(Admitted);
+    Ok(response)
+}

@@ -1,0 +1,182 @@
+//! Ollama's request and response bodies, with Ollama's field names and units
+//! (durations in nanoseconds, times as RFC 3339).
+
+use crate::api::request::SamplingFields;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `options`: the sampling fields (the same names as RKLLM's), the token
+/// limit, stop strings, the context check; anything else is ignored.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Options {
+    /// Tokens to generate; -1 (endless) and -2 (fill the context) mean the server's maximum.
+    pub num_predict: Option<i64>,
+    pub stop: Option<Vec<String>>,
+    /// RKLLM has no seed: accepted and ignored.
+    pub seed: Option<i64>,
+    /// Must not exceed the model's context (fixed when the model loads).
+    pub num_ctx: Option<u32>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// What chat and generate share.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Common {
+    pub model: String,
+    pub stream: Option<bool>,
+    pub options: Option<Options>,
+    /// A duration (`"5m"`), seconds, negative = forever, 0 = unload after this request.
+    pub keep_alive: Option<Value>,
+    /// `true`/`false`, or a level (`"high"`, `"medium"`, `"low"`) = on.
+    pub think: Option<Value>,
+    /// `"json"` or a JSON schema: ignored, as `response_format` is.
+    pub format: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct InCall {
+    pub function: InFunction,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct InFunction {
+    pub name: String,
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct InMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: String,
+    pub thinking: Option<String>,
+    pub images: Option<Vec<Value>>,
+    pub tool_calls: Option<Vec<InCall>>,
+    pub tool_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    #[serde(flatten)]
+    pub common: Common,
+    pub messages: Option<Vec<InMessage>>,
+    pub tools: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct GenerateRequest {
+    #[serde(flatten)]
+    pub common: Common,
+    pub prompt: Option<String>,
+    pub system: Option<String>,
+    pub suffix: Option<String>,
+    pub template: Option<String>,
+    pub raw: Option<bool>,
+    pub images: Option<Vec<Value>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ShowRequest {
+    #[serde(alias = "name")]
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutCall {
+    pub function: OutFunction,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutFunction {
+    pub name: String,
+    /// An object, as Ollama sends it.
+    pub arguments: Value,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct OutMessage {
+    pub role: &'static str,
+    pub content: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<OutCall>>,
+}
+
+/// The figures of the last object, in nanoseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    pub total_duration: u64,
+    pub load_duration: u64,
+    pub prompt_eval_count: i64,
+    pub prompt_eval_duration: u64,
+    pub eval_count: u32,
+    pub eval_duration: u64,
+}
+
+/// One object of a chat reply (`message`) or a generate reply (`response`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Chunk {
+    pub model: String,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<OutMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    /// Generate's thinking text (chat's is in `message`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
+    pub done: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub done_reason: Option<&'static str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<Stats>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Details {
+    pub parent_model: &'static str,
+    pub format: &'static str,
+    pub family: String,
+    pub families: Vec<String>,
+    pub parameter_size: String,
+    pub quantization_level: String,
+}
+
+/// One entry of `/api/tags` and `/api/ps`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelEntry {
+    pub name: String,
+    pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modified_at: Option<String>,
+    pub size: u64,
+    pub digest: String,
+    pub details: Details,
+    /// `/api/ps` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_vram: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_length: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Models {
+    pub models: Vec<ModelEntry>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Show {
+    pub modelfile: String,
+    pub parameters: String,
+    pub template: String,
+    pub details: Details,
+    pub model_info: Map<String, Value>,
+    pub capabilities: Vec<&'static str>,
+    pub modified_at: String,
+}

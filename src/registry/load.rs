@@ -1,0 +1,53 @@
+//! Loading one model: the runtime (`engine`), the chat template and
+//! tokenizer (`conversation`), then the model itself (`engine`).
+
+use super::{Loaded, ModelSpec};
+use crate::conversation::{LoadError, PromptSettings, Prompter};
+use crate::engine::{BackendError, BackendKind, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadFailure {
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Prompt(#[from] LoadError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// Blocks for as long as `rkllm_init` takes, on the runtime `open` gives
+/// for the spec's runtime settings.
+pub fn load(
+    spec: &ModelSpec,
+    open: impl FnOnce(&RuntimeSettings) -> Result<OpenedRuntime, BackendError>,
+) -> Result<Loaded, LoadFailure> {
+    let runtime = open(&spec.runtime)?;
+    // The implicit `sim:PROFILE` model (no model configured) is no model for a real runtime.
+    if spec.runtime.model.is_none() && runtime.kind == BackendKind::Rkllm {
+        return Err(BackendError::NoModel.into());
+    }
+    // Before the (slow) model load, so a bad template fails fast.
+    let prompt = PromptSettings { runtime_tokenizer: runtime.tokenizer_json, ..spec.prompt.clone() };
+    let prompter = Prompter::load(&prompt, &spec.path)?;
+    prompter.log_choice();
+    // Token input needs our own template and tokenizer: the runtime's
+    // template is not applied to token ids.
+    let conversation_cache = spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer();
+    if spec.engine.conversation_cache && !conversation_cache {
+        tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
+    }
+    let settings = EngineSettings {
+        model_path: spec.path.clone(),
+        disable_runtime_template: prompter.renders(),
+        conversation_cache,
+        ..spec.engine.clone()
+    };
+    let engine = Engine::load(runtime, settings)?;
+    Ok(Loaded {
+        engine: Arc::new(engine),
+        prompter: Arc::new(prompter),
+        model_id: spec.id.clone(),
+        created: spec.modified,
+    })
+}

@@ -1,0 +1,425 @@
+//! The model registry: every model the daemon may serve, loaded on demand
+//! and unloaded when idle or short of room.
+//!
+//! A request asks for a model by id and gets a [`Lease`]: the model, loaded
+//! if it was not (on a blocking thread; requests for the same model wait
+//! behind that load, requests for other models keep flowing). Before a load,
+//! the least recently used *idle* models are unloaded until both
+//! `max_loaded` and the memory budget leave room; a model that anybody holds
+//! (a request being validated, queued or generating, a stream being read,
+//! an aborted run being drained) is never unloaded — the load waits for one
+//! to become idle instead. An idle model is unloaded when its `keep_alive`
+//! (per request, else the daemon's) expires.
+//!
+//! Below the api, above `engine` and `conversation`; it never reads the
+//! configuration: the composition root hands it [`ModelSpec`]s and
+//! [`Settings`].
+
+mod load;
+mod spec;
+
+pub use load::{load, LoadFailure};
+pub use spec::{discover, Found, KeepAlive, ModelSpec};
+
+use crate::conversation::Prompter;
+use crate::engine::{open_runtime, BackendError, Engine, OpenedRuntime, RuntimeSettings};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Notify;
+
+/// A loaded model: the engine that runs it and the prompter that renders
+/// its prompts, side by side.
+pub struct Loaded {
+    pub engine: Arc<Engine>,
+    pub prompter: Arc<Prompter>,
+    pub model_id: String,
+    /// Unix seconds: the model file's mtime, or the daemon's start for the simulator.
+    pub created: u64,
+}
+
+/// How the registry treats its models.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Models loaded at the same time (at least 1).
+    pub max_loaded: usize,
+    /// The model files' sizes loaded at the same time may not exceed this.
+    pub memory_budget_bytes: Option<u64>,
+    /// How long an idle model stays loaded unless a request says otherwise.
+    pub keep_alive: KeepAlive,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("the model `{0}` is not registered")]
+    NotFound(String),
+    #[error("loading the model `{id}` failed: {source}")]
+    Load { id: String, source: LoadFailure },
+    #[error("the model `{id}` ({size} bytes) does not fit in the memory budget of {budget} bytes")]
+    TooLarge { id: String, size: u64, budget: u64 },
+    #[error("the load of `{0}` stopped unexpectedly")]
+    Interrupted(String),
+}
+
+/// What `/v1/models`, `/api/tags` and `/api/ps` show of one model.
+#[derive(Clone)]
+pub struct Status {
+    pub spec: Arc<ModelSpec>,
+    pub loaded: Option<LoadedStatus>,
+}
+
+#[derive(Clone)]
+pub struct LoadedStatus {
+    pub model: Arc<Loaded>,
+    /// When the load finished.
+    pub since: SystemTime,
+    /// When it will be unloaded if still idle; `None`: it is in use or kept forever.
+    pub expires: Option<SystemTime>,
+}
+
+/// One loaded model in the registry.
+struct Slot {
+    model: Arc<Loaded>,
+    since: SystemTime,
+    last_used: Instant,
+    /// Deadline once idle; `None` = forever.
+    expires: Option<Instant>,
+}
+
+impl Slot {
+    /// Nobody but the registry (and `extra` holders the caller knows of) holds it.
+    fn idle(&self, extra: usize) -> bool {
+        Arc::strong_count(&self.model) <= 1 + extra && Arc::strong_count(&self.model.engine) == 1
+    }
+}
+
+#[derive(Default)]
+struct State {
+    loaded: HashMap<String, Slot>,
+    /// Loads in progress, with their sizes: counted as loaded when making room.
+    reserved: Vec<(String, u64)>,
+}
+
+pub struct Registry {
+    specs: Vec<Arc<ModelSpec>>,
+    settings: Settings,
+    state: Mutex<State>,
+    /// One per model: requests for a model that is loading wait here.
+    load_locks: HashMap<String, tokio::sync::Mutex<()>>,
+    /// A model was released or unloaded: a waiting load or the reaper looks again.
+    changed: Notify,
+    /// Runtimes opened so far, kept open: loading a model again does not
+    /// `dlopen` the library again (a re-opened library does not give all its
+    /// memory back when closed: RSS grew ~0.5 MiB per load/unload cycle).
+    runtimes: Mutex<Vec<(RuntimeSettings, OpenedRuntime)>>,
+}
+
+/// A loaded model held for one request. While any lease (or anything the
+/// engine holds for a queued or running job) exists, the model stays loaded.
+pub struct Lease {
+    /// `None` only inside `drop`, which hands it back to the registry.
+    model: Option<Arc<Loaded>>,
+    registry: Arc<Registry>,
+    keep_alive: KeepAlive,
+    /// Time this request spent loading the model (zero when it was loaded).
+    pub load_duration: Duration,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = Loaded;
+    fn deref(&self) -> &Loaded {
+        self.model.as_deref().expect("a lease holds its model until it is dropped")
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(model) = self.model.take() {
+            self.registry.released(model, self.keep_alive);
+        }
+    }
+}
+
+/// How often a load that waits for room, or the reaper with a busy expired
+/// model, looks again even without a notification (a drained, aborted run
+/// lets go of its engine without one).
+const RECHECK: Duration = Duration::from_millis(50);
+
+impl Registry {
+    /// The registry of these models (ids already checked to be unique).
+    pub fn new(specs: Vec<ModelSpec>, settings: Settings) -> Arc<Registry> {
+        let load_locks = specs.iter().map(|s| (s.id.clone(), tokio::sync::Mutex::new(()))).collect();
+        Arc::new(Registry {
+            specs: specs.into_iter().map(Arc::new).collect(),
+            settings,
+            state: Mutex::new(State::default()),
+            load_locks,
+            changed: Notify::new(),
+            runtimes: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn spec(&self, id: &str) -> Option<&Arc<ModelSpec>> {
+        self.specs.iter().find(|s| s.id == id)
+    }
+
+    /// Requests that may wait per model (every model has the same).
+    pub fn queue_depth(&self) -> usize {
+        self.specs.first().map_or(0, |s| s.engine.queue_depth)
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Every registered model, in registration order.
+    pub fn statuses(&self) -> Vec<Status> {
+        let state = self.state();
+        let now = (Instant::now(), SystemTime::now());
+        self.specs
+            .iter()
+            .map(|spec| Status {
+                spec: spec.clone(),
+                loaded: state.loaded.get(&spec.id).map(|slot| LoadedStatus {
+                    model: slot.model.clone(),
+                    since: slot.since,
+                    expires: slot
+                        .expires
+                        .filter(|_| slot.idle(0))
+                        .map(|at| now.1 + at.saturating_duration_since(now.0)),
+                }),
+            })
+            .collect()
+    }
+
+    /// The loaded models, most recently used first.
+    pub fn loaded(&self) -> Vec<Arc<Loaded>> {
+        let state = self.state();
+        let mut slots: Vec<&Slot> = state.loaded.values().collect();
+        slots.sort_by_key(|s| std::cmp::Reverse(s.last_used));
+        slots.into_iter().map(|s| s.model.clone()).collect()
+    }
+
+    /// The model, loaded if it is not; `keep_alive` overrides the daemon's
+    /// for this request's release.
+    pub async fn acquire(self: &Arc<Self>, id: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, RegistryError> {
+        let spec = self.spec(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?.clone();
+        let keep_alive = keep_alive.unwrap_or(self.settings.keep_alive);
+        let started = Instant::now();
+        if let Some(lease) = self.lease_loaded(id, keep_alive, Duration::ZERO) {
+            return Ok(lease);
+        }
+        let Some(lock) = self.load_locks.get(id) else { return Err(RegistryError::NotFound(id.to_owned())) };
+        let _loading = lock.lock().await;
+        // Loaded by the request ahead of us while we waited.
+        if let Some(lease) = self.lease_loaded(id, keep_alive, started.elapsed()) {
+            return Ok(lease);
+        }
+        self.make_room(&spec).await?;
+        let loading = spec.clone();
+        let this = self.clone();
+        let loaded = tokio::task::spawn_blocking(move || load(&loading, |settings| this.runtime(settings))).await;
+        let mut state = self.state();
+        state.reserved.retain(|(r, _)| r != id);
+        let loaded = match loaded {
+            Ok(Ok(loaded)) => Arc::new(loaded),
+            Ok(Err(source)) => {
+                drop(state);
+                self.changed.notify_waiters();
+                return Err(RegistryError::Load { id: id.to_owned(), source });
+            }
+            Err(_) => return Err(RegistryError::Interrupted(id.to_owned())),
+        };
+        let now = Instant::now();
+        tracing::info!(model = %id, load_ms = started.elapsed().as_millis() as u64, "model loaded");
+        state.loaded.insert(
+            id.to_owned(),
+            Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
+        );
+        Ok(Lease { model: Some(loaded), registry: self.clone(), keep_alive, load_duration: started.elapsed() })
+    }
+
+    /// The runtime for these settings, opened once.
+    fn runtime(&self, settings: &RuntimeSettings) -> Result<OpenedRuntime, BackendError> {
+        let mut runtimes = self.runtimes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, opened)) = runtimes.iter().find(|(s, _)| s == settings) {
+            return Ok(opened.clone());
+        }
+        let opened = open_runtime(settings)?;
+        if let Some(why) = &opened.fallback {
+            tracing::warn!("no usable runtime library ({why}); using the simulated runtime");
+        }
+        runtimes.push((settings.clone(), opened.clone()));
+        Ok(opened)
+    }
+
+    fn lease_loaded(self: &Arc<Self>, id: &str, keep_alive: KeepAlive, waited: Duration) -> Option<Lease> {
+        let mut state = self.state();
+        let slot = state.loaded.get_mut(id)?;
+        slot.last_used = Instant::now();
+        Some(Lease { model: Some(slot.model.clone()), registry: self.clone(), keep_alive, load_duration: waited })
+    }
+
+    /// Unloads least recently used idle models until `spec` fits, then
+    /// reserves its room; waits while every model in the way is busy.
+    async fn make_room(&self, spec: &ModelSpec) -> Result<(), RegistryError> {
+        if let Some(budget) = self.settings.memory_budget_bytes.filter(|&b| spec.size_bytes > b) {
+            return Err(RegistryError::TooLarge { id: spec.id.clone(), size: spec.size_bytes, budget });
+        }
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let victims = {
+                let mut state = self.state();
+                match self.victims(&mut state, spec) {
+                    Some(victims) => {
+                        state.reserved.push((spec.id.clone(), spec.size_bytes));
+                        victims
+                    }
+                    None => Vec::new(),
+                }
+            };
+            let reserved = self.state().reserved.iter().any(|(r, _)| *r == spec.id);
+            for victim in victims {
+                tracing::info!(model = %victim.model_id, reason = "room", "unloading model");
+                unload(victim).await;
+            }
+            if reserved {
+                return Ok(());
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+
+    /// The idle models to unload (taken out of the state) so that `spec`
+    /// fits, or `None` when busy models are in the way.
+    fn victims(&self, state: &mut State, spec: &ModelSpec) -> Option<Vec<Arc<Loaded>>> {
+        let size = |id: &str| self.spec(id).map_or(0, |s| s.size_bytes);
+        let mut count = state.loaded.len() + state.reserved.len();
+        let mut bytes: u64 =
+            state.loaded.keys().map(|id| size(id)).sum::<u64>() + state.reserved.iter().map(|(_, s)| s).sum::<u64>();
+        let fits = |count: usize, bytes: u64| {
+            count < self.settings.max_loaded.max(1)
+                && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
+        };
+        let mut idle: Vec<(&String, Instant)> =
+            state.loaded.iter().filter(|(_, s)| s.idle(0)).map(|(id, s)| (id, s.last_used)).collect();
+        idle.sort_by_key(|(_, used)| *used);
+        let mut chosen = Vec::new();
+        for (id, _) in idle {
+            if fits(count, bytes) {
+                break;
+            }
+            count -= 1;
+            bytes -= size(id);
+            chosen.push(id.clone());
+        }
+        if !fits(count, bytes) {
+            return None;
+        }
+        Some(chosen.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect())
+    }
+
+    /// A lease ended: the model's idle clock starts; `keep_alive` 0 unloads
+    /// it at once when nobody else holds it.
+    fn released(&self, model: Arc<Loaded>, keep_alive: KeepAlive) {
+        let now = Instant::now();
+        let unload_now = {
+            let mut state = self.state();
+            let Some(slot) = state.loaded.get_mut(&model.model_id).filter(|s| Arc::ptr_eq(&s.model, &model)) else {
+                return;
+            };
+            slot.last_used = now;
+            slot.expires = keep_alive.deadline(now);
+            // Counting the reference handed back here, dropped below.
+            if keep_alive.is_zero() && slot.idle(1) {
+                state.loaded.remove(&model.model_id).map(|s| s.model)
+            } else {
+                None
+            }
+        };
+        drop(model);
+        if let Some(model) = unload_now {
+            tracing::info!(model = %model.model_id, reason = "keep_alive", "unloading model");
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(unload(model));
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Unloads the model now if it is idle; otherwise it is unloaded as soon
+    /// as its work is done. `Ok(false)`: it was not loaded.
+    pub async fn unload(&self, id: &str) -> Result<bool, RegistryError> {
+        self.spec(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+        let now_idle = {
+            let mut state = self.state();
+            let Some(slot) = state.loaded.get_mut(id) else { return Ok(false) };
+            slot.expires = Some(Instant::now());
+            if slot.idle(0) {
+                state.loaded.remove(id).map(|s| s.model)
+            } else {
+                None
+            }
+        };
+        self.changed.notify_waiters();
+        if let Some(model) = now_idle {
+            tracing::info!(model = %id, reason = "request", "unloading model");
+            unload(model).await;
+        }
+        Ok(true)
+    }
+
+    /// Unloads idle models whose keep-alive expired; runs for the process's
+    /// life. Spawn once.
+    pub async fn reap(self: Arc<Self>) {
+        let this = self;
+        loop {
+            let notified = this.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = Instant::now();
+            let (expired, next) = {
+                let mut state = this.state();
+                let expired: Vec<String> = state
+                    .loaded
+                    .iter()
+                    .filter(|(_, s)| s.expires.is_some_and(|at| at <= now) && s.idle(0))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                let models: Vec<_> = expired.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect();
+                // A busy model past its deadline is looked at again soon.
+                let next = state.loaded.values().filter_map(|s| s.expires).map(|at| at.max(now + RECHECK)).min();
+                (models, next)
+            };
+            for model in expired {
+                tracing::info!(model = %model.model_id, reason = "keep_alive", "unloading model");
+                unload(model).await;
+            }
+            let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// Drops the registry's last reference on a blocking thread: the runtime
+/// thread is joined and `rkllm_destroy` called before this returns.
+async fn unload(model: Arc<Loaded>) {
+    let id = model.model_id.clone();
+    let started = Instant::now();
+    if tokio::task::spawn_blocking(move || drop(model)).await.is_err() {
+        tracing::error!(model = %id, "unloading the model panicked");
+    }
+    tracing::info!(model = %id, unload_ms = started.elapsed().as_millis() as u64, "model unloaded");
+}

@@ -1,0 +1,190 @@
+//! What a registered model is (a [`ModelSpec`], built by the composition
+//! root), how long it stays loaded ([`KeepAlive`]), and finding the models
+//! in a models directory ([`discover`]).
+
+use crate::conversation::PromptSettings;
+use crate::engine::{EngineSettings, RuntimeSettings};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Everything needed to load one model, fixed at start.
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    /// Stable and unique: the file's stem, or the id a `[[models]]` table gives.
+    pub id: String,
+    /// The `.rkllm` file or `sim:` spec given to `rkllm_init`.
+    pub path: String,
+    pub runtime: RuntimeSettings,
+    pub prompt: PromptSettings,
+    /// `model_path` and `disable_runtime_template` are set at load.
+    pub engine: EngineSettings,
+    /// The model file's size (0 for a `sim:` spec): what the memory budget counts.
+    pub size_bytes: u64,
+    /// Unix seconds: the file's mtime (for a `sim:` spec, the daemon's start).
+    pub modified: u64,
+}
+
+/// How long an idle model stays loaded (Ollama's `keep_alive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeepAlive {
+    Forever,
+    /// `For(ZERO)`: unload as soon as the model is idle.
+    For(Duration),
+}
+
+impl KeepAlive {
+    /// When an idle model expires; `None` = never.
+    pub fn deadline(self, from: Instant) -> Option<Instant> {
+        match self {
+            KeepAlive::Forever => None,
+            KeepAlive::For(d) => Some(from + d),
+        }
+    }
+
+    pub fn is_zero(self) -> bool {
+        self == KeepAlive::For(Duration::ZERO)
+    }
+
+    /// Seconds (a number) as Ollama takes them: negative = forever.
+    pub fn from_secs(secs: f64) -> Result<KeepAlive, String> {
+        if secs.is_nan() {
+            return Err("keep_alive must be a number of seconds or a duration like \"5m\"".into());
+        }
+        if secs < 0.0 {
+            return Ok(KeepAlive::Forever);
+        }
+        Duration::try_from_secs_f64(secs).map(KeepAlive::For).map_err(|e| format!("keep_alive: {e}"))
+    }
+
+    /// Ollama's forms: a Go duration (`"5m"`, `"1h30m"`, `"300ms"`, `"-1m"`)
+    /// or a number of seconds (`"300"`, `"-1"`); negative = forever.
+    pub fn parse(text: &str) -> Result<KeepAlive, String> {
+        let text = text.trim();
+        if let Ok(secs) = text.parse::<f64>() {
+            return Self::from_secs(secs);
+        }
+        let bad = || format!("keep_alive `{text}` is not a duration (e.g. \"5m\", \"1h30m\", \"30s\", \"-1\")");
+        let (negative, mut rest) = match text.strip_prefix('-') {
+            Some(r) => (true, r),
+            None => (false, text.strip_prefix('+').unwrap_or(text)),
+        };
+        if rest.is_empty() {
+            return Err(bad());
+        }
+        let mut secs = 0.0;
+        while !rest.is_empty() {
+            let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(bad)?;
+            let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+            rest = &rest[digits..];
+            let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+            let scale = match &rest[..unit_len] {
+                "ns" => 1e-9,
+                "us" | "µs" => 1e-6,
+                "ms" => 1e-3,
+                "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                _ => return Err(bad()),
+            };
+            secs += number * scale;
+            rest = &rest[unit_len..];
+        }
+        if negative {
+            return Ok(KeepAlive::Forever);
+        }
+        Self::from_secs(secs)
+    }
+}
+
+/// A model found in the models directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub id: String,
+    pub file: PathBuf,
+    /// A chat template of this model's own (`<stem>.chat_template.jinja` or
+    /// `<stem>.tokenizer_config.json` beside a file that shares its folder).
+    pub chat_template: Option<PathBuf>,
+    /// `<stem>.tokenizer.json` beside the file.
+    pub tokenizer: Option<PathBuf>,
+}
+
+/// Every `*.rkllm` in `dir` and in its direct subfolders (one model per
+/// folder, with `tokenizer_config.json`, `tokenizer.json` or
+/// `chat_template.jinja` beside it), sorted by path. The id is the file's
+/// stem; two files with the same stem are an error naming both.
+pub fn discover(dir: &Path) -> Result<Vec<Found>, String> {
+    let read = |d: &Path| -> Result<Vec<PathBuf>, String> {
+        let entries = std::fs::read_dir(d).map_err(|e| format!("models_dir {}: {e}", d.display()))?;
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        Ok(paths)
+    };
+    let is_model = |p: &Path| p.is_file() && p.extension().is_some_and(|e| e == "rkllm");
+    let mut files = Vec::new();
+    for path in read(dir)? {
+        if path.is_dir() {
+            files.extend(read(&path)?.into_iter().filter(|p| is_model(p)));
+        } else if is_model(&path) {
+            files.push(path);
+        }
+    }
+    let mut found: Vec<Found> = Vec::new();
+    for file in files {
+        let Some(id) = file.file_stem().map(|s| s.to_string_lossy().into_owned()) else { continue };
+        if let Some(other) = found.iter().find(|f| f.id == id) {
+            return Err(format!(
+                "two models have the id `{id}`: {} and {}; rename one, or give one an id in a [[models]] table",
+                other.file.display(),
+                file.display()
+            ));
+        }
+        let sidecar = |name: &str| {
+            file.with_file_name(format!("{id}.{name}")).is_file().then(|| file.with_file_name(format!("{id}.{name}")))
+        };
+        let chat_template = sidecar("chat_template.jinja").or_else(|| sidecar("tokenizer_config.json"));
+        let tokenizer = sidecar("tokenizer.json");
+        found.push(Found { id, file, chat_template, tokenizer });
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keep_alive_takes_ollamas_forms() {
+        let d = |s| KeepAlive::For(Duration::from_secs(s));
+        assert_eq!(KeepAlive::parse("5m"), Ok(d(300)));
+        assert_eq!(KeepAlive::parse("1h30m"), Ok(d(5400)));
+        assert_eq!(KeepAlive::parse("300"), Ok(d(300)));
+        assert_eq!(KeepAlive::parse("0"), Ok(d(0)));
+        assert_eq!(KeepAlive::parse("-1"), Ok(KeepAlive::Forever));
+        assert_eq!(KeepAlive::parse("-1m"), Ok(KeepAlive::Forever));
+        assert_eq!(KeepAlive::parse("1.5s"), Ok(KeepAlive::For(Duration::from_millis(1500))));
+        assert!(KeepAlive::parse("5 minutes").is_err());
+        assert!(KeepAlive::parse("").is_err());
+        assert!(KeepAlive::parse("m").is_err());
+        assert!(KeepAlive::For(Duration::ZERO).is_zero());
+    }
+
+    #[test]
+    fn a_directory_of_files_and_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.rkllm"), "x").unwrap();
+        std::fs::write(dir.path().join("b.tokenizer.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        std::fs::create_dir(dir.path().join("qwen")).unwrap();
+        std::fs::write(dir.path().join("qwen/Qwen3-1.7B.rkllm"), "x").unwrap();
+        let found = discover(dir.path()).unwrap();
+        let ids: Vec<_> = found.iter().map(|f| f.id.as_str()).collect();
+        assert_eq!(ids, ["b", "Qwen3-1.7B"]);
+        assert_eq!(found[0].tokenizer.as_deref(), Some(dir.path().join("b.tokenizer.json").as_path()));
+        assert_eq!(found[1].tokenizer, None);
+
+        std::fs::create_dir(dir.path().join("other")).unwrap();
+        std::fs::write(dir.path().join("other/b.rkllm"), "x").unwrap();
+        let err = discover(dir.path()).unwrap_err();
+        assert!(err.contains("b.rkllm") && err.contains("other/b.rkllm"), "{err}");
+    }
+}
