@@ -34,7 +34,7 @@ impl Drop for Record {
         let id = std::mem::take(&mut self.id);
         let record = async move {
             if let Ok(outcome) = abandoned.await {
-                let ending = super::status::ending(&outcome.reason, false);
+                let ending = super::status::ending(&outcome.reason, &super::status::Facts::default());
                 write(&id, &outcome, &ending, true);
             }
         };

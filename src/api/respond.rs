@@ -46,7 +46,7 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
     }
-    let pieces = pieces(generation, record, v.stops, v.rules);
+    let pieces = pieces(generation, record, v.stops, v.rules, v.checks);
     let mut response = if v.stream {
         stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
     } else {
