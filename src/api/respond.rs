@@ -46,11 +46,20 @@ pub async fn respond(state: &AppState, v: Validated, shape: Shape, meta: Meta) -
     if !ignored.is_empty() {
         tracing::warn!(id = %meta.id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
     }
-    let pieces = pieces(generation, record, v.stops, v.rules, v.checks);
-    let mut response = if v.stream {
-        stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
-    } else {
-        collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
+    // Without a tokenizer, a prompt that may be longer than the context can
+    // be refused by the runtime before its first token: a stream's headers
+    // wait for the first piece, so that the refusal is a 400 as when the
+    // daemon counts the prompt itself (no keep-alive comments meanwhile).
+    let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
+    let mut pieces = Box::pin(pieces(generation, record, v.stops, v.rules, v.checks));
+    let first = if hold_headers { pieces.next().await } else { None };
+    let mut response = match first {
+        Some(Piece::Failed(e)) => e.into_response(),
+        first if v.stream => {
+            let pieces = futures_util::stream::iter(first).chain(pieces);
+            stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
+        }
+        _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
     response.extensions_mut().insert(Admitted);
     if !ignored.is_empty() {

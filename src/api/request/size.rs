@@ -121,9 +121,9 @@ impl PromptSize {
         };
         let definitions = if w.tools == 1 { "1 tool definition takes" } else { &format!("{} tool definitions take", w.tools) };
         format!(
-            " {definitions} ~{} of {} {unit}; the model's context is {} tokens: send fewer tools (or none, e.g. turn off native function calling in the client) or use a model converted with a larger context.",
+            " {definitions} ~{} of the {} {unit}; the model's context is {} tokens: send fewer tools (or none, e.g. turn off native function calling in the client) or use a model converted with a larger context.",
             short(taken),
-            short(total),
+            group(total),
             group(self.context)
         )
     }
@@ -202,7 +202,7 @@ mod tests {
         };
         let e = size.check(&job(None)).unwrap_err();
         assert!(e.body.message.contains("resulted in 13,950 tokens"), "{}", e.body.message);
-        assert!(e.body.message.contains("36 tool definitions take ~11k of 13.9k tokens; the model's context is 4,096 tokens"), "{}", e.body.message);
+        assert!(e.body.message.contains("36 tool definitions take ~11k of the 13,950 tokens; the model's context is 4,096 tokens"), "{}", e.body.message);
         assert!(!size.may_overflow() || size.refused_by_runtime().body.message.contains("13,950 tokens"));
     }
 }
