@@ -136,7 +136,11 @@ fn title_schema() -> Value {
 async fn structured_output_is_json_of_the_schema_or_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
-    let file = script(&[("good", "{\"title\": \"Paris\"}"), ("prose", "Sure! The title is Paris."), ("extra", "{\"title\": \"Paris\", \"x\": 1}")]);
+    let file = script(&[
+        ("good", "{\"title\": \"Paris\"}"),
+        ("prose", "Sure! The title is Paris."),
+        ("extra", "{\"title\": \"Paris\", \"x\": 1}"),
+    ]);
     let spec = format!("sim:instant?script={}&record={}", file.path().display(), record.display());
     let d = Daemon::start(&["--model", &spec, "--model-id", "m"]);
     let ask = |content: &str, stream: bool| {
@@ -168,8 +172,10 @@ async fn structured_output_is_json_of_the_schema_or_an_error() {
         assert!(events.iter().all(|e| e.data == "[DONE]" || e.json()["choices"][0]["finish_reason"].is_null()));
     }
 
-    let (status, body) =
-        post(&d, json!({"model": "m", "response_format": {"type": "yaml"}, "messages": [{"role": "user", "content": "good"}]}))
-            .await;
+    let (status, body) = post(
+        &d,
+        json!({"model": "m", "response_format": {"type": "yaml"}, "messages": [{"role": "user", "content": "good"}]}),
+    )
+    .await;
     assert_eq!((status, body["error"]["param"].clone()), (400, json!("response_format.type")), "{body}");
 }

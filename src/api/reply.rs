@@ -6,8 +6,8 @@
 
 use super::error::ApiError;
 use super::record::Record;
-use super::response::Usage;
 use super::request::Checks;
+use super::response::Usage;
 use super::status::{ending, Facts};
 use crate::conversation::{Delta, ReplyParser, ReplyRules};
 use crate::engine::{GenEvent, Generation};

@@ -63,9 +63,10 @@ pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
         ),
         // The runtime refuses a prompt longer than its context before the
         // first token: the client's to fix, as when the daemon counts it.
-        EndReason::RuntimeError(_) if overflow.is_some() => {
-            Ending::failed(overflow.map(PromptSize::refused_by_runtime).unwrap_or_else(|| ApiError::runtime("")), "context_length")
-        }
+        EndReason::RuntimeError(_) if overflow.is_some() => Ending::failed(
+            overflow.map(PromptSize::refused_by_runtime).unwrap_or_else(|| ApiError::runtime("")),
+            "context_length",
+        ),
         EndReason::RuntimeError(message) => Ending::failed(ApiError::runtime(message.clone()), "error"),
         EndReason::ShuttingDown => Ending::failed(ApiError::shutting_down(), "shutdown"),
         EndReason::Abandoned => Ending { status: CLIENT_CLOSED, finish_reason: "abort", error: None },
@@ -116,7 +117,10 @@ mod tests {
         let size = |bytes| PromptSize { param: "messages", bytes, context: 4096, ..PromptSize::default() };
         let row = |bytes, before_first_token| {
             let prompt = size(bytes);
-            let e = ending(&EndReason::RuntimeError("x".into()), &Facts { before_first_token, prompt: Some(&prompt), ..Facts::default() });
+            let e = ending(
+                &EndReason::RuntimeError("x".into()),
+                &Facts { before_first_token, prompt: Some(&prompt), ..Facts::default() },
+            );
             (e.status, e.finish_reason, e.error.and_then(|e| e.body.code))
         };
         assert_eq!(row(20_000, true), (400, "context_length", Some("context_length_exceeded")));

@@ -50,11 +50,17 @@ impl ResponseFormat {
                     None => Value::Bool(true),
                     Some(schema @ (Value::Object(_) | Value::Bool(_))) => schema.clone(),
                     Some(_) => {
-                        return bad("response_format.json_schema.schema", "`json_schema.schema` must be a JSON Schema object.")
+                        return bad(
+                            "response_format.json_schema.schema",
+                            "`json_schema.schema` must be a JSON Schema object.",
+                        )
                     }
                 };
                 if has_nul(&schema) || name.contains('\0') {
-                    return bad("response_format.json_schema", "`response_format` contains a NUL character (U+0000), which the runtime cannot take.");
+                    return bad(
+                        "response_format.json_schema",
+                        "`response_format` contains a NUL character (U+0000), which the runtime cannot take.",
+                    );
                 }
                 Ok(Some(ResponseFormat::Schema { name: name.to_owned(), schema }))
             }
@@ -113,7 +119,9 @@ impl Checker<'_> {
         let next = depth + 1;
         if let Some(pointer) = s.get("$ref").and_then(Value::as_str) {
             let target = pointer.strip_prefix('#').and_then(|p| self.root.pointer(p));
-            let Some(target) = target else { return Err(format!("at {at}, the schema's $ref {pointer:?} points nowhere")) };
+            let Some(target) = target else {
+                return Err(format!("at {at}, the schema's $ref {pointer:?} points nowhere"));
+            };
             self.check(target, value, at, next)?;
         }
         if let Some(kind) = s.get("type") {
@@ -151,19 +159,17 @@ impl Checker<'_> {
         match value {
             Value::Object(map) => {
                 let properties = s.get("properties").and_then(Value::as_object);
-                for name in s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+                for name in s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+                {
                     if !map.contains_key(name) {
                         return Err(format!("{at} lacks the required property {name:?}"));
                     }
                 }
                 for (name, item) in map {
                     let path = format!("{at}.{name}");
-                    match properties.and_then(|p| p.get(name)) {
-                        Some(sub) => self.check(sub, item, &path, next)?,
-                        None => match s.get("additionalProperties") {
-                            Some(extra) => self.check(extra, item, &path, next)?,
-                            None => {}
-                        },
+                    // A property not in `properties` is checked against `additionalProperties`, if any.
+                    if let Some(sub) = properties.and_then(|p| p.get(name)).or_else(|| s.get("additionalProperties")) {
+                        self.check(sub, item, &path, next)?;
                     }
                 }
             }
@@ -296,14 +302,17 @@ mod tests {
         assert_eq!(ResponseFormat::parse(Some(&json!({"type": "text"}))).unwrap(), None);
         assert!(ResponseFormat::parse(Some(&json!({"type": "xml"}))).is_err());
         assert!(ResponseFormat::parse(Some(&json!({"type": "json_schema", "json_schema": {"schema": {}}}))).is_err());
-        let f = ResponseFormat::parse(Some(&json!({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}})))
-            .unwrap()
-            .unwrap();
+        let f = ResponseFormat::parse(Some(
+            &json!({"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}}),
+        ))
+        .unwrap()
+        .unwrap();
         let mut messages = vec![Message { content: Some("hi".into()), ..Message::default() }];
         f.instruct(&mut messages);
         assert_eq!(messages[0].role, Role::System);
         assert!(messages[0].content.as_deref().unwrap().contains(r#"{"type":"object"}"#));
-        let mut messages = vec![Message { role: Role::System, content: Some("Be brief.".into()), ..Message::default() }];
+        let mut messages =
+            vec![Message { role: Role::System, content: Some("Be brief.".into()), ..Message::default() }];
         ResponseFormat::JsonObject.instruct(&mut messages);
         assert_eq!(messages.len(), 1);
         assert!(messages[0].content.as_deref().unwrap().starts_with("Be brief.\n\nRespond with a single JSON object."));

@@ -141,10 +141,8 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
         if v.is_empty() {
             continue;
         }
-        let points: Vec<String> = cdf_steps(&v, x_max)
-            .into_iter()
-            .map(|(x, q)| format!("{:.1},{:.1}", panel.x(x), panel.y(q)))
-            .collect();
+        let points: Vec<String> =
+            cdf_steps(&v, x_max).into_iter().map(|(x, q)| format!("{:.1},{:.1}", panel.x(x), panel.y(q))).collect();
         let colour = COLOURS[i % COLOURS.len()];
         let (lx, ly) = (WIDTH - LEGEND + 16.0, top + MARGIN.2 + 12.0 + 16.0 * i as f64);
         let _ = write!(
@@ -234,7 +232,18 @@ mod tests {
         let points = cdf_steps(&[1.0, 2.0, 2.0, 4.0], 5.0);
         assert_eq!(
             points,
-            [(1.0, 0.0), (1.0, 0.0), (1.0, 0.25), (2.0, 0.25), (2.0, 0.5), (2.0, 0.5), (2.0, 0.75), (4.0, 0.75), (4.0, 1.0), (5.0, 1.0)]
+            [
+                (1.0, 0.0),
+                (1.0, 0.0),
+                (1.0, 0.25),
+                (2.0, 0.25),
+                (2.0, 0.5),
+                (2.0, 0.5),
+                (2.0, 0.75),
+                (4.0, 0.75),
+                (4.0, 1.0),
+                (5.0, 1.0)
+            ]
         );
         // Every segment is horizontal or vertical: no line between two samples.
         assert!(points.windows(2).all(|w| w[0].0 == w[1].0 || w[0].1 == w[1].1));

@@ -211,5 +211,9 @@ fn without_tools(model: &Loaded, mut chat: ChatInput) -> Option<size::WithoutToo
     chat.tools.clear();
     chat.tool_choice = ToolChoice::None;
     let prompt = model.prompter.render(&chat).ok()?.prompt;
-    Some(size::WithoutTools { tools, bytes: prompt.len(), tokens: model.prompter.tokenize(&prompt).map(|ids| ids.len()) })
+    Some(size::WithoutTools {
+        tools,
+        bytes: prompt.len(),
+        tokens: model.prompter.tokenize(&prompt).map(|ids| ids.len()),
+    })
 }

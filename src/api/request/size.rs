@@ -65,22 +65,25 @@ impl PromptSize {
         if self.known_tokens() + completion <= self.context {
             return Ok(());
         }
-        let (param, context) = (self.param, group(self.context));
-        let count = match self.tokens {
-            Some(n) => format!("{} tokens", group(n)),
-            None => format!(
-                "at least {} tokens ({} bytes, and no tokenizer is configured: counted at {MAX_BYTES_PER_TOKEN} bytes per token at most)",
-                group(self.known_tokens()),
-                group(self.bytes)
+        let (param, context, n) = (self.param, group(self.context), group(self.known_tokens()));
+        // Without a tokenizer the count is a lower bound, and says so.
+        let (at_least, basis) = match self.tokens {
+            Some(_) => ("", String::new()),
+            None => (
+                "at least ",
+                format!(
+                    " ({} bytes, counted at {MAX_BYTES_PER_TOKEN} bytes per token at most: no tokenizer is configured)",
+                    group(self.bytes)
+                ),
             ),
         };
         let message = match job.max_new_tokens {
             Some(m) => format!(
-                "This model's maximum context length is {context} tokens. However, you requested {} tokens ({count} in the {param}, {m} in the completion). Please reduce the length of the {param} or completion.",
-                if self.tokens.is_some() { group(self.known_tokens() + m as usize) } else { format!("at least {}", group(self.known_tokens() + m as usize)) },
+                "This model's maximum context length is {context} tokens. However, you requested {at_least}{} tokens ({at_least}{n} in the {param}{basis}, {m} in the completion). Please reduce the length of the {param} or completion.",
+                group(self.known_tokens() + m as usize),
             ),
             None => format!(
-                "This model's maximum context length is {context} tokens. However, your {param} resulted in {count}, leaving no room for a reply. Please reduce the length of the {param}."
+                "This model's maximum context length is {context} tokens. However, your {param} resulted in {at_least}{n} tokens{basis}, leaving no room for a reply. Please reduce the length of the {param}."
             ),
         };
         Err(self.error(message))
@@ -119,7 +122,8 @@ impl PromptSize {
             (Some(all), Some(without)) => (all.saturating_sub(without), all, "tokens"),
             _ => (self.bytes.saturating_sub(w.bytes), self.bytes, "bytes of the prompt"),
         };
-        let definitions = if w.tools == 1 { "1 tool definition takes" } else { &format!("{} tool definitions take", w.tools) };
+        let definitions =
+            if w.tools == 1 { "1 tool definition takes" } else { &format!("{} tool definitions take", w.tools) };
         format!(
             " {definitions} ~{} of the {} {unit}; the model's context is {} tokens: send fewer tools (or none, e.g. turn off native function calling in the client) or use a model converted with a larger context.",
             short(taken),
@@ -171,8 +175,14 @@ mod tests {
 
     #[test]
     fn numbers_read_well() {
-        assert_eq!((group(13950), group(4096), group(999), group(1_000_000)), ("13,950".into(), "4,096".into(), "999".into(), "1,000,000".into()));
-        assert_eq!((short(11020), short(13950), short(4096), short(950)), ("11k".into(), "13.9k".into(), "4k".into(), "950".into()));
+        assert_eq!(
+            (group(13950), group(4096), group(999), group(1_000_000)),
+            ("13,950".into(), "4,096".into(), "999".into(), "1,000,000".into())
+        );
+        assert_eq!(
+            (short(11020), short(13950), short(4096), short(950)),
+            ("11k".into(), "13.9k".into(), "4k".into(), "950".into())
+        );
     }
 
     #[test]
@@ -182,7 +192,17 @@ mod tests {
         assert!(size(32_760).check(&job(None)).is_ok());
         let e = size(32_768).check(&job(None)).unwrap_err();
         assert_eq!(e.body.code, Some("context_length_exceeded"));
-        assert!(e.body.message.contains("at least 4,096 tokens (32,768 bytes"), "{}", e.body.message);
+        assert!(
+            e.body.message.contains("resulted in at least 4,096 tokens (32,768 bytes, counted at 8"),
+            "{}",
+            e.body.message
+        );
+        let e = size(24_000).check(&job(Some(1200))).unwrap_err();
+        assert!(
+            e.body.message.contains("requested at least 4,200 tokens (at least 3,000 in the messages (24,000 bytes"),
+            "{}",
+            e.body.message
+        );
         // max_tokens needs room too.
         assert!(size(24_000).check(&job(Some(1200))).is_err());
         assert!(size(24_000).check(&job(Some(1000))).is_ok());
@@ -202,7 +222,13 @@ mod tests {
         };
         let e = size.check(&job(None)).unwrap_err();
         assert!(e.body.message.contains("resulted in 13,950 tokens"), "{}", e.body.message);
-        assert!(e.body.message.contains("36 tool definitions take ~11k of the 13,950 tokens; the model's context is 4,096 tokens"), "{}", e.body.message);
+        assert!(
+            e.body
+                .message
+                .contains("36 tool definitions take ~11k of the 13,950 tokens; the model's context is 4,096 tokens"),
+            "{}",
+            e.body.message
+        );
         assert!(!size.may_overflow() || size.refused_by_runtime().body.message.contains("13,950 tokens"));
     }
 }
