@@ -147,7 +147,7 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
         let (lx, ly) = (WIDTH - LEGEND + 16.0, top + MARGIN.2 + 12.0 + 16.0 * i as f64);
         let _ = write!(
             out,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><line x1="{lx}" y1="{}" x2="{}" y2="{0}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{ly}" fill="{colour}">{}</text>"#,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><line x1="{lx}" y1="{}" x2="{}" y2="{1}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{ly}" fill="{colour}">{}</text>"#,
             points.join(" "),
             ly - 4.0,
             lx + 14.0,
