@@ -172,6 +172,8 @@ async fn levels_sample_the_server_and_write_every_output() {
     assert!(svg.contains("concurrency 4"));
     let html = std::fs::read_to_string(path("r.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("TTFT ms"));
+    // The server's /v1/system, as JSON in the page.
+    assert!(html.contains("<h2>Server (GET /v1/system)</h2>\n<pre>{"), "{html}");
 }
 
 /// A server that gets everything wrong: the role chunk at accept time, a

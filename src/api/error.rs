@@ -163,6 +163,12 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("runtime_error")
     }
 
+    /// The reply is not the JSON `response_format` asked for (the runtime
+    /// cannot constrain decoding; the reply is checked after the fact).
+    pub fn invalid_format(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("invalid_response_format")
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message).code("timeout")
     }

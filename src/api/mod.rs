@@ -18,6 +18,7 @@ mod respond;
 pub mod response;
 mod runtime_info;
 mod status;
+mod structured;
 mod system;
 
 use crate::conversation::ReasoningMode;

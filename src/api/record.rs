@@ -36,7 +36,7 @@ impl Drop for Record {
         let model = std::mem::take(&mut self.model);
         let record = async move {
             if let Ok(outcome) = abandoned.await {
-                let ending = super::status::ending(&outcome.reason, false);
+                let ending = super::status::ending(&outcome.reason, &super::status::Facts::default());
                 write(&id, &model, &outcome, &ending, true);
             }
         };

@@ -6,8 +6,9 @@
 
 use super::error::ApiError;
 use super::record::Record;
+use super::request::Checks;
 use super::response::Usage;
-use super::status::ending;
+use super::status::{ending, Facts};
 use crate::conversation::{Delta, ReplyParser, ReplyRules};
 use crate::engine::{GenEvent, Generation};
 use crate::metrics::Timings;
@@ -35,11 +36,14 @@ pub fn pieces(
     record: Record,
     stops: Vec<String>,
     rules: ReplyRules,
+    checks: Checks,
 ) -> impl Stream<Item = Piece> {
     async_stream::stream! {
         let record = record;
         let mut parser = ReplyParser::new(rules, stops);
         let mut matched = false;
+        // The reply's text, kept only when it is checked at the end.
+        let mut content = String::new();
         while let Some(event) = generation.next().await {
             match event {
                 GenEvent::Token { text } => {
@@ -51,14 +55,28 @@ pub fn pieces(
                         matched = true;
                         generation.stop();
                     }
+                    if checks.format.is_some() {
+                        content.push_str(&step.delta.content);
+                    }
                     yield Piece::Delta(step.delta);
                 }
                 GenEvent::Done(outcome) => {
                     let rest = parser.finish(&outcome.tail);
+                    if checks.format.is_some() {
+                        content.push_str(&rest.content);
+                    }
                     if !rest.is_empty() {
                         yield Piece::Delta(rest);
                     }
-                    let ending = ending(&outcome.reason, parser.called_tools());
+                    let called_tools = parser.called_tools();
+                    let facts = Facts {
+                        called_tools,
+                        before_first_token: outcome.failed_before_first_token(),
+                        prompt: Some(&checks.size),
+                        // A reply that calls tools is not the answer yet.
+                        format_violation: checks.format.as_ref().filter(|_| !called_tools).and_then(|f| f.check(&content).err()),
+                    };
+                    let ending = ending(&outcome.reason, &facts);
                     record.finish(&outcome, &ending);
                     if let Some(e) = ending.error {
                         yield Piece::Failed(Box::new(e));

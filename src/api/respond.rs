@@ -51,11 +51,21 @@ pub async fn respond(
     meta: Meta,
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
-    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules)?;
-    let mut response = if v.stream {
-        stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
-    } else {
-        collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
+    // Without a tokenizer, a prompt that may be longer than the context can
+    // be refused by the runtime before its first token: a stream's headers
+    // wait for the first piece, so that the refusal is a 400 as when the
+    // daemon counts the prompt itself (no keep-alive comments meanwhile).
+    let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
+    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks)?;
+    let mut pieces = Box::pin(pieces);
+    let first = if hold_headers { pieces.next().await } else { None };
+    let mut response = match first {
+        Some(Piece::Failed(e)) => e.into_response(),
+        first if v.stream => {
+            let pieces = futures_util::stream::iter(first).chain(pieces);
+            stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
+        }
+        _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
     response.extensions_mut().insert(Admitted);
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
@@ -75,6 +85,7 @@ pub fn start(
     id: &str,
     stops: Vec<String>,
     rules: crate::conversation::ReplyRules,
+    checks: super::request::Checks,
 ) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
     let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
     let record = Record::new(id.to_owned(), model.model_id.clone(), &mut generation);
@@ -82,7 +93,7 @@ pub fn start(
     if !ignored.is_empty() {
         tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");
     }
-    let pieces = pieces(generation, record, stops, rules).map(move |piece| {
+    let pieces = pieces(generation, record, stops, rules, checks).map(move |piece| {
         // Held until the reply's last piece is read or the reply is dropped.
         let _held = &model;
         piece

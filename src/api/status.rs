@@ -3,6 +3,7 @@
 //! request log and the metrics all read their status from here.
 
 use super::error::ApiError;
+use super::request::PromptSize;
 use crate::engine::{EndReason, EngineError};
 
 /// Status 499 (nginx's "client closed request"): the client went away, so
@@ -15,7 +16,7 @@ pub struct Ending {
     /// The status the request log and metrics report.
     pub status: u16,
     /// `stop`, `length`, `tool_calls`, or for a failure `timeout`, `error`,
-    /// `shutdown`, `abort`.
+    /// `context_length`, `invalid_format`, `shutdown`, `abort`.
     pub finish_reason: &'static str,
     /// For a failure: the error the client gets (a JSON body, or the stream's
     /// error event). `None` for a normal end and for an abandoned request.
@@ -32,15 +33,39 @@ impl Ending {
     }
 }
 
-/// `called_tools`: the reply held tool calls (all well-formed).
-pub fn ending(reason: &EndReason, called_tools: bool) -> Ending {
+/// What the api knows besides the engine's reason.
+#[derive(Debug, Default)]
+pub struct Facts<'a> {
+    /// The reply held tool calls (all well-formed).
+    pub called_tools: bool,
+    /// The run started and ended before its first token.
+    pub before_first_token: bool,
+    /// The prompt's size against the context.
+    pub prompt: Option<&'a PromptSize>,
+    /// Why the reply is not what `response_format` asked for.
+    pub format_violation: Option<String>,
+}
+
+pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
+    let overflow = facts.prompt.filter(|p| facts.before_first_token && p.may_overflow());
     match reason {
-        EndReason::Eos | EndReason::Stopped if called_tools => Ending::ok("tool_calls"),
+        // Asked-for JSON that is not: an error, never a "stop" that presents it as JSON.
+        EndReason::Eos | EndReason::Stopped | EndReason::Length if facts.format_violation.is_some() => {
+            let why = facts.format_violation.clone().unwrap_or_default();
+            Ending::failed(ApiError::invalid_format(why), "invalid_format")
+        }
+        EndReason::Eos | EndReason::Stopped if facts.called_tools => Ending::ok("tool_calls"),
         EndReason::Eos | EndReason::Stopped => Ending::ok("stop"),
         EndReason::Length => Ending::ok("length"),
         EndReason::Timeout(which) => Ending::failed(
             ApiError::timeout(format!("The {} time-out expired; the generation was aborted.", which.as_str())),
             "timeout",
+        ),
+        // The runtime refuses a prompt longer than its context before the
+        // first token: the client's to fix, as when the daemon counts it.
+        EndReason::RuntimeError(_) if overflow.is_some() => Ending::failed(
+            overflow.map(PromptSize::refused_by_runtime).unwrap_or_else(|| ApiError::runtime("")),
+            "context_length",
         ),
         EndReason::RuntimeError(message) => Ending::failed(ApiError::runtime(message.clone()), "error"),
         EndReason::ShuttingDown => Ending::failed(ApiError::shutting_down(), "shutdown"),
@@ -64,8 +89,8 @@ mod tests {
 
     #[test]
     fn the_table() {
-        let row = |r: EndReason, tools: bool| {
-            let e = ending(&r, tools);
+        let row = |r: EndReason, called_tools: bool| {
+            let e = ending(&r, &Facts { called_tools, ..Facts::default() });
             (e.status, e.finish_reason, e.error.map(|e| (e.status, e.body.kind, e.body.code)))
         };
         assert_eq!(row(EndReason::Eos, false), (200, "stop", None));
@@ -85,5 +110,34 @@ mod tests {
         );
         assert_eq!(row(EndReason::Abandoned, false), (499, "abort", None));
         assert_eq!(refused(&EngineError::QueueFull).status, StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    #[test]
+    fn a_runtime_refusal_of_a_prompt_that_may_not_fit_is_the_clients() {
+        let size = |bytes| PromptSize { param: "messages", bytes, context: 4096, ..PromptSize::default() };
+        let row = |bytes, before_first_token| {
+            let prompt = size(bytes);
+            let e = ending(
+                &EndReason::RuntimeError("x".into()),
+                &Facts { before_first_token, prompt: Some(&prompt), ..Facts::default() },
+            );
+            (e.status, e.finish_reason, e.error.and_then(|e| e.body.code))
+        };
+        assert_eq!(row(20_000, true), (400, "context_length", Some("context_length_exceeded")));
+        // After a token, or for a prompt too short to overflow: the runtime's own error.
+        assert_eq!(row(20_000, false), (500, "error", Some("runtime_error")));
+        assert_eq!(row(4_000, true), (500, "error", Some("runtime_error")));
+    }
+
+    #[test]
+    fn a_reply_that_breaks_the_format_is_an_error() {
+        let facts = Facts { format_violation: Some("not JSON".into()), ..Facts::default() };
+        for reason in [EndReason::Eos, EndReason::Stopped, EndReason::Length] {
+            let e = ending(&reason, &facts);
+            assert_eq!((e.status, e.finish_reason), (500, "invalid_format"));
+            assert_eq!(e.error.map(|e| e.body.code), Some(Some("invalid_response_format")));
+        }
+        // Other endings keep their own meaning.
+        assert_eq!(ending(&EndReason::Abandoned, &facts).status, 499);
     }
 }

@@ -1,6 +1,6 @@
-//! Charts as hand-written SVG: TTFT and ITL distributions (one quantile
-//! curve per level) and output throughput by level; `html` wraps them with
-//! the summary table.
+//! Charts as hand-written SVG: TTFT and ITL distributions (one empirical
+//! CDF per level, drawn as steps) and output throughput by level; `html`
+//! wraps them with the summary table and the server's `/v1/system`.
 
 use super::report::Report;
 use super::stats::percentile;
@@ -11,8 +11,11 @@ const WIDTH: f64 = 760.0;
 const PANEL: f64 = 300.0;
 const MARGIN: (f64, f64, f64, f64) = (60.0, 20.0, 40.0, 50.0); // left, right, top, bottom
 const COLOURS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
-/// Points per distribution curve: quantiles 0, 0.5, …, 100.
-const QUANTILE_STEPS: usize = 200;
+/// Most steps drawn per CDF; a larger sample is drawn through this many of
+/// its order statistics (still as steps: nothing is interpolated).
+const MAX_STEPS: usize = 1000;
+/// Room right of a distribution's plot area for its legend.
+const LEGEND: f64 = 170.0;
 
 fn esc(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
@@ -30,11 +33,13 @@ struct Panel {
     top: f64,
     x_max: f64,
     y_max: f64,
+    /// Right of the plot area (a legend may stand beyond it).
+    right: f64,
 }
 
 impl Panel {
     fn x(&self, v: f64) -> f64 {
-        MARGIN.0 + v / self.x_max * (WIDTH - MARGIN.0 - MARGIN.1)
+        MARGIN.0 + v / self.x_max * (self.right - MARGIN.0)
     }
 
     fn y(&self, v: f64) -> f64 {
@@ -90,7 +95,32 @@ fn short(v: f64) -> String {
     }
 }
 
-/// Quantile curves (x = value, y = fraction of samples ≤ x), one per series.
+/// The step path of the empirical CDF of sorted `v`: at each sample the
+/// fraction ≤ x rises (vertical), between samples it holds (horizontal).
+/// Values past `x_max` are drawn at the edge.
+fn cdf_steps(v: &[f64], x_max: f64) -> Vec<(f64, f64)> {
+    let n = v.len();
+    let step = n.div_ceil(MAX_STEPS).max(1);
+    let mut points = vec![(v[0].min(x_max), 0.0)];
+    // Order statistics step-1, 2·step-1, …, n-1: each rise is exact there.
+    let mut i = step - 1;
+    loop {
+        let i_at = i.min(n - 1);
+        let (x, reached) = (v[i_at].min(x_max), (i_at + 1) as f64 / n as f64);
+        let (_, below) = points[points.len() - 1];
+        points.push((x, below));
+        points.push((x, reached));
+        if i_at == n - 1 {
+            break;
+        }
+        i += step;
+    }
+    points.push((x_max, 1.0));
+    points
+}
+
+/// Empirical CDFs (x = value, y = fraction of samples ≤ x), one per series,
+/// the legend beside the plot area.
 fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<f64>)]) {
     // The axis ends a little past the largest p99: a few stalls would otherwise squash every curve.
     let p99 = |v: &Vec<f64>| {
@@ -103,7 +133,7 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
         }
     };
     let x_max = series.iter().map(|(_, v)| p99(v)).fold(0.0, f64::max).max(1e-3) * 1.25;
-    let panel = Panel { top, x_max, y_max: 1.0 };
+    let panel = Panel { top, x_max, y_max: 1.0, right: WIDTH - LEGEND };
     panel.axes(out, title, "milliseconds", "fraction ≤ x", 0.25, true);
     for (i, (label, values)) in series.iter().enumerate() {
         let mut v = values.clone();
@@ -111,19 +141,17 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
         if v.is_empty() {
             continue;
         }
-        let points: Vec<String> = (0..=QUANTILE_STEPS)
-            .map(|k| {
-                let q = k as f64 / QUANTILE_STEPS as f64;
-                format!("{:.1},{:.1}", panel.x(percentile(&v, q * 100.0).min(x_max)), panel.y(q))
-            })
-            .collect();
+        let points: Vec<String> =
+            cdf_steps(&v, x_max).into_iter().map(|(x, q)| format!("{:.1},{:.1}", panel.x(x), panel.y(q))).collect();
         let colour = COLOURS[i % COLOURS.len()];
+        let (lx, ly) = (WIDTH - LEGEND + 16.0, top + MARGIN.2 + 12.0 + 16.0 * i as f64);
         let _ = write!(
             out,
-            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><text x="{}" y="{}" fill="{colour}">{}</text>"#,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/><line x1="{lx}" y1="{}" x2="{}" y2="{1}" stroke="{colour}" stroke-width="2"/><text x="{}" y="{ly}" fill="{colour}">{}</text>"#,
             points.join(" "),
-            WIDTH - MARGIN.1 - 180.0,
-            top + 60.0 + 16.0 * i as f64,
+            ly - 4.0,
+            lx + 14.0,
+            lx + 20.0,
             esc(label)
         );
     }
@@ -132,7 +160,7 @@ fn distribution(out: &mut String, top: f64, title: &str, series: &[(String, Vec<
 fn throughput(out: &mut String, top: f64, r: &Report) {
     let n = r.levels.len();
     let y_max = r.levels.iter().map(|l| l.output_throughput).fold(0.0, f64::max).max(1e-3) * 1.1;
-    let panel = Panel { top, x_max: (n + 1) as f64, y_max };
+    let panel = Panel { top, x_max: (n + 1) as f64, y_max, right: WIDTH - MARGIN.1 };
     panel.axes(out, "Output throughput by level", "", "output tokens / s", tick_step(y_max), false);
     let points: Vec<(f64, f64)> =
         r.levels.iter().enumerate().map(|(i, l)| (panel.x((i + 1) as f64), panel.y(l.output_throughput))).collect();
@@ -182,8 +210,12 @@ pub fn svg(r: &Report) -> String {
 }
 
 pub fn html(r: &Report) -> String {
+    let system = match (&r.server_system, &r.server_system_note) {
+        (Some(v), _) => format!("<pre>{}</pre>", esc(&serde_json::to_string_pretty(v).unwrap_or_default())),
+        (None, note) => format!("<p>Not available: {}.</p>", esc(note.as_deref().unwrap_or("not asked"))),
+    };
     format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>rkllmd bench: {}</title></head><body>\n<h1>rkllmd bench: {}</h1>\n<pre>{}</pre>\n{}</body></html>\n",
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>rkllmd bench: {}</title></head><body>\n<h1>rkllmd bench: {}</h1>\n<pre>{}</pre>\n{}<h2>Server (GET /v1/system)</h2>\n{system}\n</body></html>\n",
         esc(&r.model),
         esc(&r.url),
         esc(&table::render(r)),
@@ -194,6 +226,36 @@ pub fn html(r: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cdf_is_steps() {
+        let points = cdf_steps(&[1.0, 2.0, 2.0, 4.0], 5.0);
+        assert_eq!(
+            points,
+            [
+                (1.0, 0.0),
+                (1.0, 0.0),
+                (1.0, 0.25),
+                (2.0, 0.25),
+                (2.0, 0.5),
+                (2.0, 0.5),
+                (2.0, 0.75),
+                (4.0, 0.75),
+                (4.0, 1.0),
+                (5.0, 1.0)
+            ]
+        );
+        // Every segment is horizontal or vertical: no line between two samples.
+        assert!(points.windows(2).all(|w| w[0].0 == w[1].0 || w[0].1 == w[1].1));
+        // A large sample is drawn through at most MAX_STEPS rises, ending at 1.
+        let many: Vec<f64> = (0..10_000).map(f64::from).collect();
+        let points = cdf_steps(&many, 20_000.0);
+        assert!(points.len() <= 2 * MAX_STEPS + 2, "{}", points.len());
+        assert!(points.windows(2).all(|w| w[0].0 == w[1].0 || w[0].1 == w[1].1));
+        assert_eq!(points[points.len() - 2], (9999.0, 1.0));
+        // Past the axis: drawn at the edge.
+        assert_eq!(cdf_steps(&[1.0, 9.0], 5.0)[4], (5.0, 1.0));
+    }
 
     #[test]
     fn tick_steps_are_round() {

@@ -37,7 +37,7 @@ pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "rkllmd bench {} → {} model {}", r.version, r.url, r.model);
     match (&r.server_system, &r.server_system_note) {
-        (Some(_), _) => out.push_str("server: /v1/system included in --json/--markdown\n"),
+        (Some(_), _) => out.push_str("server: /v1/system included in --json/--markdown/--html\n"),
         (None, Some(note)) => {
             let _ = writeln!(out, "server: {note}");
         }

@@ -314,18 +314,10 @@ impl Run {
     }
 
     fn runtime_error(&self, finish: &Finish) -> String {
-        // Before any token, a prompt too long for the context is the usual
-        // cause; with a tokenizer the daemon refuses those itself.
-        let hint = if self.guard.timeline.first_token.is_none() && self.guard.prompt_tokens.is_none() {
-            format!(
-                "; a prompt longer than the context (max_context_len = {}) is refused this way: configure `tokenizer` to have prompts checked before they run",
-                self.guard.engine.limits.max_context_len
-            )
-        } else {
-            String::new()
-        };
+        // A refusal before the first token may be a prompt longer than the
+        // context: the api judges that from the prompt's size.
         let state = if finish.runtime_error { ", callback state ERROR" } else { "" };
-        format!("the runtime reported an error (rkllm_run returned {}{state}){hint}", finish.code)
+        format!("the runtime reported an error (rkllm_run returned {}{state})", finish.code)
     }
 
     /// The runtime thread went away without finishing the run.

@@ -61,6 +61,12 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The run started on the runtime thread and ended before its first
+    /// token (a refused prompt ends this way).
+    pub fn failed_before_first_token(&self) -> bool {
+        self.timeline.admitted.is_some() && self.timeline.first_token.is_none()
+    }
+
     /// An end without a run (or without its figures).
     pub(super) fn without_run(reason: EndReason, mut timeline: Timeline, prompt_tokens: Option<u32>) -> Outcome {
         timeline.finished.get_or_insert_with(std::time::Instant::now);

@@ -51,8 +51,8 @@ fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
             format!("num_ctx {n} exceeds the model's context length {}.", limits.max_context_len),
         ));
     }
-    if seed.is_some() || !other.is_empty() || c.format.is_some() {
-        tracing::debug!(seed = seed.is_some(), options = ?other.keys().collect::<Vec<_>>(), format = c.format.is_some(), "ignoring Ollama fields RKLLM cannot apply");
+    if seed.is_some() || !other.is_empty() {
+        tracing::debug!(seed = seed.is_some(), options = ?other.keys().collect::<Vec<_>>(), "ignoring Ollama fields RKLLM cannot apply");
     }
     // num_predict ≤ 0 (-1 endless, -2 fill the context): the server's maximum.
     let max_tokens = num_predict.filter(|&n| n > 0).map(|n| n.min(i64::from(limits.max_new_tokens)) as u32);
@@ -114,6 +114,7 @@ pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> R
         chat_template_kwargs: None,
         tools: req.tools.clone().filter(|t| !t.is_empty()),
         tool_choice: None,
+        response_format: response_format(req.common.format.as_ref()),
         common: common(&req.common, model)?,
     };
     openai.validate(id, model, ReasoningMode::Split, received).map(Some)
@@ -164,7 +165,22 @@ pub fn generate(
         chat_template_kwargs: None::<Map<String, Value>>,
         tools: None,
         tool_choice: None,
+        response_format: response_format(req.common.format.as_ref()),
         common,
     };
     openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+}
+
+/// Ollama's `format` as OpenAI's `response_format`: `"json"` asks for a JSON
+/// object, an object is a JSON schema; both are checked the same way
+/// (docs/api.md, "Structured output"). Anything else is left to the
+/// validation of `response_format`, which refuses it.
+fn response_format(format: Option<&Value>) -> Option<Value> {
+    match format? {
+        Value::String(s) if s == "json" => Some(json!({"type": "json_object"})),
+        schema @ Value::Object(_) => {
+            Some(json!({"type": "json_schema", "json_schema": {"name": "format", "schema": schema}}))
+        }
+        other => Some(json!({"type": other})),
+    }
 }

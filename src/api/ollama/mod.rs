@@ -107,7 +107,7 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules)?;
+    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks)?;
     let mut response = if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
     response.extensions_mut().insert(Admitted);
     Ok(response)

@@ -32,7 +32,7 @@ pub struct Common {
     pub keep_alive: Option<Value>,
     /// `true`/`false`, or a level (`"high"`, `"medium"`, `"low"`) = on.
     pub think: Option<Value>,
-    /// `"json"` or a JSON schema: ignored, as `response_format` is.
+    /// `"json"` or a JSON schema: mapped to `response_format` (asked in the prompt, the reply checked).
     pub format: Option<Value>,
 }
 

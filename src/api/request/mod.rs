@@ -3,13 +3,16 @@
 //! request into an engine [`Job`] (limits, prompt rendering and counting).
 
 mod convert;
+mod size;
 mod wire;
 
+pub use size::PromptSize;
 pub use wire::*;
 
 use super::error::ApiError;
+use super::structured::ResponseFormat;
 use super::Loaded;
-use crate::conversation::{PromptError, ReasoningMode, ReplyRules};
+use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
 use crate::engine::Job;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
@@ -28,6 +31,17 @@ pub struct Validated {
     pub include_usage: bool,
     pub stops: Vec<String>,
     pub rules: ReplyRules,
+    /// What the reply is checked against once it ends.
+    pub checks: Checks,
+}
+
+/// What the api knows about a request that the engine's outcome is read
+/// with (`status::ending`).
+#[derive(Debug, Clone, Default)]
+pub struct Checks {
+    pub size: PromptSize,
+    /// The reply must be JSON (of this schema).
+    pub format: Option<ResponseFormat>,
 }
 
 /// `max_tokens` default of the legacy endpoint (OpenAI's).
@@ -92,6 +106,7 @@ impl Common {
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             stops,
             rules: ReplyRules { reasoning: ReasoningMode::Inline, starts_in_thinking: false, tool_syntax: None },
+            checks: Checks::default(),
         })
     }
 }
@@ -113,17 +128,23 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
-        let chat = convert::chat_input(self)?;
+        let mut chat = convert::chat_input(self)?;
+        let format = ResponseFormat::parse(self.response_format.as_ref())?;
+        if let Some(format) = &format {
+            format.instruct(&mut chat.messages);
+        }
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
-        let rendered = model.prompter.render(&chat).map_err(|e| match e {
-            PromptError::Template(e) => ApiError::bad_request(Some("messages"), e.to_string()),
-            e @ PromptError::AtMessage { index, .. } => {
-                ApiError::bad_request(Some(&format!("messages[{index}]")), e.to_string())
-            }
-        })?;
+        let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
         let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;
-        count_prompt(&mut v.job, model, "messages")?;
+        let mut size = measure(&mut v.job, model, "messages");
+        let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
+        // Only a prompt that may not fit is rendered a second time.
+        if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
+            size.without_tools = without_tools(model, chat.clone());
+        }
+        size.check(&v.job)?;
+        v.checks = Checks { size, format };
         v.job.enable_thinking = enable_thinking;
         v.rules = ReplyRules {
             reasoning,
@@ -150,32 +171,48 @@ impl CompletionRequest {
         let limit = model.engine.limits().max_new_tokens;
         let max_tokens = Some(self.common.max_tokens.unwrap_or(LEGACY_MAX_TOKENS.min(limit)));
         let mut v = self.common.validate(id, prompt, max_tokens, limit, received)?;
-        count_prompt(&mut v.job, model, "prompt")?;
+        let size = measure(&mut v.job, model, "prompt");
+        size.check(&v.job)?;
+        v.checks.size = size;
         Ok(v)
     }
 }
 
-/// With a tokenizer, the prompt is counted exactly and refused before the
-/// NPU is touched when it leaves no room for the reply: `max_tokens` if the
-/// client set it, else one token (the reply then ends at the context's end).
-fn count_prompt(job: &mut Job, model: &Loaded, param: &str) -> Result<(), ApiError> {
-    let Some(ids) = model.prompter.tokenize(&job.prompt) else { return Ok(()) };
-    let n = ids.len();
-    let context = u64::from(model.engine.limits().max_context_len);
-    let prompt = n as u64;
-    let completion = u64::from(job.max_new_tokens.unwrap_or(1));
-    if prompt + completion > context {
-        let mut e = ApiError::bad_request(
-            Some(param),
-            match job.max_new_tokens {
-                Some(m) => format!("This model's maximum context length is {context} tokens. However, you requested {} tokens ({prompt} in the {param}, {m} in the completion). Please reduce the length of the {param} or completion.", prompt + completion),
-                None => format!("This model's maximum context length is {context} tokens. However, your {param} resulted in {prompt} tokens, leaving no room for a reply. Please reduce the length of the {param}."),
-            },
-        );
-        e.body.code = Some("context_length_exceeded");
-        return Err(e);
+fn prompt_error(e: PromptError) -> ApiError {
+    match e {
+        PromptError::Template(e) => ApiError::bad_request(Some("messages"), e.to_string()),
+        e @ PromptError::AtMessage { index, .. } => {
+            ApiError::bad_request(Some(&format!("messages[{index}]")), e.to_string())
+        }
     }
+}
+
+/// The prompt's size: its bytes, and with a tokenizer its exact count
+/// (the ids then go with the job).
+fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
+    let ids = model.prompter.tokenize(&job.prompt);
+    let size = PromptSize {
+        param,
+        bytes: job.prompt.len(),
+        tokens: ids.as_ref().map(Vec::len),
+        context: model.engine.limits().max_context_len as usize,
+        without_tools: None,
+    };
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
-    job.tokens = ids.into_iter().map(|id| i32::try_from(id).ok()).collect();
-    Ok(())
+    job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
+    size
+}
+
+/// The same conversation rendered without its tools, to name their share
+/// of a prompt that does not fit.
+fn without_tools(model: &Loaded, mut chat: ChatInput) -> Option<size::WithoutTools> {
+    let tools = chat.tools.len();
+    chat.tools.clear();
+    chat.tool_choice = ToolChoice::None;
+    let prompt = model.prompter.render(&chat).ok()?.prompt;
+    Some(size::WithoutTools {
+        tools,
+        bytes: prompt.len(),
+        tokens: model.prompter.tokenize(&prompt).map(|ids| ids.len()),
+    })
 }

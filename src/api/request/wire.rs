@@ -109,6 +109,12 @@ pub struct ChatCompletionRequest {
     /// `none`, `auto`, `required` or `{"type":"function","function":{"name":…}}`.
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
+    /// `{"type": "text"}`, `{"type": "json_object"}` or
+    /// `{"type": "json_schema", "json_schema": {"name", "schema"}}`: the
+    /// format is asked for in the prompt and the reply checked against it
+    /// (the runtime cannot constrain decoding; see docs/api.md).
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<Value>,
     #[serde(flatten)]
     pub common: Common,
 }

@@ -1,0 +1,234 @@
+//! A prompt's size against the model's context, and what takes the room.
+//!
+//! With a tokenizer the count is exact. Without one the daemon knows only
+//! the prompt's bytes, which bound its tokens on both sides:
+//! * at most one token per byte (byte-level BPE and SentencePiece's byte
+//!   fallback never produce more; a template's special tokens are several
+//!   bytes each), so a prompt of fewer bytes than the context always fits;
+//! * at least one token per [`MAX_BYTES_PER_TOKEN`] bytes. Chat-model
+//!   vocabularies average 3–4.5 bytes per token on English and code and less
+//!   on JSON and other scripts; 8 leaves a wide margin, so a prompt refused
+//!   on this bound is clearly too long (only text made mostly of long runs
+//!   of one character, which some vocabularies merge, could beat it).
+
+use super::Job;
+use crate::api::error::ApiError;
+
+/// The most bytes one token of a prompt stands for, on average, in any
+/// vocabulary the daemon is likely to serve (see the module docs).
+pub const MAX_BYTES_PER_TOKEN: usize = 8;
+
+/// What the request's prompt weighs, kept with the job: the api reads it
+/// again if the runtime refuses the prompt.
+#[derive(Debug, Clone, Default)]
+pub struct PromptSize {
+    /// `messages` or `prompt`.
+    pub param: &'static str,
+    pub bytes: usize,
+    /// By the model's tokenizer (exact), when one is configured.
+    pub tokens: Option<usize>,
+    /// The model's context (`max_context_len`).
+    pub context: usize,
+    /// The same request without its tools, when tools were offered and the
+    /// prompt may not fit (measured only then).
+    pub without_tools: Option<WithoutTools>,
+}
+
+#[derive(Debug, Clone)]
+pub struct WithoutTools {
+    pub tools: usize,
+    pub bytes: usize,
+    pub tokens: Option<usize>,
+}
+
+impl PromptSize {
+    /// Whether the prompt may be longer than the context: exactly with a
+    /// tokenizer, else by the one-token-per-byte bound.
+    pub fn may_overflow(&self) -> bool {
+        self.tokens.unwrap_or(self.bytes) >= self.context
+    }
+
+    fn lower_bound(bytes: usize) -> usize {
+        bytes.div_ceil(MAX_BYTES_PER_TOKEN)
+    }
+
+    /// The prompt's tokens as far as they are known: exact, or the least it can be.
+    fn known_tokens(&self) -> usize {
+        self.tokens.unwrap_or_else(|| Self::lower_bound(self.bytes))
+    }
+
+    /// Refuses a prompt that leaves no room for the reply (`max_tokens` if
+    /// the client set it, else one token): by the exact count, or without a
+    /// tokenizer when even the least it can be does not fit.
+    pub fn check(&self, job: &Job) -> Result<(), ApiError> {
+        let completion = job.max_new_tokens.map_or(1, |m| m as usize);
+        if self.known_tokens() + completion <= self.context {
+            return Ok(());
+        }
+        let (param, context, n) = (self.param, group(self.context), group(self.known_tokens()));
+        // Without a tokenizer the count is a lower bound, and says so.
+        let (at_least, basis) = match self.tokens {
+            Some(_) => ("", String::new()),
+            None => (
+                "at least ",
+                format!(
+                    " ({} bytes, counted at {MAX_BYTES_PER_TOKEN} bytes per token at most: no tokenizer is configured)",
+                    group(self.bytes)
+                ),
+            ),
+        };
+        let message = match job.max_new_tokens {
+            Some(m) => format!(
+                "This model's maximum context length is {context} tokens. However, you requested {at_least}{} tokens ({at_least}{n} in the {param}{basis}, {m} in the completion). Please reduce the length of the {param} or completion.",
+                group(self.known_tokens() + m as usize),
+            ),
+            None => format!(
+                "This model's maximum context length is {context} tokens. However, your {param} resulted in {at_least}{n} tokens{basis}, leaving no room for a reply. Please reduce the length of the {param}."
+            ),
+        };
+        Err(self.error(message))
+    }
+
+    /// The runtime refused the prompt before its first token, and the
+    /// prompt may be longer than the context: the usual cause.
+    pub fn refused_by_runtime(&self) -> ApiError {
+        let estimate = match self.tokens {
+            Some(n) => format!("{} tokens", group(n)),
+            None => format!(
+                "{} bytes, an estimated {}–{} tokens (no tokenizer is configured)",
+                group(self.bytes),
+                group(Self::lower_bound(self.bytes)),
+                group(self.bytes)
+            ),
+        };
+        self.error(format!(
+            "The runtime refused the prompt before generating anything, as it does with a prompt longer than the model's maximum context length of {} tokens: your {} came to {estimate}. Please reduce the length of the {}.",
+            group(self.context),
+            self.param,
+            self.param
+        ))
+    }
+
+    fn error(&self, message: String) -> ApiError {
+        let mut e = ApiError::bad_request(Some(self.param), format!("{message}{}", self.tools_share()));
+        e.body.code = Some("context_length_exceeded");
+        e
+    }
+
+    /// " 36 tool definitions take ~11k of 13.9k tokens; …" when tools were offered.
+    fn tools_share(&self) -> String {
+        let Some(w) = &self.without_tools else { return String::new() };
+        let (taken, total, unit) = match (self.tokens, w.tokens) {
+            (Some(all), Some(without)) => (all.saturating_sub(without), all, "tokens"),
+            _ => (self.bytes.saturating_sub(w.bytes), self.bytes, "bytes of the prompt"),
+        };
+        let definitions =
+            if w.tools == 1 { "1 tool definition takes" } else { &format!("{} tool definitions take", w.tools) };
+        format!(
+            " {definitions} ~{} of the {} {unit}; the model's context is {} tokens: send fewer tools (or none, e.g. turn off native function calling in the client) or use a model converted with a larger context.",
+            short(taken),
+            group(total),
+            group(self.context)
+        )
+    }
+}
+
+/// 13950 → "13,950".
+fn group(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// 11020 → "11k", 13950 → "13.9k", 950 → "950" (rounded down).
+fn short(n: usize) -> String {
+    if n < 1000 {
+        return n.to_string();
+    }
+    match n % 1000 / 100 {
+        0 => format!("{}k", n / 1000),
+        tenths => format!("{}.{tenths}k", n / 1000),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(max_new_tokens: Option<u32>) -> Job {
+        Job {
+            id: "x".into(),
+            prompt: String::new(),
+            received: std::time::Instant::now(),
+            max_new_tokens,
+            sampling: Default::default(),
+            enable_thinking: false,
+            tokens: None,
+        }
+    }
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(
+            (group(13950), group(4096), group(999), group(1_000_000)),
+            ("13,950".into(), "4,096".into(), "999".into(), "1,000,000".into())
+        );
+        assert_eq!(
+            (short(11020), short(13950), short(4096), short(950)),
+            ("11k".into(), "13.9k".into(), "4k".into(), "950".into())
+        );
+    }
+
+    #[test]
+    fn without_a_tokenizer_only_a_clear_overflow_is_refused() {
+        let size = |bytes| PromptSize { param: "messages", bytes, tokens: None, context: 4096, without_tools: None };
+        // 8 bytes per token at most: 32,768 bytes are at least 4,096 tokens.
+        assert!(size(32_760).check(&job(None)).is_ok());
+        let e = size(32_768).check(&job(None)).unwrap_err();
+        assert_eq!(e.body.code, Some("context_length_exceeded"));
+        assert!(
+            e.body.message.contains("resulted in at least 4,096 tokens (32,768 bytes, counted at 8"),
+            "{}",
+            e.body.message
+        );
+        let e = size(24_000).check(&job(Some(1200))).unwrap_err();
+        assert!(
+            e.body.message.contains("requested at least 4,200 tokens (at least 3,000 in the messages (24,000 bytes"),
+            "{}",
+            e.body.message
+        );
+        // max_tokens needs room too.
+        assert!(size(24_000).check(&job(Some(1200))).is_err());
+        assert!(size(24_000).check(&job(Some(1000))).is_ok());
+        // One token per byte at most: a short prompt cannot overflow.
+        assert!(!size(4095).may_overflow());
+        assert!(size(4096).may_overflow());
+    }
+
+    #[test]
+    fn the_tools_share_is_named() {
+        let size = PromptSize {
+            param: "messages",
+            bytes: 40_000,
+            tokens: Some(13_950),
+            context: 4096,
+            without_tools: Some(WithoutTools { tools: 36, bytes: 9_000, tokens: Some(2_930) }),
+        };
+        let e = size.check(&job(None)).unwrap_err();
+        assert!(e.body.message.contains("resulted in 13,950 tokens"), "{}", e.body.message);
+        assert!(
+            e.body
+                .message
+                .contains("36 tool definitions take ~11k of the 13,950 tokens; the model's context is 4,096 tokens"),
+            "{}",
+            e.body.message
+        );
+        assert!(!size.may_overflow() || size.refused_by_runtime().body.message.contains("13,950 tokens"));
+    }
+}

@@ -1,0 +1,181 @@
+//! The first run with Open WebUI: its request shapes, recorded from the
+//! package's source (`tests/fixtures/openwebui/`), replayed against the real
+//! binary. A chat with 36 built-in tools does not fit a 4,096-token context:
+//! it must be a 400 `context_length_exceeded` naming the tools, with a
+//! tokenizer (counted before the NPU) and without one (the runtime's refusal
+//! translated); the task requests (title, tags, follow-ups) must work. And
+//! `response_format` is honest: JSON of the schema, or an error.
+
+mod common;
+
+use common::{read_sse, script, sim_cdylib, Daemon};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn fixture(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(path)
+}
+
+/// A recorded request, addressed to `model`.
+fn recorded(name: &str, model: &str) -> Value {
+    let text = std::fs::read_to_string(fixture(&format!("openwebui/{name}"))).unwrap();
+    let mut body: Value = serde_json::from_str(&text).unwrap();
+    body["model"] = json!(model);
+    body
+}
+
+/// The recorded chat, streamed (as Open WebUI sends it) or not.
+fn chat_36_tools(model: &str, stream: bool) -> Value {
+    let mut body = recorded("chat_36_tools.json", model);
+    if !stream {
+        body["stream"] = json!(false);
+        body.as_object_mut().unwrap().remove("stream_options");
+    }
+    body
+}
+
+async fn post(d: &Daemon, body: Value) -> (u16, Value) {
+    let r = d.post("/v1/chat/completions", body).await;
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+fn runs(record: &Path) -> usize {
+    std::fs::read_to_string(record).unwrap_or_default().lines().filter(|l| l.contains("\"call\":\"run\"")).count()
+}
+
+/// The tasks Open WebUI sends after the first reply all get a reply.
+async fn tasks_work(d: &Daemon, model: &str) {
+    for task in ["task_title.json", "task_tags.json", "task_follow_ups.json"] {
+        let (status, body) = post(d, recorded(task, model)).await;
+        assert_eq!(status, 200, "{task}: {body}");
+        assert!(!body["choices"][0]["message"]["content"].as_str().unwrap().is_empty(), "{task}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn with_a_tokenizer_the_36_tools_are_refused_before_the_npu() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4&record={}", record.display());
+    let tokenizer = fixture("tokenizer/wordlevel.json");
+    let d = Daemon::start(&[
+        "--model",
+        &spec,
+        "--model-id",
+        "m",
+        "--template",
+        "chatml",
+        "--tokenizer",
+        tokenizer.to_str().unwrap(),
+        "--conversation-cache",
+        "off",
+        "--max-context-len",
+        "2048",
+        "--max-new-tokens",
+        "1024",
+    ]);
+    for stream in [true, false] {
+        let (status, body) = post(&d, chat_36_tools("m", stream)).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+        assert_eq!(body["error"]["param"], "messages");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("36 tool definitions take ~"), "{message}");
+        assert!(message.contains("tokens; the model's context is 2,048 tokens: send fewer tools"), "{message}");
+    }
+    assert_eq!(runs(&record), 0, "the runtime was asked to run a prompt that does not fit");
+    // Without the tools the same chat fits.
+    let mut body = chat_36_tools("m", false);
+    body.as_object_mut().unwrap().remove("tools");
+    let (status, body) = post(&d, body).await;
+    assert_eq!(status, 200, "{body}");
+    tasks_work(&d, "m").await;
+}
+
+#[tokio::test]
+async fn without_a_tokenizer_the_runtimes_refusal_is_the_same_400() {
+    let lib = sim_cdylib();
+    let d = Daemon::start(&[
+        "--backend",
+        "rkllm",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--model",
+        "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4",
+        "--model-id",
+        "m",
+        "--template",
+        "chatml",
+    ]);
+    // ~25 kB: not clearly over 4,096 tokens by bytes alone, so the runtime
+    // is asked, refuses it, and the api reads that as the prompt's size.
+    for stream in [true, false] {
+        let (status, body) = post(&d, chat_36_tools("m", stream)).await;
+        assert_eq!(status, 400, "stream {stream}: {body}");
+        assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("The runtime refused the prompt before generating anything"), "{message}");
+        assert!(message.contains("maximum context length of 4,096 tokens"), "{message}");
+        assert!(message.contains("36 tool definitions take ~"), "{message}");
+        assert!(message.contains("bytes of the prompt"), "{message}");
+    }
+    // A prompt clearly over (at most 8 bytes per token) never reaches the runtime.
+    let huge = "word ".repeat(8 * 4096 / 5 + 10);
+    let (status, body) = post(&d, json!({"model": "m", "messages": [{"role": "user", "content": huge}]})).await;
+    assert_eq!((status, body["error"]["code"].clone()), (400, json!("context_length_exceeded")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("no tokenizer is configured"), "{body}");
+    tasks_work(&d, "m").await;
+}
+
+fn title_schema() -> Value {
+    json!({"type": "json_schema", "json_schema": {"name": "title", "schema": {
+        "type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"], "additionalProperties": false}}})
+}
+
+#[tokio::test]
+async fn structured_output_is_json_of_the_schema_or_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let file = script(&[
+        ("good", "{\"title\": \"Paris\"}"),
+        ("prose", "Sure! The title is Paris."),
+        ("extra", "{\"title\": \"Paris\", \"x\": 1}"),
+    ]);
+    let spec = format!("sim:instant?script={}&record={}", file.path().display(), record.display());
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m"]);
+    let ask = |content: &str, stream: bool| {
+        json!({"model": "m", "stream": stream, "response_format": title_schema(),
+               "messages": [{"role": "user", "content": content}]})
+    };
+
+    let (status, body) = post(&d, ask("good", false)).await;
+    assert_eq!(status, 200, "{body}");
+    let content: Value = serde_json::from_str(body["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content, json!({"title": "Paris"}));
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    // The schema went into the prompt.
+    let log = std::fs::read_to_string(&record).unwrap();
+    assert!(log.contains("conforms to this JSON Schema"), "{log}");
+
+    for (prompt, why) in [("prose", "not valid JSON"), ("extra", "$.x is not allowed")] {
+        let (status, body) = post(&d, ask(prompt, false)).await;
+        assert_eq!((status, body["error"]["code"].clone()), (500, json!("invalid_response_format")), "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(why), "{body}");
+
+        // A stream sends the text as it comes, then an error event instead of `stop`.
+        let r = d.post("/v1/chat/completions", ask(prompt, true)).await;
+        assert_eq!(r.status(), 200);
+        let (events, _) = read_sse(r).await;
+        assert_eq!(events.last().map(|e| e.data.as_str()), Some("[DONE]"));
+        let last = events[events.len() - 2].json();
+        assert_eq!(last["error"]["code"], "invalid_response_format", "{last}");
+        assert!(events.iter().all(|e| e.data == "[DONE]" || e.json()["choices"][0]["finish_reason"].is_null()));
+    }
+
+    let (status, body) = post(
+        &d,
+        json!({"model": "m", "response_format": {"type": "yaml"}, "messages": [{"role": "user", "content": "good"}]}),
+    )
+    .await;
+    assert_eq!((status, body["error"]["param"].clone()), (400, json!("response_format.type")), "{body}");
+}
