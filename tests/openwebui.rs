@@ -142,7 +142,8 @@ async fn structured_output_is_json_of_the_schema_or_an_error() {
         ("extra", "{\"title\": \"Paris\", \"x\": 1}"),
     ]);
     let spec = format!("sim:instant?script={}&record={}", file.path().display(), record.display());
-    let d = Daemon::start(&["--model", &spec, "--model-id", "m"]);
+    // The record shows the prompt as text (the conversation cache would send token ids).
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m", "--conversation-cache", "off"]);
     let ask = |content: &str, stream: bool| {
         json!({"model": "m", "stream": stream, "response_format": title_schema(),
                "messages": [{"role": "user", "content": content}]})

@@ -189,10 +189,12 @@ def test_openai_surface_lists_states_and_loads_and_unloads(registry):
 
 
 def cdylib() -> Path:
-    lib = daemon_binary().parent / "librkllm_sim.so"
-    if not lib.is_file():
-        pytest.fail(f"{lib} not built: run `cargo build -p rkllm-sim` (cargo test --workspace builds it)", pytrace=False)
-    return lib
+    # `cargo test --workspace` builds it into deps/; `cargo build` beside the binary.
+    target = daemon_binary().parent
+    for lib in (target / "deps" / "librkllm_sim.so", target / "librkllm_sim.so"):
+        if lib.is_file():
+            return lib
+    pytest.fail(f"librkllm_sim.so not built in {target}: run the tests with `cargo test --workspace`", pytrace=False)
 
 
 def test_models_dir_through_dlopen_evicts_the_least_recently_used(start_daemon, tmp_path):
