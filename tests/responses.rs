@@ -251,5 +251,7 @@ async fn models_health_and_openapi() {
     assert!(ui.text().await.unwrap().contains("swagger-ui-bundle.js"));
     let js = d.client().get(format!("{}/docs/swagger-ui-bundle.js", d.url)).send().await.unwrap();
     assert_eq!(js.status(), 200);
-    assert!(js.bytes().await.unwrap().len() > 100_000);
+    assert_eq!(js.headers()["content-encoding"], "gzip");
+    let bytes = js.bytes().await.unwrap();
+    assert!(bytes.len() > 100_000 && bytes.starts_with(&[0x1f, 0x8b]), "a gzip stream");
 }

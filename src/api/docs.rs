@@ -5,7 +5,7 @@
 //! key is configured) and the numeric ranges the server checks.
 
 use crate::sampling::SamplingOverrides;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
@@ -17,8 +17,10 @@ use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
 use utoipa::Number;
 
 const INDEX: &str = include_str!("../../assets/swagger-ui/index.html");
-const BUNDLE: &str = include_str!("../../assets/swagger-ui/swagger-ui-bundle.js");
-const CSS: &str = include_str!("../../assets/swagger-ui/swagger-ui.css");
+// Vendored gzipped (`gzip -9n`) and served as is: 1.4 MB less in the board
+// binary, and every browser that runs Swagger UI takes gzip.
+const BUNDLE: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui-bundle.js.gz");
+const CSS: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui.css.gz");
 
 /// Routes serving the document and the UI (no state, no auth).
 pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
@@ -28,8 +30,12 @@ pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
         .route("/openapi.json", get(move || async move { ([(CONTENT_TYPE, "application/json")], json) }))
         .route("/docs", get(|| async { Redirect::permanent("/docs/") }))
         .route("/docs/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() }))
-        .route("/docs/swagger-ui-bundle.js", get(|| async { ([(CONTENT_TYPE, "application/javascript")], BUNDLE) }))
-        .route("/docs/swagger-ui.css", get(|| async { ([(CONTENT_TYPE, "text/css")], CSS) }))
+        .route("/docs/swagger-ui-bundle.js", get(|| async { gzipped("application/javascript", BUNDLE) }))
+        .route("/docs/swagger-ui.css", get(|| async { gzipped("text/css", CSS) }))
+}
+
+fn gzipped(content_type: &'static str, body: &'static [u8]) -> impl IntoResponse {
+    ([(CONTENT_TYPE, content_type), (CONTENT_ENCODING, "gzip")], body)
 }
 
 /// What the document depends on in the configuration.
