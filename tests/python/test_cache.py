@@ -1,0 +1,65 @@
+"""The conversation cache through the official SDK: a follow-up turn reports
+the reused prompt tokens in `usage.prompt_tokens_details.cached_tokens`, and
+every reply is the one the cache-off daemon gives (the simulator's reply
+depends on its whole context, as a model's does)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import MODEL_ID
+from test_tools import QUESTION, SCRIPT, TOOL_RESULT, TOOLS
+
+SPEC = "sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=10"
+USERS = ["Hello there!", "What runs on the NPU?", "How fast is it?", "Thanks."]
+
+
+def converse(client) -> list[tuple[str, int, int]]:
+    """Four turns resending the history with the daemon's own replies: (reply, prompt_tokens, cached_tokens)."""
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    turns = []
+    for user in USERS:
+        messages.append({"role": "user", "content": user})
+        c = client.chat.completions.create(model=MODEL_ID, messages=messages)
+        reply = c.choices[0].message.content
+        turns.append((reply, c.usage.prompt_tokens, c.usage.prompt_tokens_details.cached_tokens))
+        messages.append({"role": "assistant", "content": reply})
+    return turns
+
+
+def test_follow_ups_reuse_the_cache_and_replies_do_not_change(start_daemon):
+    on = start_daemon(model=SPEC)
+    off = start_daemon(model=SPEC, extra_args=("--conversation-cache", "off"))
+    with on.client() as a, off.client() as b:
+        cached, plain = converse(a), converse(b)
+    assert [t[0] for t in cached] == [t[0] for t in plain]
+    assert [t[1] for t in cached] == [t[1] for t in plain], "prompt_tokens counts the whole prompt"
+    assert [t[2] for t in plain] == [0, 0, 0, 0]
+    assert cached[0][2] == 0
+    assert all(0 < t[2] < t[1] for t in cached[1:]), cached
+
+
+def test_a_tool_call_and_its_result_give_the_same_answer_with_the_cache(start_daemon, tmp_path):
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    spec = f"sim:instant?script={script}"
+    answers = []
+    for extra in ((), ("--conversation-cache", "off")):
+        d = start_daemon(model=spec, extra_args=extra)
+        with d.client() as c:
+            first = c.chat.completions.create(model=MODEL_ID, messages=QUESTION, tools=TOOLS)
+            (call,) = first.choices[0].message.tool_calls
+            follow = [
+                *QUESTION,
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": TOOL_RESULT},
+            ]
+            final = c.chat.completions.create(model=MODEL_ID, messages=follow, tools=TOOLS)
+            left = first.usage.prompt_tokens + first.usage.completion_tokens
+            answers.append((final.choices[0].message.content, final.usage.prompt_tokens_details.cached_tokens, left))
+    (with_cache, cached, left), (without, uncached, _) = answers
+    assert with_cache == without
+    assert uncached == 0
+    # The template writes the call back exactly as the model wrote it, so the
+    # whole first turn (prompt and the generated call) is reused.
+    assert cached == left
