@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 import openai
 import pytest
 
@@ -75,4 +77,7 @@ def test_swagger_ui_is_served_from_the_vendored_files(daemon):
             a = http.get(f"/docs/{name}")
             assert a.status_code == 200, name
             assert ctype in a.headers["content-type"], (name, a.headers["content-type"])
-            assert a.content == (assets / name).read_bytes(), f"/docs/{name} differs from assets/swagger-ui/{name}"
+            # Vendored gzipped and sent with Content-Encoding: gzip; httpx decodes it like a browser.
+            assert a.headers["content-encoding"] == "gzip"
+            vendored = gzip.decompress((assets / f"{name}.gz").read_bytes())
+            assert a.content == vendored, f"/docs/{name} differs from assets/swagger-ui/{name}.gz"
