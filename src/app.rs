@@ -136,7 +136,8 @@ pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loa
         tracing::info!("conversation cache off: it needs the model's chat template and tokenizer.json");
     }
     let engine = Engine::load(runtime, settings)?;
-    Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id, created })
+    let embed = api::EmbedSettings { pooling: config.embedding_pooling, rerank_format: config.rerank_format };
+    Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id, created, embed })
 }
 
 /// The model file's mtime; for a simulated spec, now.

@@ -5,6 +5,7 @@ mod auth;
 mod chat;
 mod completions;
 mod docs;
+mod embeddings;
 pub mod error;
 mod extract;
 mod health;
@@ -13,6 +14,7 @@ mod models;
 mod record;
 mod reply;
 pub mod request;
+mod rerank;
 mod respond;
 pub mod response;
 mod runtime_info;
@@ -71,6 +73,15 @@ pub struct Loaded {
     pub model_id: String,
     /// Unix seconds: the model file's mtime, or the load time for the simulator.
     pub created: u64,
+    /// How this model's embeddings are pooled and its rerank prompts written.
+    pub embed: EmbedSettings,
+}
+
+/// Per model: what `/v1/embeddings` and `/v1/rerank` do with it.
+#[derive(Debug, Clone, Copy)]
+pub struct EmbedSettings {
+    pub pooling: crate::embed::Pooling,
+    pub rerank_format: crate::embed::RerankFormat,
 }
 
 impl Loaded {
@@ -164,7 +175,7 @@ pub fn unix_now() -> u64 {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "rkllmd", description = "OpenAI-compatible API for LLMs on Rockchip NPUs"),
-    tags((name = "completions"), (name = "models"), (name = "health"), (name = "observability"))
+    tags((name = "completions"), (name = "embeddings"), (name = "models"), (name = "health"), (name = "observability"))
 )]
 struct ApiDoc;
 
@@ -174,6 +185,9 @@ pub fn router(state: AppState) -> Router {
     let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(chat::create))
         .routes(routes!(completions::create))
+        .routes(routes!(embeddings::create))
+        .routes(routes!(rerank::create))
+        .routes(routes!(rerank::create_unversioned))
         .routes(routes!(models::list))
         .routes(routes!(models::get))
         .routes(routes!(system::get))

@@ -48,6 +48,11 @@ pub fn ending(reason: &EndReason, called_tools: bool) -> Ending {
     }
 }
 
+/// A hidden-layer or logits job that did not complete.
+pub fn failed(reason: &EndReason) -> ApiError {
+    ending(reason, false).error.unwrap_or_else(|| ApiError::runtime("the request ended without a result"))
+}
+
 /// A job the engine refused.
 pub fn refused(error: &EngineError) -> ApiError {
     match error {

@@ -4,6 +4,7 @@
 //! rendered, and a generation ends with an [`EndReason`], never a status.
 
 mod backend;
+mod forward;
 mod generation;
 mod guards;
 mod job;
@@ -13,6 +14,7 @@ mod outcome;
 mod queue;
 
 pub use backend::{model_path, open_runtime, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings};
+pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
 pub use job::Job;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
