@@ -12,6 +12,7 @@
 use crate::api;
 use crate::config::{Backend, Config, ModelTable};
 use crate::conversation::PromptSettings;
+use crate::embed::EmbedSettings;
 use crate::engine::{EngineSettings, Limits, Npu, RuntimeChoice, RuntimeSettings};
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -128,10 +129,15 @@ pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
         runtime: runtime_settings(config, config.model.clone()),
         prompt: prompt_settings(config),
         engine: engine_settings(config, npu),
+        embed: embed_settings(config),
         size_bytes: file_size(&path),
         modified: model_created(&path),
         path,
     })
+}
+
+pub fn embed_settings(config: &Config) -> EmbedSettings {
+    EmbedSettings { pooling: config.embedding_pooling, rerank_format: config.rerank_format }
 }
 
 fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
@@ -154,6 +160,7 @@ fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
             runtime_tokenizer: None,
         },
         engine,
+        embed: embed_settings(config),
         size_bytes: file_size(&table.path),
         modified: model_created(&table.path),
     }
@@ -192,6 +199,7 @@ pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppErro
                     runtime_tokenizer: None,
                 },
                 engine: engine_settings(config, npu),
+                embed: embed_settings(config),
                 size_bytes: file_size(&path),
                 modified: model_created(&path),
                 path,

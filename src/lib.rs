@@ -15,6 +15,7 @@ pub mod bench;
 pub mod config;
 pub mod conversation;
 pub mod doctor;
+pub mod embed;
 pub mod engine;
 pub mod listener;
 pub mod metrics;

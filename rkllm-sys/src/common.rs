@@ -33,6 +33,9 @@ pub mod callback_return {
     pub const CONTINUE: c_int = 0;
     /// Pause the run; it resumes with another `rkllm_run`.
     pub const PAUSE: c_int = 1;
+    /// Hidden-layer and logits runs: the result's buffer was copied, the
+    /// runtime may free it at once.
+    pub const RELEASE: c_int = 2;
 }
 
 /// `RKLLMInputType` (4-byte enum).

@@ -14,6 +14,7 @@ pub mod common;
 pub mod loader;
 mod marshal;
 pub mod model;
+mod output;
 mod params;
 pub mod sniff;
 pub mod utf8;
@@ -27,4 +28,6 @@ pub use model::{
     Activity, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunInput, RunRequest,
     SamplingParams, Token,
 };
+pub use output::{CaptureError, Matrix};
+pub use params::{Capture, Rows};
 pub use sniff::{sniff_file, SniffError, Sniffed};

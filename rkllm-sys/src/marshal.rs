@@ -37,11 +37,18 @@ pub trait Marshal: AbiTypes {
 
     /// `max_new_tokens` and `sampling` are ignored on ABI 1.2, which cannot
     /// take them per run (the caller reports that; see `Abi::per_run_sampling`).
-    fn infer_param(
-        keep_history: bool,
-        max_new_tokens: Option<i32>,
-        sampling: *mut v1_3::RKLLMSamplingParam,
-    ) -> Self::InferParam;
+    fn infer_param(args: InferArgs) -> Self::InferParam;
+}
+
+/// One run's `RKLLMInferParam` fields, ABI-neutral; the pointers must stay
+/// valid until `rkllm_run` returns.
+pub struct InferArgs {
+    pub mode: RKLLMInferMode,
+    pub keep_history: bool,
+    pub max_new_tokens: Option<i32>,
+    pub sampling: *mut v1_3::RKLLMSamplingParam,
+    pub lora: *mut RKLLMLoraParam,
+    pub prompt_cache: *mut RKLLMPromptCacheParam,
 }
 
 impl SamplingParams {
@@ -148,12 +155,12 @@ impl Marshal for V1_2 {
         v1_2::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_2, ids) }
     }
 
-    fn infer_param(keep_history: bool, _: Option<i32>, _: *mut v1_3::RKLLMSamplingParam) -> v1_2::RKLLMInferParam {
+    fn infer_param(args: InferArgs) -> v1_2::RKLLMInferParam {
         v1_2::RKLLMInferParam {
-            mode: RKLLMInferMode::Generate,
-            lora_params: ptr::null_mut(),
-            prompt_cache_params: ptr::null_mut(),
-            keep_history: c_int::from(keep_history),
+            mode: args.mode,
+            lora_params: args.lora,
+            prompt_cache_params: args.prompt_cache,
+            keep_history: c_int::from(args.keep_history),
         }
     }
 }
@@ -199,18 +206,14 @@ impl Marshal for V1_3 {
         v1_3::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_3, ids) }
     }
 
-    fn infer_param(
-        keep_history: bool,
-        max_new_tokens: Option<i32>,
-        sampling: *mut v1_3::RKLLMSamplingParam,
-    ) -> v1_3::RKLLMInferParam {
+    fn infer_param(args: InferArgs) -> v1_3::RKLLMInferParam {
         v1_3::RKLLMInferParam {
-            mode: RKLLMInferMode::Generate,
-            lora_params: ptr::null_mut(),
-            prompt_cache_params: ptr::null_mut(),
-            sampling_params: sampling,
-            keep_history: c_int::from(keep_history),
-            max_new_tokens: max_new_tokens.unwrap_or(0),
+            mode: args.mode,
+            lora_params: args.lora,
+            prompt_cache_params: args.prompt_cache,
+            sampling_params: args.sampling,
+            keep_history: c_int::from(args.keep_history),
+            max_new_tokens: args.max_new_tokens.unwrap_or(0),
         }
     }
 }

@@ -19,8 +19,9 @@ pub use crate::activity::Activity;
 use crate::activity::Progress;
 use crate::capture::capture_output;
 use crate::common::*;
-use crate::marshal::Marshal;
-pub use crate::params::{InitConfig, Role, RunInput, RunRequest, SamplingParams};
+use crate::marshal::{InferArgs, Marshal};
+use crate::output::{self, CaptureError, Matrix};
+pub use crate::params::{Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
 use std::ffi::{c_int, c_void, CStr, CString};
@@ -61,6 +62,9 @@ pub struct Finish {
     pub perf: Option<Perf>,
     /// Bytes that never completed a character, as U+FFFD ("" normally).
     pub tail: String,
+    /// A hidden-layer or logits run: what the callback copied (`None`: the
+    /// runtime delivered no buffer).
+    pub output: Option<Result<Matrix, CaptureError>>,
 }
 
 /// The runtime's own figures for one run (`RKLLMPerfStat` in plain Rust
@@ -433,6 +437,9 @@ struct RunContext {
     /// runtime, so the first token re-issues it.
     cancelled: Arc<AtomicBool>,
     reissued_abort: bool,
+    /// A hidden-layer or logits run: what to copy, and the copy.
+    capture: Option<Capture>,
+    output: Option<Result<Matrix, CaptureError>>,
 }
 
 fn run_one<A: Marshal>(
@@ -451,6 +458,7 @@ fn run_one<A: Marshal>(
         aborted: true,
         perf: None,
         tail: String::new(),
+        output: None,
     };
     {
         let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
@@ -474,8 +482,22 @@ fn run_one<A: Marshal>(
     };
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);
     let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
-    let mut infer = A::infer_param(req.keep_history, req.max_new_tokens, sampling_ptr);
+    let mode = match &req.capture {
+        None => RKLLMInferMode::Generate,
+        Some(Capture::HiddenLayer { .. }) => RKLLMInferMode::GetLastHiddenLayer,
+        Some(Capture::Logits { .. }) => RKLLMInferMode::GetLogits,
+    };
+    let mut infer = A::infer_param(InferArgs {
+        mode,
+        keep_history: req.keep_history,
+        max_new_tokens: req.max_new_tokens,
+        sampling: sampling_ptr,
+        lora: std::ptr::null_mut(),
+        prompt_cache: std::ptr::null_mut(),
+    });
     let mut ctx = RunContext {
+        capture: req.capture,
+        output: None,
         events,
         utf8: Utf8Assembler::new(),
         perf: None,
@@ -499,6 +521,7 @@ fn run_one<A: Marshal>(
         aborted: cancelled.load(Ordering::SeqCst),
         perf: ctx.perf.map(Perf::from),
         tail: ctx.utf8.finish(),
+        output: ctx.output.take(),
     };
     let _ = ctx.events.send(Event::Finished(finish));
 }
@@ -511,19 +534,41 @@ unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, 
     }
     // Never unwind into the runtime: a panic here is swallowed (and the
     // run's events simply stop).
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: userdata is the RunContext passed to rkllm_run, alive and
         // used by no one else while the run lasts.
         let ctx = unsafe { &mut *(userdata as *mut RunContext) };
         // SAFETY: the runtime passes a valid result (or NULL) for the call's duration.
         let result = unsafe { result.as_ref() };
-        ctx.on_callback(result, state, at);
-    }));
-    callback_return::CONTINUE
+        ctx.on_callback(result, state, at)
+    }))
+    .unwrap_or(callback_return::CONTINUE)
 }
 
 impl RunContext {
-    fn on_callback(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) {
+    /// A hidden-layer or logits run's buffer: copied once, then released.
+    fn on_output(&mut self, result: Option<&RKLLMResult>) -> Option<c_int> {
+        let (capture, result) = (self.capture.as_ref()?, result?);
+        let copied = output::copy(capture, result)?;
+        self.output.get_or_insert(copied);
+        Some(callback_return::RELEASE)
+    }
+
+    fn on_callback(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) -> c_int {
+        if state != call_state::ERROR {
+            if let Some(answer) = self.on_output(result) {
+                self.shared.progress.callback(at, false);
+                if state == call_state::FINISH {
+                    self.perf = result.map(|r| r.perf);
+                }
+                return answer;
+            }
+        }
+        self.on_token_or_end(result, state, at);
+        callback_return::CONTINUE
+    }
+
+    fn on_token_or_end(&mut self, result: Option<&RKLLMResult>, state: c_int, at: Instant) {
         self.shared.progress.callback(at, matches!(state, call_state::NORMAL | call_state::WAITING));
         match state {
             call_state::NORMAL | call_state::WAITING => {

@@ -114,6 +114,26 @@ impl RunInput {
     }
 }
 
+/// Which rows of a run's hidden-state or logits matrix (one row per input
+/// token) the callback copies before it releases the runtime's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// The last token's row only (last-token pooling, next-token logits).
+    Last,
+    /// Every row (mean pooling).
+    All,
+}
+
+/// A run that returns numbers instead of text (`RKLLMInferParam.mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capture {
+    /// `RKLLM_INFER_GET_LAST_HIDDEN_LAYER`: the last hidden layer.
+    HiddenLayer { rows: Rows },
+    /// `RKLLM_INFER_GET_LOGITS`: only these columns (token ids) are copied,
+    /// so a 150k vocabulary costs nothing per row; empty: every column.
+    Logits { rows: Rows, columns: Vec<u32> },
+}
+
 /// One generation.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
@@ -125,6 +145,9 @@ pub struct RunRequest {
     pub max_new_tokens: Option<i32>,
     /// Per-run sampling (ABI 1.3 only; `None` = the init values).
     pub sampling: Option<SamplingParams>,
+    /// `Some`: a hidden-layer or logits run; the copy arrives in
+    /// `Finish::output`, and no token events.
+    pub capture: Option<Capture>,
 }
 
 impl RunRequest {
@@ -146,6 +169,7 @@ impl RunRequest {
             keep_history: false,
             max_new_tokens: None,
             sampling: None,
+            capture: None,
         }
     }
 }

@@ -169,6 +169,12 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("invalid_response_format")
     }
 
+    /// The request is valid but this model or configuration cannot serve it
+    /// (llama.cpp's answer for a feature it was not started with).
+    pub fn not_supported(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message).code("not_supported")
+    }
+
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message).code("timeout")
     }

@@ -5,6 +5,7 @@ mod auth;
 mod chat;
 mod completions;
 mod docs;
+mod embeddings;
 pub mod error;
 mod extract;
 mod health;
@@ -14,6 +15,7 @@ mod ollama;
 mod record;
 mod reply;
 pub mod request;
+mod rerank;
 mod respond;
 pub mod response;
 mod runtime_info;
@@ -66,6 +68,7 @@ pub struct Settings {
     pub max_new_tokens: u32,
 }
 
+pub use crate::embed::EmbedSettings;
 pub use crate::registry::Loaded;
 
 /// `rkllmd-<version>-<backend>-<runtime version>`: what produced a reply.
@@ -147,7 +150,7 @@ pub fn unix_now() -> u64 {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "rkllmd", description = "OpenAI-compatible API for LLMs on Rockchip NPUs"),
-    tags((name = "completions"), (name = "models"), (name = "health"), (name = "observability"))
+    tags((name = "completions"), (name = "embeddings"), (name = "models"), (name = "health"), (name = "observability"))
 )]
 struct ApiDoc;
 
@@ -157,6 +160,9 @@ pub fn router(state: AppState) -> Router {
     let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(chat::create))
         .routes(routes!(completions::create))
+        .routes(routes!(embeddings::create))
+        .routes(routes!(rerank::create))
+        .routes(routes!(rerank::create_unversioned))
         .routes(routes!(models::list))
         .routes(routes!(models::get))
         .routes(routes!(models::load))

@@ -73,6 +73,11 @@ pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
     }
 }
 
+/// A hidden-layer or logits job that did not complete.
+pub fn failed(reason: &EndReason) -> ApiError {
+    ending(reason, &Facts::default()).error.unwrap_or_else(|| ApiError::runtime("the request ended without a result"))
+}
+
 /// A job the engine refused.
 pub fn refused(error: &EngineError) -> ApiError {
     match error {

@@ -13,6 +13,7 @@ mod validate;
 pub use layers::{ConfigArgs, ConfigError};
 
 use crate::conversation::{ReasoningMode, TemplateFamily};
+use crate::embed::{Pooling, RerankFormat};
 use crate::sampling::SamplingOverrides;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::ValueEnum;
@@ -130,6 +131,12 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_CONVERSATION_CACHE", default_value = "on", action = clap::ArgAction::Set,
           value_parser = on_off())]
     pub conversation_cache: bool,
+    /// How /v1/embeddings pools the hidden states: last (the last token's; Qwen3-Embedding) or mean.
+    #[arg(long, env = "RKLLMD_EMBEDDING_POOLING", value_enum, default_value = "last")]
+    pub embedding_pooling: Pooling,
+    /// The reranker prompt /v1/rerank sends (qwen3: Qwen3-Reranker's yes/no question; needs tokenizer.json).
+    #[arg(long, env = "RKLLMD_RERANK_FORMAT", value_enum, default_value = "qwen3")]
+    pub rerank_format: RerankFormat,
     /// Sampling defaults applied at `rkllm_init` and for every field a request omits
     /// (file only: a [sampling] table).
     #[arg(skip)]

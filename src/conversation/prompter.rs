@@ -175,6 +175,11 @@ impl Prompter {
         }
     }
 
+    /// The id of one token of the tokenizer's vocabulary (e.g. `yes`).
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.as_ref()?.0.token_to_id(token)
+    }
+
     pub fn has_tokenizer(&self) -> bool {
         self.tokenizer.is_some()
     }

@@ -80,6 +80,7 @@ impl Engine {
             keep_history: false,
             max_new_tokens: per_run.then_some(limit as i32),
             sampling: (per_run && !given.is_empty()).then(|| job.sampling.apply(self.defaults)),
+            capture: None,
         };
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = StopHandle::default();

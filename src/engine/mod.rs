@@ -4,6 +4,7 @@
 //! rendered, and a generation ends with an [`EndReason`], never a status.
 
 mod backend;
+mod forward;
 mod generation;
 mod guards;
 mod job;
@@ -16,6 +17,7 @@ mod queue;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
 pub use job::Job;
 pub use npu::Npu;

@@ -49,5 +49,6 @@ pub fn load(
         prompter: Arc::new(prompter),
         model_id: spec.id.clone(),
         created: spec.modified,
+        embed: spec.embed,
     })
 }

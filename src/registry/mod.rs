@@ -36,6 +36,8 @@ pub struct Loaded {
     pub model_id: String,
     /// Unix seconds: the model file's mtime, or the daemon's start for the simulator.
     pub created: u64,
+    /// How this model's embeddings are pooled and its rerank prompts written.
+    pub embed: crate::embed::EmbedSettings,
 }
 
 /// How the registry treats its models.

@@ -18,6 +18,8 @@ pub struct ModelSpec {
     pub prompt: PromptSettings,
     /// `model_path` and `disable_runtime_template` are set at load.
     pub engine: EngineSettings,
+    /// Embedding pooling and the rerank prompt format.
+    pub embed: crate::embed::EmbedSettings,
     /// The model file's size (0 for a `sim:` spec): what the memory budget counts.
     pub size_bytes: u64,
     /// Unix seconds: the file's mtime (for a `sim:` spec, the daemon's start).

@@ -63,6 +63,11 @@ impl Caller {
         unsafe { function(results.as_mut_ptr(), self.userdata, state) }
     }
 
+    /// One callback with one result (a hidden-layer or logits run); what it returned.
+    pub fn call_one(&self, result: &mut RKLLMResult, state: c_int) -> c_int {
+        self.call(std::slice::from_mut(result), state)
+    }
+
     /// One step: the next token of every slot that has one. Advances them.
     fn step(&self, slots: &mut [SlotReply]) -> c_int {
         let mut waiting = false;

@@ -182,8 +182,11 @@
 //! * `rkllm_set_function_tools` is recorded only. `rkllm_set_cross_attn_params`
 //!   is recorded (`num_tokens`) and returns 0 on a handle initialised with
 //!   `extend_param.use_cross_attn` set, else -1 with an `E rkllm:` line.
-//! * Only prompt and token input in GENERATE mode are simulated; anything
-//!   else, or a LoRA adapter name, gets ERROR and -1.
+//! * Only prompt and token input are simulated, in GENERATE mode and in the
+//!   hidden-layer and logits modes (`forward.rs`: one NORMAL callback with
+//!   the matrix, deterministic values where texts sharing words are close;
+//!   a callback returning 2 releases the buffer at once; n_batch 1 only);
+//!   anything else, or a LoRA adapter name, gets ERROR and -1.
 //! * The callback gets `rkllm_run`'s `userdata`, or on 1.3 when that is NULL
 //!   the `result_userdata` given at init (the `RKLLMCallback` struct is copied).
 //! * NULL or unknown handles get -1; no call panics across the C boundary.
@@ -196,7 +199,9 @@
 //! `lora_adapter`, `prompt_cache`, and on 1.3 `max_new_tokens` and
 //! `sampling` (object or null)), `run_end` (`code`, `end`:
 //! `eos`/`length`/`abort`/`pause`/`error`/`refused`, `prefill_tokens`,
-//! `generate_tokens`, `slot_generate_tokens`), `abort`, `clear_kv_cache`,
+//! `generate_tokens`, `slot_generate_tokens`; `end` is `hidden_layer` or
+//! `logits` for those modes), `output` (`mode`, `rows`, `width`,
+//! `released`: the callback returned 2), `abort`, `clear_kv_cache`,
 //! `set_chat_template`, `set_function_tools`, `set_cross_attn_params`, `destroy`.
 
 mod call;
@@ -205,6 +210,7 @@ mod deliver;
 mod engine;
 mod exports;
 mod ffi;
+mod forward;
 mod gate;
 mod generate;
 mod handles;
@@ -218,6 +224,7 @@ mod tokenizer;
 mod vocab;
 
 pub use config::{KEYS, SCHEME};
+pub use forward::EMBD_SIZE;
 pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
 pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
 pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer_json, vocab_size};

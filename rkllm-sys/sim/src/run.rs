@@ -14,16 +14,16 @@ use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
 /// What the record's `run_end` line says.
-struct Summary {
-    code: c_int,
-    end: &'static str,
-    prefill_tokens: usize,
+pub(crate) struct Summary {
+    pub code: c_int,
+    pub end: &'static str,
+    pub prefill_tokens: usize,
     /// Per slot.
-    generate_tokens: Vec<usize>,
+    pub generate_tokens: Vec<usize>,
 }
 
 impl Summary {
-    fn failed(end: &'static str) -> Self {
+    pub fn failed(end: &'static str) -> Self {
         Summary { code: -1, end, prefill_tokens: 0, generate_tokens: Vec::new() }
     }
 }
@@ -36,13 +36,13 @@ struct Prepared {
 }
 
 /// One slot's input, checked: what to prefill and what the model "read".
-struct SlotInput {
+pub(crate) struct SlotInput {
     /// The text the reply is derived from: the prompt, or the decoded ids.
-    text: String,
+    pub text: String,
     /// Ids to prefill, the template's included.
-    ids: Vec<u32>,
+    pub ids: Vec<u32>,
     /// How many of `ids` are the template's system part.
-    system: usize,
+    pub system: usize,
 }
 
 impl SimModel {
@@ -51,7 +51,10 @@ impl SimModel {
         let userdata = if userdata.is_null() { self.callback.userdata as *mut c_void } else { userdata };
         let caller = Caller { function: self.callback.function, userdata, slots: inputs.len() };
         let summary = match self.gate.enter() {
-            Some(_running) => self.run_entered(inputs, infer, &caller),
+            Some(_running) => match crate::forward::Kind::of(infer.mode) {
+                Some(kind) => self.forward(kind, inputs, infer, &caller),
+                None => self.run_entered(inputs, infer, &caller),
+            },
             None => {
                 log::line("E rkllm: rkllm_run called while another run is in progress on this handle; one handle runs one sequence");
                 Summary::failed("refused")
@@ -137,8 +140,16 @@ impl SimModel {
         Summary { code, end: end_name, prefill_tokens, generate_tokens }
     }
 
+    /// A run naming a LoRA adapter: none can be loaded yet.
+    pub(crate) fn check_lora(&self, infer: &InferOptions) -> Result<(), String> {
+        match &infer.lora_adapter {
+            Some(name) => Err(format!("E rkllm: lora adapter {name} is not loaded")),
+            None => Ok(()),
+        }
+    }
+
     /// What one slot's input prefills; the error is the line to print.
-    fn slot_input(&self, state: &State, slot: usize, input: &RunInput) -> Result<SlotInput, String> {
+    pub(crate) fn slot_input(&self, state: &State, slot: usize, input: &RunInput) -> Result<SlotInput, String> {
         let n = state.kv.len();
         let which = if n > 1 { format!("batch slot {slot}: ") } else { String::new() };
         let empty = || {
@@ -182,13 +193,12 @@ impl SimModel {
     fn prepare(&self, state: &mut State, inputs: &[RunInput], infer: &InferOptions) -> Result<Prepared, String> {
         if infer.mode != RKLLMInferMode::Generate as i32 {
             return Err(format!(
-                "E rkllm: infer mode {} is not simulated; the simulated runtime takes RKLLM_INFER_GENERATE only",
+                "E rkllm: infer mode {} is not simulated; the simulated runtime takes RKLLM_INFER_GENERATE, \
+                 RKLLM_INFER_GET_LAST_HIDDEN_LAYER and RKLLM_INFER_GET_LOGITS",
                 infer.mode
             ));
         }
-        if let Some(name) = &infer.lora_adapter {
-            return Err(format!("E rkllm: lora adapter {name} is not loaded"));
-        }
+        self.check_lora(infer)?;
         let max_context = self.params.max_context_len.max(0) as usize;
         let max_new = infer.max_new_tokens.filter(|n| *n > 0).unwrap_or(self.params.max_new_tokens);
         let mut slots = Vec::with_capacity(inputs.len());

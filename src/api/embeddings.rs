@@ -1,0 +1,196 @@
+//! `POST /v1/embeddings` (OpenAI's shape): each input runs in hidden-layer
+//! mode, its states are pooled per model (`embedding_pooling`) and
+//! L2-normalised (`crate::embed`).
+
+use super::error::{ApiError, ErrorEnvelope};
+use super::extract::ApiJson;
+use super::{status, AppState, Loaded};
+use crate::embed;
+use crate::engine::ForwardJob;
+use rkllm_sys::{Capture, RunInput};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+use utoipa::ToSchema;
+
+/// OpenAI's limit on inputs per request. They run one after the other in
+/// one turn of the queue.
+pub(super) const MAX_INPUTS: usize = 2048;
+
+/// `input`: a string, an array of strings, an array of token ids, or an array of those.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenArrays(Vec<Vec<i64>>),
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EncodingFormat {
+    #[default]
+    Float,
+    /// Little-endian f32 bytes, base64-encoded.
+    Base64,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+pub struct EmbeddingRequest {
+    pub model: String,
+    pub input: EmbeddingInput,
+    #[serde(default)]
+    pub encoding_format: Option<EncodingFormat>,
+    /// Accepted only as the model's own width: truncating a vector is
+    /// honest only for models trained for it, which the daemon cannot tell.
+    #[serde(default)]
+    pub dimensions: Option<u32>,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum Vector {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EmbeddingData {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: Vector,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct EmbeddingList {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingData>,
+    pub model: String,
+    pub usage: EmbeddingUsage,
+}
+
+/// Creates one embedding vector per input.
+#[utoipa::path(
+    post,
+    path = "/v1/embeddings",
+    tag = "embeddings",
+    request_body = EmbeddingRequest,
+    responses(
+        (status = 200, description = "One embedding per input, in input order", body = EmbeddingList),
+        (status = 400, description = "Empty, too many or too long inputs; `dimensions` other than the model's", body = ErrorEnvelope),
+        (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 429, description = "Queue full", body = ErrorEnvelope),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    ApiJson(req): ApiJson<EmbeddingRequest>,
+) -> Result<axum::Json<EmbeddingList>, ApiError> {
+    let received = Instant::now();
+    // Held until the reply is built, so the model is not unloaded under it.
+    let lease = state.lease(&req.model, None).await?;
+    let loaded: &Loaded = &lease;
+    let inputs = run_inputs(loaded, req.input)?;
+    let count = inputs.len();
+    let pooling = loaded.embed.pooling;
+    let job = ForwardJob { inputs, capture: Capture::HiddenLayer { rows: pooling.rows() } };
+    let forward = loaded.engine.forward(job).map_err(|e| status::refused(&e))?.await.map_err(|r| status::failed(&r))?;
+    let width = forward.outputs.first().map_or(0, |m| m.width);
+    if let Some(asked) = req.dimensions.filter(|d| *d as usize != width) {
+        return Err(ApiError::invalid_value(
+            "dimensions",
+            format!("This model's embeddings have {width} dimensions; `dimensions` = {asked} cannot be honoured."),
+        ));
+    }
+    let format = req.encoding_format.unwrap_or_default();
+    let prompt_tokens: usize = forward.outputs.iter().map(|m| m.num_tokens).sum();
+    let data = forward
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(index, matrix)| {
+            let v = embed::embedding(matrix, pooling);
+            let embedding = match format {
+                EncodingFormat::Float => Vector::Float(v),
+                EncodingFormat::Base64 => Vector::Base64(embed::base64_f32(&v)),
+            };
+            EmbeddingData { object: "embedding", index, embedding }
+        })
+        .collect();
+    tracing::info!(
+        inputs = count,
+        prompt_tokens,
+        runtime_ms = forward.runtime.as_secs_f64() * 1000.0,
+        total_ms = received.elapsed().as_secs_f64() * 1000.0,
+        "embeddings"
+    );
+    Ok(axum::Json(EmbeddingList {
+        object: "list",
+        data,
+        model: loaded.model_id.clone(),
+        usage: EmbeddingUsage { prompt_tokens, total_tokens: prompt_tokens },
+    }))
+}
+
+/// Each input as the runtime will read it: token ids (the model's
+/// tokenizer, or the client's ids), or text when there is no tokenizer.
+fn run_inputs(loaded: &Loaded, input: EmbeddingInput) -> Result<Vec<RunInput>, ApiError> {
+    let inputs: Vec<RunInput> = match input {
+        EmbeddingInput::Text(text) => vec![text_input(loaded, text)],
+        EmbeddingInput::Texts(texts) => texts.into_iter().map(|t| text_input(loaded, t)).collect(),
+        EmbeddingInput::Tokens(ids) => vec![token_input(ids)?],
+        EmbeddingInput::TokenArrays(arrays) => arrays.into_iter().map(token_input).collect::<Result<_, _>>()?,
+    };
+    check_inputs(&inputs, loaded.engine.limits().max_context_len)?;
+    Ok(inputs)
+}
+
+/// Empty, too many or too long inputs are the client's to fix (400).
+pub(super) fn check_inputs(inputs: &[RunInput], max_context_len: u32) -> Result<(), ApiError> {
+    if inputs.is_empty() {
+        return Err(ApiError::invalid_value("input", "`input` is empty: give at least one input."));
+    }
+    if inputs.len() > MAX_INPUTS {
+        return Err(ApiError::invalid_value(
+            "input",
+            format!("`input` has {} items; at most {MAX_INPUTS} are allowed.", inputs.len()),
+        ));
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        let (empty, tokens) = match input {
+            RunInput::Prompt(text) => (text.is_empty(), None),
+            RunInput::Tokens(ids) => (ids.is_empty(), Some(ids.len())),
+        };
+        if empty {
+            return Err(ApiError::invalid_value("input", format!("input[{i}] is empty.")));
+        }
+        if let Some(n) = tokens.filter(|n| *n > max_context_len as usize) {
+            return Err(ApiError::invalid_value(
+                "input",
+                format!("input[{i}] has {n} tokens; the model's context holds {max_context_len} (max_context_len)."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn text_input(loaded: &Loaded, text: String) -> RunInput {
+    match loaded.prompter.tokenize(&text) {
+        Some(ids) => RunInput::Tokens(ids.into_iter().map(|id| id as i32).collect()),
+        None => RunInput::Prompt(text),
+    }
+}
+
+fn token_input(ids: Vec<i64>) -> Result<RunInput, ApiError> {
+    let ids: Result<Vec<i32>, _> =
+        ids.into_iter().map(|id| i32::try_from(id).ok().filter(|id| *id >= 0).ok_or(id)).collect();
+    ids.map(RunInput::Tokens)
+        .map_err(|bad| ApiError::invalid_value("input", format!("token id {bad} is not a valid token id.")))
+}

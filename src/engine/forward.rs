@@ -1,0 +1,117 @@
+//! Hidden-layer and logits jobs (embeddings, reranking): the model reads
+//! each input and returns numbers instead of text. A job takes one queue
+//! place and one turn, like a generation, so the NPU is shared in arrival
+//! order; its inputs run one after the other inside that turn.
+
+use super::outcome::{Deadline, EndReason};
+use super::{Engine, EngineError};
+use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One job: what each input is and which numbers to keep of it.
+#[derive(Debug, Clone)]
+pub struct ForwardJob {
+    /// Text (tokenized by the runtime) or token ids, one run each.
+    pub inputs: Vec<RunInput>,
+    pub capture: Capture,
+}
+
+/// What a job returned: one matrix per input, in order.
+#[derive(Debug, Clone)]
+pub struct Forward {
+    pub outputs: Vec<Matrix>,
+    /// From the turn to the last run's end.
+    pub runtime: Duration,
+}
+
+/// If the consumer goes away mid-run: abort it (ignored during a prefill)
+/// and tell the conversation cache the runtime's KV cache is unknown.
+struct RunningGuard<'a> {
+    engine: &'a Engine,
+    control: Option<RunControl>,
+}
+
+impl Drop for RunningGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(control) = self.control.take() {
+            control.abort();
+        }
+        // A stateless run leaves the KV cache empty; an abandoned one, unknown.
+        self.engine.forget_kv();
+    }
+}
+
+impl Engine {
+    /// Queues a job. Refused at once when the queue is full; the returned
+    /// future waits for the turn, then runs every input.
+    pub fn forward(
+        self: &Arc<Self>,
+        job: ForwardJob,
+    ) -> Result<impl Future<Output = Result<Forward, EndReason>> + Send + 'static, EngineError> {
+        let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
+        let engine = self.clone();
+        Ok(async move {
+            let _turn = engine.queue.wait_turn(place).await;
+            let admitted = Instant::now();
+            let deadline = tokio::time::Instant::from_std(admitted + engine.limits.request_timeout);
+            let mut guard = RunningGuard { engine: &engine, control: None };
+            let mut outputs = Vec::with_capacity(job.inputs.len());
+            for input in job.inputs {
+                if engine.is_closing() {
+                    return Err(EndReason::ShuttingDown);
+                }
+                let request = match input {
+                    RunInput::Prompt(text) => RunRequest::prompt(text),
+                    RunInput::Tokens(ids) => RunRequest::tokens(ids),
+                };
+                let request = RunRequest { capture: Some(job.capture.clone()), ..request };
+                let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+                let control = engine.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
+                guard.control = Some(control.clone());
+                let mut timed_out = false;
+                let finish = loop {
+                    let next = if timed_out {
+                        events.recv().await
+                    } else {
+                        match tokio::time::timeout_at(deadline, events.recv()).await {
+                            Ok(next) => next,
+                            Err(_) => {
+                                timed_out = true;
+                                control.abort();
+                                continue;
+                            }
+                        }
+                    };
+                    match next {
+                        Some(Event::Finished(finish)) => break finish,
+                        Some(_) => {}
+                        None => return Err(EndReason::RuntimeError("the runtime thread stopped".into())),
+                    }
+                };
+                guard.control = None;
+                if timed_out {
+                    return Err(EndReason::Timeout(Deadline::Request));
+                }
+                outputs.push(output(finish)?);
+            }
+            Ok(Forward { outputs, runtime: admitted.elapsed() })
+        })
+    }
+}
+
+fn output(finish: Finish) -> Result<Matrix, EndReason> {
+    if finish.is_error() {
+        let state = if finish.runtime_error { ", callback state ERROR" } else { "" };
+        return Err(EndReason::RuntimeError(format!(
+            "the runtime reported an error (rkllm_run returned {}{state})",
+            finish.code
+        )));
+    }
+    match finish.output {
+        Some(Ok(matrix)) => Ok(matrix),
+        Some(Err(e)) => Err(EndReason::RuntimeError(format!("the runtime's output cannot be read: {e}"))),
+        None => Err(EndReason::RuntimeError("the runtime delivered no hidden states or logits".into())),
+    }
+}
