@@ -5,7 +5,7 @@
 //! The form is plain text on purpose: the model sees every part of the
 //! conversation, and a reader of the prompt sees how it was put together.
 
-use super::prompter::Rendered;
+use super::Rendered;
 use super::{Message, Role, ToolSyntax};
 use serde_json::Value as Json;
 

@@ -156,3 +156,13 @@ pub struct ChatInput {
     /// Extra template variables: `chat_template_kwargs`, `enable_thinking`.
     pub variables: serde_json::Map<String, serde_json::Value>,
 }
+
+/// A rendered chat prompt and what it implies for reading the reply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub prompt: String,
+    /// The generation prompt left a `<think>` block open.
+    pub starts_in_thinking: bool,
+    /// `None` when no tools were offered.
+    pub tool_syntax: Option<ToolSyntax>,
+}

@@ -5,7 +5,7 @@
 
 use super::fold::fold;
 use super::template::{Arguments, ChatTemplate, RenderError};
-use super::{ChatInput, Message, Role, ToolChoice, ToolSyntax};
+use super::{ChatInput, Message, Rendered, Role, ToolChoice, ToolSyntax};
 use serde_json::{json, Map, Value as Json};
 
 /// What the daemon renders with, loaded once at startup.
@@ -70,16 +70,6 @@ pub struct TemplateInfo {
     /// A guess is shaky: the file name and the file's tokens disagreed, or
     /// conversations are folded (say it at WARN level).
     pub warn: bool,
-}
-
-/// A rendered chat prompt and what it implies for reading the reply.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rendered {
-    pub prompt: String,
-    /// The generation prompt left a `<think>` block open.
-    pub starts_in_thinking: bool,
-    /// `None` when no tools were offered.
-    pub tool_syntax: Option<ToolSyntax>,
 }
 
 #[derive(Debug, thiserror::Error)]

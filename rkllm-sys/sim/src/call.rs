@@ -1,6 +1,6 @@
 //! What the C calls carry, read into ABI-neutral values (see `ffi`).
 
-use rkllm_sys::common::RKLLMExtendParam;
+use rkllm_sys::common::{RKLLMExtendParam, RKLLMInferMode};
 use rkllm_sys::{Abi, SamplingParams};
 use std::ffi::{c_char, CStr};
 
@@ -57,4 +57,28 @@ pub(crate) struct InferOptions {
 /// `p` is NULL or a NUL-terminated string valid for the call.
 pub(crate) unsafe fn text(p: *const c_char) -> Option<String> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Which buffer a run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Hidden,
+    Logits,
+}
+
+impl Kind {
+    pub fn of(mode: i32) -> Option<Kind> {
+        match mode {
+            m if m == RKLLMInferMode::GetLastHiddenLayer as i32 => Some(Kind::Hidden),
+            m if m == RKLLMInferMode::GetLogits as i32 => Some(Kind::Logits),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Hidden => "hidden_layer",
+            Kind::Logits => "logits",
+        }
+    }
 }

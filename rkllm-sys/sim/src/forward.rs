@@ -20,7 +20,7 @@
 //! `released: true` on the `output` line); otherwise it is kept until the
 //! run ends, like a runtime waiting for its caller.
 
-use crate::call::{InferOptions, RunInput};
+use crate::call::{InferOptions, Kind, RunInput};
 use crate::deliver::Caller;
 use crate::engine::SimModel;
 use crate::generate::fnv1a;
@@ -35,30 +35,6 @@ use std::time::Instant;
 
 /// The simulated model's hidden size.
 pub const EMBD_SIZE: usize = 256;
-
-/// Which buffer a run asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Hidden,
-    Logits,
-}
-
-impl Kind {
-    pub fn of(mode: i32) -> Option<Kind> {
-        match mode {
-            m if m == RKLLMInferMode::GetLastHiddenLayer as i32 => Some(Kind::Hidden),
-            m if m == RKLLMInferMode::GetLogits as i32 => Some(Kind::Logits),
-            _ => None,
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Hidden => "hidden_layer",
-            Kind::Logits => "logits",
-        }
-    }
-}
 
 impl SimModel {
     /// Runs a hidden-layer or logits pass over one input.

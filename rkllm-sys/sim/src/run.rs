@@ -51,7 +51,7 @@ impl SimModel {
         let userdata = if userdata.is_null() { self.callback.userdata as *mut c_void } else { userdata };
         let caller = Caller { function: self.callback.function, userdata, slots: inputs.len() };
         let summary = match self.gate.enter() {
-            Some(_running) => match crate::forward::Kind::of(infer.mode) {
+            Some(_running) => match crate::call::Kind::of(infer.mode) {
                 Some(kind) => self.forward(kind, inputs, infer, &caller),
                 None => self.run_entered(inputs, infer, &caller),
             },
