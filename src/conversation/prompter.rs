@@ -5,7 +5,7 @@
 
 use super::fold::fold;
 use super::template::{Arguments, ChatTemplate, RenderError};
-use super::{ChatInput, Message, Rendered, Role, ToolChoice, ToolSyntax};
+use super::{ChatInput, Message, Rendered, Role, ToolChoice};
 use serde_json::{json, Map, Value as Json};
 
 /// What the daemon renders with, loaded once at startup.
