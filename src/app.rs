@@ -68,12 +68,16 @@ pub fn engine_settings(config: &Config, model_path: String, prompter: &Prompter)
         model_path,
         limits: limits(config),
         queue_depth: config.queue_depth,
+        batch: config.batch,
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
         disable_runtime_template: prompter.renders(),
         // Token input needs our own template and tokenizer: the runtime's
-        // template is not applied to token ids.
-        conversation_cache: config.conversation_cache && prompter.renders() && prompter.has_tokenizer(),
+        // template is not applied to token ids. Batched runs keep no history.
+        conversation_cache: config.conversation_cache
+            && prompter.renders()
+            && prompter.has_tokenizer()
+            && config.batch == 1,
     }
 }
 
@@ -133,7 +137,11 @@ pub fn load_model(config: &Config, on_fallback: impl FnOnce(&str)) -> Result<Loa
     let created = model_created(&model_path);
     let settings = engine_settings(config, model_path, &prompter);
     if config.conversation_cache && !settings.conversation_cache {
-        tracing::info!("conversation cache off: it needs the model's chat template and tokenizer.json");
+        if config.batch > 1 {
+            tracing::info!(batch = config.batch, "conversation cache off: batched runs keep no history");
+        } else {
+            tracing::info!("conversation cache off: it needs the model's chat template and tokenizer.json");
+        }
     }
     let engine = Engine::load(runtime, settings)?;
     Ok(Loaded { engine: Arc::new(engine), prompter: Arc::new(prompter), model_id, created })

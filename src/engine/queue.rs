@@ -5,6 +5,9 @@
 //! awaited, and tokio's semaphore is fair, so waiters run in arrival order. A
 //! client that goes away while waiting drops its future and with it its
 //! place; nothing else has to clean up.
+//!
+//! With batching (`batch.rs`) the scheduler takes the turn for a whole
+//! batched run, holding the places of all its jobs until the run returns.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,36 +27,32 @@ pub struct Place {
     _capacity: OwnedSemaphorePermit,
 }
 
-/// The right to run (taken when the job's turn comes). Holds its place too.
+/// The right to run (taken when the job's turn comes). Holds the places of
+/// the jobs in the run (one, or a batch's).
 pub struct Turn {
-    _place: Place,
+    places: Vec<Place>,
     _turn: OwnedSemaphorePermit,
     running: Arc<AtomicUsize>,
-    progress: Arc<AtomicU32>,
 }
 
-impl Turn {
-    /// Counts one generated token of the running job.
-    pub fn token(&self) {
-        self.progress.fetch_add(1, Ordering::Relaxed);
-    }
-}
+/// The turn, taken before the jobs that will share it are chosen.
+pub struct Permit(OwnedSemaphorePermit);
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.running.fetch_sub(self.places.len(), Ordering::Relaxed);
     }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct QueueState {
-    /// Generations on the NPU now (0 or 1).
+    /// Generations on the NPU now (0 or 1; up to `batch` in a batched run).
     pub running: usize,
     /// Requests waiting for their turn.
     pub waiting: usize,
     /// How many may wait before new ones are refused.
     pub capacity: usize,
-    /// Tokens the running request has generated so far (0 while it prefills).
+    /// Tokens the running request (batch: requests) has generated so far (0 while it prefills).
     pub running_tokens: u32,
 }
 
@@ -75,11 +74,26 @@ impl Queue {
 
     /// Waits for the turn, in arrival order.
     pub async fn wait_turn(&self, place: Place) -> Turn {
+        let permit = self.wait_permit().await;
+        self.start(permit, vec![place])
+    }
+
+    /// Waits for the turn before knowing who will use it (the batch scheduler).
+    pub async fn wait_permit(&self) -> Permit {
         // The semaphore is never closed, so acquire cannot fail.
-        let turn = self.turn.clone().acquire_owned().await.expect("queue semaphore is never closed");
-        self.running.fetch_add(1, Ordering::Relaxed);
+        Permit(self.turn.clone().acquire_owned().await.expect("queue semaphore is never closed"))
+    }
+
+    /// The turn, for the jobs holding these places.
+    pub fn start(&self, permit: Permit, places: Vec<Place>) -> Turn {
+        self.running.fetch_add(places.len(), Ordering::Relaxed);
         self.progress.store(0, Ordering::Relaxed);
-        Turn { _place: place, _turn: turn, running: self.running.clone(), progress: self.progress.clone() }
+        Turn { places, _turn: permit.0, running: self.running.clone() }
+    }
+
+    /// Counts one generated token of the running job(s).
+    pub fn token(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn state(&self) -> QueueState {

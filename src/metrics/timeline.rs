@@ -47,12 +47,22 @@ pub struct RuntimePerf {
     pub generate_time_ms: f64,
     pub generate_tokens: i64,
     pub memory_usage_mb: f64,
+    /// Sequences these figures cover: 1, or the whole batch of a batched run
+    /// (its tokens and times are the batch's, not this request's).
+    pub batch_size: u32,
 }
 
 impl From<rkllm_sys::Perf> for RuntimePerf {
     fn from(p: rkllm_sys::Perf) -> Self {
-        let rkllm_sys::Perf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb } = p;
-        RuntimePerf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb }
+        let rkllm_sys::Perf {
+            prefill_time_ms,
+            prefill_tokens,
+            generate_time_ms,
+            generate_tokens,
+            memory_usage_mb,
+            batch_size,
+        } = p;
+        RuntimePerf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb, batch_size }
     }
 }
 
@@ -106,7 +116,8 @@ impl Timings {
             _ => None,
         };
         let intervals = f64::from(n.saturating_sub(1));
-        let prompt_n = perf.map(|p| p.prefill_tokens).filter(|&p| p > 0);
+        // A batch's count is every slot's prompt together: not this request's.
+        let prompt_n = perf.filter(|p| p.batch_size <= 1).map(|p| p.prefill_tokens).filter(|&p| p > 0);
         Timings {
             prompt_n,
             cache_n: i64::from(cached_tokens),
@@ -149,6 +160,7 @@ mod tests {
             generate_time_ms: 400.0,
             generate_tokens: 5,
             memory_usage_mb: 1.0,
+            batch_size: 1,
         };
         let x = Timings::derive(&t, Some(perf), 0);
         let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-6;
