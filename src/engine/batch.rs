@@ -67,6 +67,8 @@ impl SlotControl {
 pub(super) struct Slot {
     pub control: SlotControl,
     pub events: UnboundedReceiver<Event>,
+    /// Jobs in the batch (fillers not counted).
+    pub jobs: u32,
 }
 
 /// A job waiting for a batch.
@@ -161,7 +163,7 @@ impl Engine {
         let wanted = Arc::new(AtomicUsize::new(jobs));
         for (reply, events) in replies.into_iter().zip(receivers) {
             let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
-            if let Err(Ok(slot)) = reply.send(Ok(Slot { control, events })) {
+            if let Err(Ok(slot)) = reply.send(Ok(Slot { control, events, jobs: jobs as u32 })) {
                 // Its client left while the batch was being put together.
                 slot.control.abort();
             }

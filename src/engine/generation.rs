@@ -146,17 +146,21 @@ impl Start {
                 let per_run = engine.info.abi.per_run_sampling();
                 let sampling = self.request.sampling.or(per_run.then_some(engine.defaults));
                 let slot = engine.batch_slot(scheduler, self.place, input, sampling, self.limit).await;
-                (slot.map(|slot| (slot.control, slot.events, None)), None)
+                (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
             }
             None => {
                 let turn = engine.queue.wait_turn(self.place).await;
-                (submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await, Some(turn))
+                let submitted = submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await;
+                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
         };
-        let timeline = Timeline::new(self.job.received);
+        let mut timeline = Timeline::new(self.job.received);
         let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
-            Ok(submitted) => submitted,
+            Ok((control, events, plan, batch_n)) => {
+                timeline.batch_n = batch_n;
+                (control, events, plan)
+            }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
         let mut reason = None;
@@ -321,6 +325,11 @@ impl Run {
 
     async fn finish(&mut self, finish: Finish) -> Outcome {
         self.guard.finished = true;
+        if self.guard.control.is_batched() {
+            // This slot's reply is over: when no other job's is running, the
+            // run is ended rather than left to decode only fillers.
+            self.guard.control.abort();
+        }
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let cached_tokens = match &self.plan {

@@ -21,11 +21,21 @@ pub struct Timeline {
     pub finished: Option<Instant>,
     /// Generated tokens (NORMAL and WAITING callbacks).
     pub tokens: u32,
+    /// Requests that shared this request's run, itself included (1 unbatched).
+    pub batch_n: u32,
 }
 
 impl Timeline {
     pub fn new(received: Instant) -> Self {
-        Timeline { received, admitted: None, first_token: None, last_token: None, finished: None, tokens: 0 }
+        Timeline {
+            received,
+            admitted: None,
+            first_token: None,
+            last_token: None,
+            finished: None,
+            tokens: 0,
+            batch_n: 1,
+        }
     }
 
     /// Records one generated token; returns the gap since the previous one
@@ -95,6 +105,8 @@ pub struct Timings {
     pub ttft_ms: Option<f64>,
     /// finished − received.
     pub e2e_ms: Option<f64>,
+    /// Requests that shared this request's NPU run, itself included (1 unbatched).
+    pub batch_n: u32,
     pub runtime: Option<RuntimePerf>,
 }
 
@@ -131,6 +143,7 @@ impl Timings {
             queue_ms: t.admitted.map(|a| ms(t.received, a)),
             ttft_ms: t.first_token.map(|f| ms(t.received, f)),
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
+            batch_n: t.batch_n,
             runtime: perf,
         }
     }
