@@ -92,6 +92,9 @@ fn level(out: &mut String, l: &LevelReport) {
         "throughput: {:.2} req/s = {} ok / {:.2} s; {:.1} output tok/s = {} tokens / {:.2} s",
         l.request_throughput, l.succeeded, l.wall_s, l.output_throughput, l.output_tokens, l.wall_s
     );
+    if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
+        let _ = writeln!(out, "batch (server timings.batch_n): mean {mean:.2}, max {max:.0} requests per NPU run");
+    }
     if !l.errors.is_empty() {
         let list: Vec<String> = l.errors.iter().map(|(k, n)| format!("{k} × {n}")).collect();
         let _ = writeln!(out, "errors: {}", list.join(", "));
