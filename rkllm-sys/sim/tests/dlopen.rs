@@ -58,14 +58,14 @@ fn loads_as_runtime_1_3_and_paces_like_its_profile() {
         "first token after {:?}, prefill {prefill:?}",
         out.tokens[0].at - out.started
     );
-    assert!(f64::from(perf.prefill_time_ms) >= prefill.as_secs_f64() * 1000.0 - 0.01, "{perf:?} vs {prefill:?}");
+    assert!(perf.prefill_time_ms >= prefill.as_secs_f64() * 1000.0 - 0.01, "{perf:?} vs {prefill:?}");
     // Pacing: median gap within ±50 % of the decode interval (shared machine).
     let gap = median(out.gaps());
     assert!(gap >= decode / 2 && gap <= decode * 3 / 2, "median gap {gap:?}, decode interval {decode:?}");
     // Measured, not copied: generation spans the 11 intervals after the
     // first token (less the first token's wake-up lateness: one interval of
     // tolerance).
-    assert!(f64::from(perf.generate_time_ms) >= (decode * 10).as_secs_f64() * 1000.0, "{perf:?}");
+    assert!(perf.generate_time_ms >= (decode * 10).as_secs_f64() * 1000.0, "{perf:?}");
     assert!(perf.memory_usage_mb > 0.0, "VmHWM read: {perf:?}");
 }
 
