@@ -17,9 +17,10 @@
 //! the whole run, and the caller decides when that is right.
 
 use crate::abi::Functions;
+use crate::callback::{enter, leave, userdata, OnResult};
 use crate::common::*;
 use crate::marshal::Marshal;
-use crate::model::{enter, leave, userdata, Event, Finish, OnResult, Perf, Shared, Token};
+use crate::model::{Event, Finish, Perf, Shared, Token};
 use crate::params::{BatchRequest, RunInput, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use std::ffi::{c_int, CStr, CString};

@@ -11,6 +11,7 @@
 pub mod abi;
 mod activity;
 mod batch;
+mod callback;
 mod capture;
 pub mod common;
 pub mod loader;

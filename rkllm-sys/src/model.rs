@@ -19,14 +19,14 @@
 use crate::abi::{Abi, Functions, Table};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
+use crate::callback::{enter, leave, on_result, userdata, OnResult};
 use crate::capture::capture_output;
 use crate::common::*;
 use crate::marshal::Marshal;
 pub use crate::params::{BatchInput, BatchRequest, InitConfig, Role, RunInput, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
-use std::ffi::{c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_int, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -165,7 +165,7 @@ pub(crate) struct Shared {
     pub(crate) abort: unsafe extern "C" fn(LLMHandle) -> c_int,
     /// The id and abort flag of the run inside `rkllm_run`, if any. Held while
     /// calling `rkllm_abort` so the run cannot end and another begin in between.
-    active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
+    pub(crate) active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
     /// Signs of life for a watchdog, as atomics so the callback takes no lock.
     pub(crate) progress: Progress,
 }
@@ -526,70 +526,6 @@ fn run_one<A: Marshal>(
         surprises: Vec::new(),
     };
     let _ = ctx.events.send(Event::Finished(finish));
-}
-
-impl Finish {
-    /// A run aborted before `rkllm_run` was called.
-    pub(crate) fn skipped(at: Instant) -> Finish {
-        Finish {
-            at,
-            started: false,
-            code: 0,
-            runtime_error: false,
-            aborted: true,
-            perf: None,
-            tail: String::new(),
-            surprises: Vec::new(),
-        }
-    }
-}
-
-/// Marks run `id` active (so its `RunControl` can abort it) unless it was
-/// cancelled already; `false`: skip it.
-pub(crate) fn enter(shared: &Shared, id: u64, cancelled: &Arc<AtomicBool>, input_bytes: usize) -> bool {
-    let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
-    if cancelled.load(Ordering::SeqCst) {
-        return false;
-    }
-    *active = Some((id, cancelled.clone()));
-    shared.progress.run_started(input_bytes);
-    true
-}
-
-/// `rkllm_run` returned: no run is active any more.
-pub(crate) fn leave(shared: &Shared) -> Instant {
-    let at = Instant::now();
-    shared.progress.stamp(at);
-    *shared.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    at
-}
-
-/// What the callback does with one call, for a single or a batched run.
-pub(crate) trait OnResult {
-    /// `result` points at one result, or at `n_batch` of them in a batch (or is NULL).
-    fn on_result(&mut self, result: *mut RKLLMResult, state: c_int, at: Instant);
-}
-
-/// The `userdata` for `rkllm_run`: a thin pointer to the context's fat one.
-pub(crate) fn userdata(callback: &mut &mut dyn OnResult) -> *mut c_void {
-    callback as *mut &mut dyn OnResult as *mut c_void
-}
-
-/// The result callback registered at init for both ABIs.
-unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, state: c_int) -> c_int {
-    let at = Instant::now();
-    if userdata.is_null() {
-        return callback_return::CONTINUE;
-    }
-    // Never unwind into the runtime: a panic here is swallowed (and the
-    // run's events simply stop).
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: userdata is the `&mut dyn OnResult` passed to rkllm_run
-        // (see `userdata`), alive and used by no one else while the run lasts.
-        let ctx = unsafe { &mut *(userdata as *mut &mut dyn OnResult) };
-        ctx.on_result(result, state, at);
-    }));
-    callback_return::CONTINUE
 }
 
 impl OnResult for RunContext {
