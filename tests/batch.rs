@@ -15,10 +15,11 @@ const REPLIES: [(&str, &str); 4] = [
     ("CHARLIE", "Charlie: naïve 🙂 words in a middle length reply, nothing more."),
     ("DELTA", "Delta replies with its own words, the water is cold and the light is low tonight."),
 ];
-/// A long reply that keeps the NPU busy while the others queue up.
+/// A long reply (~90 tokens, ~0.65 s at the pace below) that keeps the NPU
+/// busy while the others queue up, also on a loaded machine.
 const BLOCKER: (&str, &str) = (
     "BLOCKER",
-    "The first request keeps the runtime busy for a while, so that every other request queues up behind it and they all start together in one batched run afterwards, one slot each.",
+    "The first request keeps the runtime busy for a while, so that every other request queues up behind it and they all start together in one batched run afterwards, one slot each. It goes on for a second sentence of about the same length, so that a slow machine has the time it needs to send the others.",
 );
 
 fn entries() -> Vec<(&'static str, &'static str)> {
@@ -30,7 +31,7 @@ fn entries() -> Vec<(&'static str, &'static str)> {
 /// `--batch 4` on the paced simulator, in-process or through dlopen.
 fn daemon(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, tempfile::NamedTempFile) {
     let file = script(&entries());
-    let spec = format!("sim:qwen2-0.5b?time_scale=0.1&script={}{keys}", file.path().display());
+    let spec = format!("sim:qwen2-0.5b?time_scale=0.3&script={}{keys}", file.path().display());
     let lib = sim_cdylib();
     let backend: Vec<&str> =
         if dlopen { vec!["--backend", "rkllm", "--lib", lib.to_str().unwrap()] } else { vec!["--backend", "sim"] };
@@ -194,7 +195,7 @@ async fn when_every_client_leaves_the_batch_is_aborted() {
 
 #[tokio::test]
 async fn a_runtime_error_mid_batch_ends_every_slot_with_an_error_event() {
-    // A slow prefill (300 ms) lets the two requests queue behind a short first one.
+    // A slow prefill (~0.9 s) lets the two requests queue behind a short first one.
     let (d, _script) = daemon(false, "&error_after=4&prefill_extra_ms=3000", &[]);
     let api = Api::of(&d);
     let first = api.spawn("ALPHA", json!({"max_tokens": 2}));
