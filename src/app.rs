@@ -67,6 +67,7 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         model_path: String::new(),
         limits: limits(config),
         queue_depth: config.queue_depth,
+        batch: config.batch,
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
         disable_runtime_template: false,

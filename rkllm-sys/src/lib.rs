@@ -5,10 +5,13 @@
 //! * [`sniff`]: the library's version read from its file before loading;
 //! * [`loader`]: finding and `dlopen`ing the library into a function [`abi::Table`];
 //! * [`model`]: the safe layer — one handle on one thread, runs as event streams;
-//!   [`Activity`] and [`Model::ping`] let a watchdog tell a busy runtime from a hung one.
+//!   [`Activity`] and [`Model::ping`] let a watchdog tell a busy runtime from a hung one;
+//!   `batch.rs`: batched runs (`n_batch` > 1), each slot to its own channel.
 
 pub mod abi;
 mod activity;
+mod batch;
+mod callback;
 mod capture;
 pub mod common;
 pub mod loader;
@@ -25,8 +28,8 @@ pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
 pub use capture::capture_output;
 pub use loader::{find_library, LoadError, Origin, Runtime};
 pub use model::{
-    Activity, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunInput, RunRequest,
-    SamplingParams, Token,
+    Activity, BatchInput, BatchRequest, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunInput,
+    RunRequest, SamplingParams, Token,
 };
 pub use output::{CaptureError, Matrix};
 pub use params::{Capture, Rows};

@@ -113,7 +113,7 @@ macro_rules! apply_common {
         e.embed_flash = i8::from($cfg.embed_flash);
         e.enabled_cpus_num = $cfg.enabled_cpus_num;
         e.enabled_cpus_mask = $cfg.enabled_cpus_mask;
-        e.n_batch = 1;
+        e.n_batch = $cfg.n_batch;
         e.use_cross_attn = 0;
         e.reserved = [0; 104];
     }};

@@ -13,19 +13,21 @@
 //!   and always a last `Finished` once `rkllm_run` has returned.
 //! * The result callback copies bytes, stamps the time, reassembles UTF-8 and
 //!   sends; it never blocks, never takes a lock and never unwinds.
+//! * With `n_batch` > 1 a run is a batch ([`Model::submit_batch`], `batch.rs`):
+//!   each slot's events go to that slot's own channel.
 
 use crate::abi::{Abi, Functions, Table};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
+use crate::callback::{enter, leave, on_result, userdata, OnResult};
 use crate::capture::capture_output;
 use crate::common::*;
 use crate::marshal::{InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
-pub use crate::params::{Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
+pub use crate::params::{BatchInput, BatchRequest, Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
-use std::ffi::{c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_int, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -65,6 +67,10 @@ pub struct Finish {
     /// A hidden-layer or logits run: what the callback copied (`None`: the
     /// runtime delivered no buffer).
     pub output: Option<Result<Matrix, CaptureError>>,
+    /// What a batched run did that contradicts this layer's reading of the
+    /// manual's open points (where `perf` is reported, finished slots
+    /// staying finished): the caller logs each one loudly. Empty normally.
+    pub surprises: Vec<String>,
 }
 
 /// The runtime's own figures for one run (`RKLLMPerfStat` in plain Rust
@@ -76,6 +82,9 @@ pub struct Perf {
     pub generate_time_ms: f64,
     pub generate_tokens: i64,
     pub memory_usage_mb: f64,
+    /// Sequences the figures cover: 1, or `n_batch` for a batched run
+    /// (whose tokens and times are the whole batch's).
+    pub batch_size: u32,
 }
 
 impl From<RKLLMPerfStat> for Perf {
@@ -86,6 +95,7 @@ impl From<RKLLMPerfStat> for Perf {
             generate_time_ms: p.generate_time_ms.into(),
             generate_tokens: p.generate_tokens.into(),
             memory_usage_mb: p.memory_usage_mb.into(),
+            batch_size: 1,
         }
     }
 }
@@ -118,6 +128,8 @@ pub enum ModelError {
     Call { call: &'static str, code: i32 },
     #[error("text for {0} contains a NUL byte")]
     Nul(&'static str),
+    #[error("a batched run needs exactly n_batch = {n_batch} inputs and channels, got {given}")]
+    BatchSize { given: usize, n_batch: u8 },
 }
 
 fn log_suffix(log: &str) -> String {
@@ -152,14 +164,14 @@ impl RunControl {
 }
 
 /// State shared between the runtime thread and [`RunControl`]s.
-struct Shared {
-    handle: LLMHandle,
-    abort: unsafe extern "C" fn(LLMHandle) -> c_int,
+pub(crate) struct Shared {
+    pub(crate) handle: LLMHandle,
+    pub(crate) abort: unsafe extern "C" fn(LLMHandle) -> c_int,
     /// The id and abort flag of the run inside `rkllm_run`, if any. Held while
     /// calling `rkllm_abort` so the run cannot end and another begin in between.
-    active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
+    pub(crate) active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
     /// Signs of life for a watchdog, as atomics so the callback takes no lock.
-    progress: Progress,
+    pub(crate) progress: Progress,
 }
 
 // SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
@@ -171,6 +183,7 @@ type Reply<T> = oneshot::Sender<Result<T, ModelError>>;
 
 enum Command {
     Run { req: RunRequest, id: u64, cancelled: Arc<AtomicBool>, events: UnboundedSender<Event> },
+    RunBatch { run: crate::batch::BatchRun },
     ClearKvCache { keep_system_prompt: bool, reply: Reply<()> },
     KvCacheSize { reply: Reply<Vec<i32>> },
     SetChatTemplate { parts: [CString; 3], reply: Reply<()> },
@@ -185,6 +198,7 @@ pub struct Model {
     shared: Arc<Shared>,
     next_id: AtomicU64,
     abi: Abi,
+    n_batch: u8,
     init_log: String,
     thread: Option<JoinHandle<()>>,
 }
@@ -198,6 +212,7 @@ impl Model {
         let (ready_tx, ready_rx) = mpsc::channel();
         let (cmd_tx, cmd_rx) = mpsc::channel();
         let abi = runtime.abi();
+        let n_batch = cfg.n_batch;
         let thread = std::thread::Builder::new()
             .name("rkllm-runtime".into())
             .spawn(move || match *runtime.table() {
@@ -211,6 +226,7 @@ impl Model {
                 shared,
                 next_id: AtomicU64::new(1),
                 abi,
+                n_batch,
                 init_log,
                 thread: Some(thread),
             }),
@@ -257,6 +273,28 @@ impl Model {
         let cancelled = Arc::new(AtomicBool::new(false));
         self.send(Command::Run { req, id, cancelled: cancelled.clone(), events })?;
         Ok(RunControl { id, cancelled, shared: self.shared.clone() })
+    }
+
+    /// Queues a batched run (`n_batch` > 1): `slots` has one channel per
+    /// input, `None` for a filler input whose tokens nobody reads. Each slot
+    /// gets `Started`, its tokens and its own `Finished` — as soon as its
+    /// reply ends (token id < 0), or when `rkllm_run` returns. The receiver
+    /// gets the run's own `Finished` (code, the batch's perf, surprises).
+    pub fn submit_batch(
+        &self,
+        req: BatchRequest,
+        slots: Vec<Option<UnboundedSender<Event>>>,
+    ) -> Result<(RunControl, oneshot::Receiver<Finish>), ModelError> {
+        let n = usize::from(self.n_batch);
+        if self.n_batch < 2 || req.slots.len() != n || slots.len() != n {
+            return Err(ModelError::BatchSize { given: req.slots.len().min(slots.len()), n_batch: self.n_batch });
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let (done, finished) = oneshot::channel();
+        let run = crate::batch::BatchRun { req, id, cancelled: cancelled.clone(), slots, done };
+        self.send(Command::RunBatch { run })?;
+        Ok((RunControl { id, cancelled, shared: self.shared.clone() }, finished))
     }
 
     /// `rkllm_clear_kv_cache(h, keep_system_prompt, NULL, NULL)`.
@@ -378,6 +416,7 @@ fn runtime_thread<A: Marshal>(
     while let Ok(cmd) = commands.recv() {
         match cmd {
             Command::Run { req, id, cancelled, events } => run_one(&fns, &shared, req, id, &cancelled, events),
+            Command::RunBatch { run } => crate::batch::run_batch(&fns, &shared, run),
             Command::ClearKvCache { keep_system_prompt, reply } => {
                 // SAFETY: valid handle; NULL range pointers are allowed.
                 let code = unsafe {
@@ -391,11 +430,11 @@ fn runtime_thread<A: Marshal>(
                 let _ = reply.send(checked("rkllm_clear_kv_cache", code));
             }
             Command::KvCacheSize { reply } => {
-                // One entry per batch slot; n_batch is always 1, room for more anyway.
-                let mut sizes = vec![0 as c_int; 8];
+                // One entry per batch slot (n_batch ≤ 100, the runtime's bound).
+                let mut sizes = vec![0 as c_int; 100];
                 // SAFETY: valid handle; the buffer holds more than n_batch entries.
                 let code = unsafe { (fns.get_kv_cache_size)(handle, sizes.as_mut_ptr()) };
-                sizes.truncate(1);
+                sizes.truncate(usize::from(cfg.n_batch.max(1)));
                 let _ = reply.send(checked("rkllm_get_kv_cache_size", code).map(|_| sizes));
             }
             Command::SetChatTemplate { parts: [a, b, c], reply } => {
@@ -450,24 +489,9 @@ fn run_one<A: Marshal>(
     cancelled: &Arc<AtomicBool>,
     events: UnboundedSender<Event>,
 ) {
-    let skipped = |at| Finish {
-        at,
-        started: false,
-        code: 0,
-        runtime_error: false,
-        aborted: true,
-        perf: None,
-        tail: String::new(),
-        output: None,
-    };
-    {
-        let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
-        if cancelled.load(Ordering::SeqCst) {
-            let _ = events.send(Event::Finished(skipped(Instant::now())));
-            return;
-        }
-        *active = Some((id, cancelled.clone()));
-        shared.progress.run_started(req.input.text_bytes());
+    if !enter(shared, id, cancelled, req.input.text_bytes()) {
+        let _ = events.send(Event::Finished(Finish::skipped(Instant::now())));
+        return;
     }
     // Both buffers outlive the blocking call below.
     let (prompt, mut ids) = match req.input {
@@ -507,12 +531,11 @@ fn run_one<A: Marshal>(
         reissued_abort: false,
     };
     let _ = ctx.events.send(Event::Started { at: Instant::now() });
+    let mut callback: &mut dyn OnResult = &mut ctx;
     // SAFETY: every pointer (input, prompt, sampling, infer, ctx) outlives the
     // blocking call; the callback only uses ctx through this userdata.
-    let code = unsafe { (fns.run)(shared.handle, &mut input, &mut infer, &mut ctx as *mut RunContext as *mut c_void) };
-    let at = Instant::now();
-    shared.progress.stamp(at);
-    *shared.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let code = unsafe { (fns.run)(shared.handle, &mut input, &mut infer, userdata(&mut callback)) };
+    let at = leave(shared);
     let finish = Finish {
         at,
         started: true,
@@ -522,27 +545,16 @@ fn run_one<A: Marshal>(
         perf: ctx.perf.map(Perf::from),
         tail: ctx.utf8.finish(),
         output: ctx.output.take(),
+        surprises: Vec::new(),
     };
     let _ = ctx.events.send(Event::Finished(finish));
 }
 
-/// The result callback registered at init for both ABIs.
-unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, state: c_int) -> c_int {
-    let at = Instant::now();
-    if userdata.is_null() {
-        return callback_return::CONTINUE;
-    }
-    // Never unwind into the runtime: a panic here is swallowed (and the
-    // run's events simply stop).
-    catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: userdata is the RunContext passed to rkllm_run, alive and
-        // used by no one else while the run lasts.
-        let ctx = unsafe { &mut *(userdata as *mut RunContext) };
+impl OnResult for RunContext {
+    fn on_result(&mut self, result: *mut RKLLMResult, state: c_int, at: Instant) -> c_int {
         // SAFETY: the runtime passes a valid result (or NULL) for the call's duration.
-        let result = unsafe { result.as_ref() };
-        ctx.on_callback(result, state, at)
-    }))
-    .unwrap_or(callback_return::CONTINUE)
+        self.on_callback(unsafe { result.as_ref() }, state, at)
+    }
 }
 
 impl RunContext {

@@ -41,7 +41,7 @@ impl Default for SamplingParams {
 }
 
 /// Everything set on `RKLLMParam` before `rkllm_init`. Every field is set
-/// explicitly over `rkllm_createDefaultParam()`; `n_batch` is always 1.
+/// explicitly over `rkllm_createDefaultParam()`.
 #[derive(Debug, Clone)]
 pub struct InitConfig {
     pub model_path: String,
@@ -56,6 +56,9 @@ pub struct InitConfig {
     /// 0 = let the runtime choose the CPUs.
     pub enabled_cpus_num: i8,
     pub enabled_cpus_mask: u32,
+    /// Sequences per run (`extend_param.n_batch`): with N > 1 every run is
+    /// a [`BatchRequest`] of exactly N inputs.
+    pub n_batch: u8,
 }
 
 impl InitConfig {
@@ -72,6 +75,7 @@ impl InitConfig {
             embed_flash: false,
             enabled_cpus_num: 0,
             enabled_cpus_mask: 0,
+            n_batch: 1,
         }
     }
 }
@@ -172,4 +176,22 @@ impl RunRequest {
             capture: None,
         }
     }
+}
+
+/// One slot of a batched run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchInput {
+    pub input: RunInput,
+    pub enable_thinking: bool,
+}
+
+/// One batched run (`n_batch` > 1): exactly `n_batch` inputs, role user,
+/// no history kept; the limit and sampling are the run's, shared by the slots.
+#[derive(Debug, Clone)]
+pub struct BatchRequest {
+    pub slots: Vec<BatchInput>,
+    /// Per-run limit (ABI 1.3 only; `None` = the init value).
+    pub max_new_tokens: Option<i32>,
+    /// Per-run sampling (ABI 1.3 only; `None` = the init values).
+    pub sampling: Option<SamplingParams>,
 }

@@ -44,6 +44,10 @@ pub fn render(r: &Report) -> String {
             l.output_throughput,
             l.output_tokens
         );
+        if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
+            let _ =
+                writeln!(out, "Batch (server `timings.batch_n`): mean {mean:.2}, max {max:.0} requests per NPU run.\n");
+        }
         out.push_str("| figure | n | mean | p50 | p90 | p99 | max | std |\n|---|---|---|---|---|---|---|---|\n");
         for (name, s) in summary_rows(l) {
             let _ = writeln!(out, "| {name} | {} |", summary_cells(s).join(" | "));

@@ -69,6 +69,9 @@ pub struct LevelReport {
     pub e2e_ms: Summary,
     pub prompt_tokens: Summary,
     pub completion_tokens: Summary,
+    /// Requests that shared each request's NPU run, by the server's
+    /// `timings.batch_n` (rkllmd with `batch` > 1; empty elsewhere).
+    pub batch_n: Summary,
     /// Count of findings by kind.
     pub findings: BTreeMap<&'static str, usize>,
     pub server_process: Option<ServerProcess>,
@@ -182,6 +185,7 @@ pub fn level_report(
         e2e_ms: summary(|r| r.e2e_ms),
         prompt_tokens: summary(|r| r.prompt_tokens.map(|n| n as f64)),
         completion_tokens: summary(|r| r.completion_tokens.map(|n| n as f64)),
+        batch_n: Summary::of(ok.iter().filter_map(|r| r.server_timings.as_ref()?["batch_n"].as_f64())),
         findings: counts,
         server_process,
         by_turn: by_turn(&ok),

@@ -110,6 +110,9 @@ fn level(out: &mut String, l: &LevelReport) {
             );
         }
     }
+    if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
+        let _ = writeln!(out, "batch (server timings.batch_n): mean {mean:.2}, max {max:.0} requests per NPU run");
+    }
     if !l.errors.is_empty() {
         let list: Vec<String> = l.errors.iter().map(|(k, n)| format!("{k} × {n}")).collect();
         let _ = writeln!(out, "errors: {}", list.join(", "));

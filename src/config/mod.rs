@@ -76,6 +76,9 @@ pub struct Config {
     /// Requests that may wait while one runs; more are refused with 429.
     #[arg(long, env = "RKLLMD_QUEUE_DEPTH", default_value_t = 16)]
     pub queue_depth: usize,
+    /// Sequences per NPU run (n_batch, 1-8): queued requests with the same sampling share one batched run; 1 (the default until verified on a board) runs one request at a time.
+    #[arg(long, env = "RKLLMD_BATCH", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
+    pub batch: u8,
     /// Upper limit and default for generated tokens per request.
     #[arg(long, env = "RKLLMD_MAX_NEW_TOKENS", default_value_t = 2048)]
     pub max_new_tokens: u32,

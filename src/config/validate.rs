@@ -21,6 +21,9 @@ impl Config {
                 self.max_new_tokens, self.max_context_len
             ));
         }
+        if !(1..=8).contains(&self.batch) {
+            return invalid(format!("batch must be between 1 and 8, got {}", self.batch));
+        }
         if self.keepalive_secs == 0 {
             return invalid("keepalive_secs must be at least 1".into());
         }

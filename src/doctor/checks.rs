@@ -273,7 +273,7 @@ pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
             } else {
                 report.push(Check::ok(TITLE, text));
             }
-            report.push(conversation_cache(spec.engine.conversation_cache, &prompter));
+            report.push(conversation_cache(spec.engine.conversation_cache, spec.engine.batch, &prompter));
         }
         Err(e) => report.push(Check::fail(
             TITLE,
@@ -284,10 +284,11 @@ pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
 }
 
 /// Whether follow-up turns will reuse the KV cache, as the registry's load decides.
-fn conversation_cache(configured: bool, prompter: &Prompter) -> Check {
+fn conversation_cache(configured: bool, batch: u8, prompter: &Prompter) -> Check {
     const TITLE: &str = "conversation cache";
     match (configured, prompter.renders(), prompter.has_tokenizer()) {
         (false, ..) => Check::ok(TITLE, "off (conversation_cache = off): every request prefills its whole prompt".into()),
+        _ if batch > 1 => Check::ok(TITLE, format!("off (batch = {batch}): batched runs keep no history")),
         (true, true, true) => Check::ok(TITLE, "on: a follow-up turn prefills only what is new".into()),
         (true, false, _) => Check::warn(
             TITLE,

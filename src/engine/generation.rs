@@ -4,6 +4,7 @@
 //! Dropping a [`Generation`] (a client went away) leaves the queue if it was
 //! still waiting, or aborts the run (`guards.rs`).
 
+use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
 use super::job::Job;
 use super::kv::Plan;
@@ -12,10 +13,11 @@ use super::queue::Place;
 use super::{Engine, EngineError};
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{Event, Finish, RunControl, RunInput, RunRequest};
+use rkllm_sys::{BatchInput, Event, Finish, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
 /// What the consumer tells a running generation: end early (a stop
@@ -23,7 +25,7 @@ use tokio::sync::oneshot;
 #[derive(Default)]
 struct StopState {
     requested: bool,
-    control: Option<RunControl>,
+    control: Option<SlotControl>,
 }
 
 type StopHandle = Arc<Mutex<StopState>>;
@@ -97,7 +99,15 @@ impl Engine {
                     return;
                 }
             };
-            while let Some(event) = run.next_event().await {
+            loop {
+                let event = match run.next_event().await {
+                    Next::Event(event) => event,
+                    Next::LeftBatch => {
+                        yield GenEvent::Done(run.leave_batch());
+                        return;
+                    }
+                    Next::Gone => break,
+                };
                 match run.step(event) {
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
@@ -130,26 +140,28 @@ impl Start {
     /// that could not run.
     async fn run(mut self) -> Result<Run, Outcome> {
         let first_token_timeout = self.engine.limits.first_token_timeout(self.job.prompt.len());
-        let turn = self.engine.queue.wait_turn(self.place).await;
-        let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-        let timeline = Timeline::new(self.job.received);
-        let submitted = if self.engine.is_closing() {
-            Err(EndReason::ShuttingDown)
-        } else {
-            let plan = self.engine.plan_kv(self.job.tokens.as_deref(), self.limit).await;
-            if let Some(plan) = &plan {
-                self.request.input = plan.input();
-                self.request.keep_history = true;
+        let engine = self.engine.clone();
+        let (submitted, turn) = match &engine.scheduler {
+            Some(scheduler) => {
+                let input = BatchInput { input: self.request.input, enable_thinking: self.request.enable_thinking };
+                let per_run = engine.info.abi.per_run_sampling();
+                let sampling = self.request.sampling.or(per_run.then_some(engine.defaults));
+                let slot = engine.batch_slot(scheduler, self.place, input, sampling, self.limit).await;
+                (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
             }
-            self.engine
-                .model
-                .submit(self.request, tx)
-                .map(|control| (control, plan))
-                .map_err(|e| EndReason::RuntimeError(e.to_string()))
+            None => {
+                let turn = engine.queue.wait_turn(self.place).await;
+                let submitted = submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await;
+                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
+            }
         };
+        let mut timeline = Timeline::new(self.job.received);
         let abandoned = self.waiting.start();
-        let (control, plan) = match submitted {
-            Ok(submitted) => submitted,
+        let (control, events, plan) = match submitted {
+            Ok((control, events, plan, batch_n)) => {
+                timeline.batch_n = batch_n;
+                (control, events, plan)
+            }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
         let mut reason = None;
@@ -165,7 +177,7 @@ impl Start {
             engine: self.engine.clone(),
             control,
             events,
-            turn: Some(turn),
+            turn,
             timeline,
             prompt_tokens: self.prompt_tokens,
             dropped: 0,
@@ -183,6 +195,30 @@ impl Start {
             plan,
             generated,
         })
+    }
+}
+
+type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
+
+/// Submits a job's own run (`batch` = 1), with the turn held.
+async fn submit(
+    engine: &Arc<Engine>,
+    tokens: Option<&[i32]>,
+    mut request: RunRequest,
+    limit: u32,
+) -> Result<Submitted, EndReason> {
+    if engine.is_closing() {
+        return Err(EndReason::ShuttingDown);
+    }
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    let plan = engine.plan_kv(tokens, limit).await;
+    if let Some(plan) = &plan {
+        request.input = plan.input();
+        request.keep_history = true;
+    }
+    match engine.model.submit(request, tx) {
+        Ok(control) => Ok((SlotControl::single(control), events, plan)),
+        Err(e) => Err(EndReason::RuntimeError(e.to_string())),
     }
 }
 
@@ -204,6 +240,15 @@ struct Run {
     generated: Vec<i32>,
 }
 
+enum Next {
+    Event(Event),
+    /// A batch slot's reply is over (limit, stop, time-out) while the
+    /// batch runs on: the generation ends now, its further tokens dropped.
+    LeftBatch,
+    /// The runtime thread is gone.
+    Gone,
+}
+
 enum Step {
     Token(String),
     Skip,
@@ -212,13 +257,17 @@ enum Step {
 
 impl Run {
     /// The next event from the runtime thread; a deadline that passes first
-    /// aborts the run (whose `Finished` then follows). `None`: the thread is gone.
-    async fn next_event(&mut self) -> Option<Event> {
+    /// aborts the run (whose `Finished` then follows) or, in a batch, leaves it.
+    async fn next_event(&mut self) -> Next {
+        let next = |event: Option<Event>| event.map_or(Next::Gone, Next::Event);
         loop {
+            if self.guard.control.is_batched() && (self.reason.is_some() || stop_requested(&self.stop)) {
+                return Next::LeftBatch;
+            }
             let deadline = self.deadline.filter(|_| self.reason.is_none());
-            let Some(deadline) = deadline else { return self.guard.events.recv().await };
+            let Some(deadline) = deadline else { return next(self.guard.events.recv().await) };
             match tokio::time::timeout_at(deadline, self.guard.events.recv()).await {
-                Ok(next) => return next,
+                Ok(event) => return next(event),
                 Err(_) => {
                     let which = if self.guard.timeline.first_token.is_none() {
                         Deadline::FirstToken
@@ -260,9 +309,7 @@ impl Run {
         if let Some(gap) = timeline.token(token.at) {
             crate::metrics::observer().metrics.inter_token(gap);
         }
-        if let Some(turn) = &self.guard.turn {
-            turn.token();
-        }
+        engine.queue.token();
         if timeline.tokens == 1 {
             let admitted = timeline.admitted.unwrap_or(token.at);
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
@@ -279,12 +326,19 @@ impl Run {
 
     async fn finish(&mut self, finish: Finish) -> Outcome {
         self.guard.finished = true;
+        if self.guard.control.is_batched() {
+            // This slot's reply is over: when no other job's is running, the
+            // run is ended rather than left to decode only fillers.
+            self.guard.control.abort();
+        }
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let cached_tokens = match &self.plan {
             Some(plan) => engine.settle_kv(plan, &self.generated).await,
             None => {
-                engine.sample_kv_cache();
+                if !self.guard.control.is_batched() {
+                    engine.sample_kv_cache();
+                }
                 0
             }
         };
@@ -319,6 +373,16 @@ impl Run {
         // context: the api judges that from the prompt's size.
         let state = if finish.runtime_error { ", callback state ERROR" } else { "" };
         format!("the runtime reported an error (rkllm_run returned {}{state})", finish.code)
+    }
+
+    /// The end of a batch slot that was left (see [`Next::LeftBatch`]).
+    fn leave_batch(&mut self) -> Outcome {
+        self.guard.control.abort();
+        self.guard.finished = true;
+        let reason = self.reason.take().unwrap_or(EndReason::Stopped);
+        let mut outcome = Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens);
+        outcome.dropped_tokens = self.guard.dropped;
+        outcome
     }
 
     /// The runtime thread went away without finishing the run.

@@ -4,11 +4,12 @@
 //! value, to whoever asked for it with `Generation::take_abandoned`; the
 //! engine itself records nothing.
 
+use super::batch::SlotControl;
 use super::outcome::{EndReason, Outcome};
 use super::queue::Turn;
 use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
-use rkllm_sys::{Event, RunControl};
+use rkllm_sys::Event;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -43,11 +44,13 @@ impl Drop for WaitGuard {
 
 /// A job whose run was submitted: if dropped before `rkllm_run` returned,
 /// aborts the run and keeps the turn until it has returned, so the next job
-/// starts right after and the outcome carries the full timeline.
+/// starts right after and the outcome carries the full timeline. A batch
+/// slot is only left (`batch.rs`), and its outcome handed over at once.
 pub(super) struct RunGuard {
     pub engine: Arc<Engine>,
-    pub control: RunControl,
+    pub control: SlotControl,
     pub events: UnboundedReceiver<Event>,
+    /// `None` for a batch slot: the scheduler holds the batch's turn.
     pub turn: Option<Turn>,
     pub timeline: Timeline,
     pub prompt_tokens: Option<u32>,
@@ -64,7 +67,16 @@ impl Drop for RunGuard {
             return;
         }
         self.control.abort();
-        let Some(turn) = self.turn.take() else { return };
+        let Some(turn) = self.turn.take() else {
+            // A batch slot: left above (the batch runs on for the other
+            // slots); its tokens are dropped unread, nothing to drain.
+            if let Some(tx) = self.abandoned.take() {
+                let mut outcome = Outcome::without_run(EndReason::Abandoned, self.timeline, self.prompt_tokens);
+                outcome.dropped_tokens = self.dropped;
+                let _ = tx.send(outcome);
+            }
+            return;
+        };
         let (_, closed) = tokio::sync::mpsc::unbounded_channel();
         let mut events = std::mem::replace(&mut self.events, closed);
         let mut timeline = self.timeline;

@@ -4,6 +4,7 @@
 //! rendered, and a generation ends with an [`EndReason`], never a status.
 
 mod backend;
+mod batch;
 mod forward;
 mod generation;
 mod guards;
@@ -75,6 +76,8 @@ pub struct EngineSettings {
     pub limits: Limits,
     /// Requests that may wait while one runs.
     pub queue_depth: usize,
+    /// Sequences per run (`n_batch`); above 1 every run is batched (`batch.rs`).
+    pub batch: u8,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -98,6 +101,8 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
+    /// `Some` with `batch` > 1.
+    scheduler: Option<batch::Scheduler>,
 }
 
 impl Engine {
@@ -108,6 +113,7 @@ impl Engine {
             model_path,
             limits,
             queue_depth,
+            batch,
             base_domain_id,
             sampling,
             disable_runtime_template,
@@ -120,6 +126,7 @@ impl Engine {
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
+            n_batch: batch,
             ..InitConfig::new(model_path.clone())
         };
         let info = RuntimeInfo {
@@ -140,7 +147,9 @@ impl Engine {
             info,
             defaults,
             limits,
-            kv: conversation_cache.then(Default::default),
+            // Batched runs keep no history.
+            kv: (conversation_cache && batch == 1).then(Default::default),
+            scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
         })
     }
 
@@ -156,6 +165,10 @@ impl Engine {
     }
     pub fn conversation_cache(&self) -> bool {
         self.kv.is_some()
+    }
+    /// Sequences per run (1: unbatched).
+    pub fn batch(&self) -> usize {
+        self.scheduler.as_ref().map_or(1, batch::Scheduler::size)
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults

@@ -6,6 +6,9 @@
 //! client that goes away while waiting drops its future and with it its
 //! place; nothing else has to clean up. A job whose turn came also takes
 //! the NPU ([`super::npu`]), shared with every other model's queue.
+//!
+//! With batching (`batch.rs`) the scheduler takes the turn for a whole
+//! batched run, holding the places of all its jobs until the run returns.
 
 use super::npu::{Npu, NpuTurn};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -27,37 +30,36 @@ pub struct Place {
     _capacity: OwnedSemaphorePermit,
 }
 
-/// The right to run (taken when the job's turn comes). Holds its place too.
+/// The right to run (taken when the job's turn comes). Holds the places of
+/// the jobs in the run (one, or a batch's).
 pub struct Turn {
-    _place: Place,
+    places: Vec<Place>,
     _turn: OwnedSemaphorePermit,
     _npu: NpuTurn,
     running: Arc<AtomicUsize>,
-    progress: Arc<AtomicU32>,
 }
 
-impl Turn {
-    /// Counts one generated token of the running job.
-    pub fn token(&self) {
-        self.progress.fetch_add(1, Ordering::Relaxed);
-    }
+/// The turn (and the NPU), taken before the jobs that will share it are chosen.
+pub struct Permit {
+    turn: OwnedSemaphorePermit,
+    npu: NpuTurn,
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.running.fetch_sub(self.places.len(), Ordering::Relaxed);
     }
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct QueueState {
-    /// Generations on the NPU now (0 or 1).
+    /// Generations on the NPU now (0 or 1; up to `batch` in a batched run).
     pub running: usize,
     /// Requests waiting for their turn.
     pub waiting: usize,
     /// How many may wait before new ones are refused.
     pub capacity: usize,
-    /// Tokens the running request has generated so far (0 while it prefills).
+    /// Tokens the running request (batch: requests) has generated so far (0 while it prefills).
     pub running_tokens: u32,
 }
 
@@ -80,12 +82,28 @@ impl Queue {
 
     /// Waits for the turn, in arrival order, then for the NPU.
     pub async fn wait_turn(&self, place: Place) -> Turn {
+        let permit = self.wait_permit().await;
+        self.start(permit, vec![place])
+    }
+
+    /// Waits for the turn before knowing who will use it (the batch scheduler).
+    pub async fn wait_permit(&self) -> Permit {
         // The semaphore is never closed, so acquire cannot fail.
         let turn = self.turn.clone().acquire_owned().await.expect("queue semaphore is never closed");
         let npu = self.npu.take().await;
-        self.running.fetch_add(1, Ordering::Relaxed);
+        Permit { turn, npu }
+    }
+
+    /// The turn, for the jobs holding these places.
+    pub fn start(&self, permit: Permit, places: Vec<Place>) -> Turn {
+        self.running.fetch_add(places.len(), Ordering::Relaxed);
         self.progress.store(0, Ordering::Relaxed);
-        Turn { _place: place, _turn: turn, _npu: npu, running: self.running.clone(), progress: self.progress.clone() }
+        Turn { places, _turn: permit.turn, _npu: permit.npu, running: self.running.clone() }
+    }
+
+    /// Counts one generated token of the running job(s).
+    pub fn token(&self) {
+        self.progress.fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn state(&self) -> QueueState {

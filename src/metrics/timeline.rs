@@ -21,11 +21,21 @@ pub struct Timeline {
     pub finished: Option<Instant>,
     /// Generated tokens (NORMAL and WAITING callbacks).
     pub tokens: u32,
+    /// Requests that shared this request's run, itself included (1 unbatched).
+    pub batch_n: u32,
 }
 
 impl Timeline {
     pub fn new(received: Instant) -> Self {
-        Timeline { received, admitted: None, first_token: None, last_token: None, finished: None, tokens: 0 }
+        Timeline {
+            received,
+            admitted: None,
+            first_token: None,
+            last_token: None,
+            finished: None,
+            tokens: 0,
+            batch_n: 1,
+        }
     }
 
     /// Records one generated token; returns the gap since the previous one
@@ -47,12 +57,22 @@ pub struct RuntimePerf {
     pub generate_time_ms: f64,
     pub generate_tokens: i64,
     pub memory_usage_mb: f64,
+    /// Sequences these figures cover: 1, or the whole batch of a batched run
+    /// (its tokens and times are the batch's, not this request's).
+    pub batch_size: u32,
 }
 
 impl From<rkllm_sys::Perf> for RuntimePerf {
     fn from(p: rkllm_sys::Perf) -> Self {
-        let rkllm_sys::Perf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb } = p;
-        RuntimePerf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb }
+        let rkllm_sys::Perf {
+            prefill_time_ms,
+            prefill_tokens,
+            generate_time_ms,
+            generate_tokens,
+            memory_usage_mb,
+            batch_size,
+        } = p;
+        RuntimePerf { prefill_time_ms, prefill_tokens, generate_time_ms, generate_tokens, memory_usage_mb, batch_size }
     }
 }
 
@@ -85,6 +105,8 @@ pub struct Timings {
     pub ttft_ms: Option<f64>,
     /// finished − received.
     pub e2e_ms: Option<f64>,
+    /// Requests that shared this request's NPU run, itself included (1 unbatched).
+    pub batch_n: u32,
     pub runtime: Option<RuntimePerf>,
 }
 
@@ -106,7 +128,8 @@ impl Timings {
             _ => None,
         };
         let intervals = f64::from(n.saturating_sub(1));
-        let prompt_n = perf.map(|p| p.prefill_tokens).filter(|&p| p > 0);
+        // A batch's count is every slot's prompt together: not this request's.
+        let prompt_n = perf.filter(|p| p.batch_size <= 1).map(|p| p.prefill_tokens).filter(|&p| p > 0);
         Timings {
             prompt_n,
             cache_n: i64::from(cached_tokens),
@@ -120,6 +143,7 @@ impl Timings {
             queue_ms: t.admitted.map(|a| ms(t.received, a)),
             ttft_ms: t.first_token.map(|f| ms(t.received, f)),
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
+            batch_n: t.batch_n,
             runtime: perf,
         }
     }
@@ -149,6 +173,7 @@ mod tests {
             generate_time_ms: 400.0,
             generate_tokens: 5,
             memory_usage_mb: 1.0,
+            batch_size: 1,
         };
         let x = Timings::derive(&t, Some(perf), 0);
         let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-6;

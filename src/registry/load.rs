@@ -33,9 +33,15 @@ pub fn load(
     prompter.log_choice();
     // Token input needs our own template and tokenizer: the runtime's
     // template is not applied to token ids.
-    let conversation_cache = spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer();
+    // Batched runs keep no history.
+    let conversation_cache =
+        spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer() && spec.engine.batch == 1;
     if spec.engine.conversation_cache && !conversation_cache {
-        tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
+        if spec.engine.batch > 1 {
+            tracing::info!(model = %spec.id, batch = spec.engine.batch, "conversation cache off: batched runs keep no history");
+        } else {
+            tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
+        }
     }
     let settings = EngineSettings {
         model_path: spec.path.clone(),

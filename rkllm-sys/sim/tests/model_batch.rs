@@ -1,0 +1,124 @@
+//! Batched runs through the safe layer (`Model::submit_batch`): each slot's
+//! tokens reach that slot's own channel, reassembled per slot; a slot whose
+//! reply ends gets its `Finished` at once; the run's own `Finished` carries
+//! the batch's perf. In-process and through the `dlopen`ed cdylib.
+
+mod common;
+
+use common::{collect, sim, temp_path};
+use rkllm_sys::{Abi, BatchInput, BatchRequest, Event, Finish, InitConfig, Model, ModelError, RunInput, Runtime};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+const REPLIES: [(&str, &str); 3] = [
+    ("first", "Short café reply."),
+    ("second", "The second client gets 東京 and a somewhat longer answer than the first one did."),
+    ("third", "Third: naïve 🙂 words, and a middle length answer."),
+];
+
+fn script() -> PathBuf {
+    let path = temp_path("batch-script.json");
+    let entries: Vec<_> = REPLIES.iter().map(|(m, r)| serde_json::json!({"match": m, "reply": r})).collect();
+    std::fs::write(&path, serde_json::to_string(&entries).unwrap()).unwrap();
+    path
+}
+
+fn load(runtime: Arc<Runtime>, n_batch: u8, keys: &str) -> Model {
+    let spec = format!("sim:qwen2-0.5b?time_scale=0.05&script={}{keys}", script().display());
+    Model::load(runtime, InitConfig { n_batch, ..InitConfig::new(spec) }).expect("init")
+}
+
+fn request(prompts: &[&str]) -> BatchRequest {
+    let slots = prompts
+        .iter()
+        .map(|p| BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false })
+        .collect();
+    BatchRequest { slots, max_new_tokens: None, sampling: None }
+}
+
+/// Runs the three scripted prompts plus one filler slot nobody reads.
+fn run_three(model: &Model) -> (Vec<common::Outcome>, Finish) {
+    let mut prompts: Vec<&str> = REPLIES.iter().map(|r| r.0).collect();
+    prompts.push("filler");
+    let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..3).map(|_| mpsc::unbounded_channel()).unzip();
+    let mut slots: Vec<_> = senders.into_iter().map(Some).collect();
+    slots.push(None);
+    let (_control, done) = model.submit_batch(request(&prompts), slots).expect("submitted");
+    let outcomes = receivers.iter_mut().map(collect).collect();
+    (outcomes, done.blocking_recv().expect("the run's Finished"))
+}
+
+fn check_three(outcomes: &[common::Outcome], run: &Finish) {
+    for ((_, reply), outcome) in REPLIES.iter().zip(outcomes) {
+        assert_eq!(outcome.text(), *reply, "each slot gets its own reply, reassembled");
+        assert!(!outcome.finish.is_error() && !outcome.finish.aborted, "{:?}", outcome.finish);
+    }
+    // The short reply ended (and was told so) before the long one.
+    assert!(outcomes[0].finish.at < outcomes[1].finish.at);
+    assert!(outcomes[0].finish.at < run.at, "a slot's end is reported when it happens, not at the run's");
+    assert!(run.surprises.is_empty(), "{:?}", run.surprises);
+    let perf = run.perf.expect("perf of the batch");
+    assert_eq!(perf.batch_size, 4);
+    let own: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
+    assert!(perf.generate_tokens as usize > own, "summed over the slots, the filler's too: {perf:?} vs {own}");
+}
+
+#[test]
+fn every_slot_streams_its_own_reply_in_process() {
+    let model = load(sim(Abi::V1_3), 4, "");
+    let (outcomes, run) = run_three(&model);
+    check_three(&outcomes, &run);
+}
+
+#[test]
+fn every_slot_streams_its_own_reply_through_dlopen() {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("executable directory");
+    let path = [deps, deps.parent().unwrap_or(deps)]
+        .iter()
+        .map(|dir| dir.join("librkllm_sim.so"))
+        .find(|p| p.is_file())
+        .expect("librkllm_sim.so is built next to the tests");
+    let model = load(Arc::new(Runtime::load(&path, None).expect("dlopen")), 4, "");
+    let (outcomes, run) = run_three(&model);
+    check_three(&outcomes, &run);
+}
+
+#[test]
+fn a_runtime_error_ends_every_running_slot_with_the_error() {
+    let model = load(sim(Abi::V1_3), 4, "&error_after=3");
+    let (outcomes, run) = run_three(&model);
+    assert!(run.is_error());
+    for outcome in &outcomes {
+        assert!(outcome.finish.is_error(), "{:?}", outcome.finish);
+        assert_eq!(outcome.tokens.len(), 3);
+    }
+}
+
+#[test]
+fn an_abort_ends_every_slot() {
+    let model = load(sim(Abi::V1_3), 2, "");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (control, done) = model.submit_batch(request(&["second", "third"]), vec![Some(tx), None]).expect("submitted");
+    loop {
+        match rx.blocking_recv().expect("events until Finished") {
+            Event::Token(_) => break control.abort(),
+            Event::Started { .. } => {}
+            Event::Finished(f) => panic!("finished before the abort: {f:?}"),
+        }
+    }
+    let outcome = collect(&mut rx);
+    assert!(outcome.finish.aborted && !outcome.finish.is_error(), "{:?}", outcome.finish);
+    assert!(done.blocking_recv().expect("run finished").aborted);
+}
+
+#[test]
+fn a_batch_must_fill_every_slot() {
+    let model = load(sim(Abi::V1_3), 4, "");
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let err = model.submit_batch(request(&["first"]), vec![Some(tx)]).err().expect("refused");
+    assert!(matches!(err, ModelError::BatchSize { given: 1, n_batch: 4 }), "{err}");
+    let single = load(sim(Abi::V1_3), 1, "");
+    assert!(single.submit_batch(request(&["first"]), vec![None]).is_err(), "n_batch 1 has no batched runs");
+}

@@ -1,0 +1,79 @@
+//! What single and batched runs share on the runtime thread: marking a run
+//! active (so that its `RunControl` can abort it), and the one result
+//! callback registered at init, which hands each call to the run's own
+//! context ([`OnResult`]) through `userdata`.
+
+use crate::common::*;
+use crate::model::{Finish, Shared};
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+impl Finish {
+    /// A run aborted before `rkllm_run` was called.
+    pub(crate) fn skipped(at: Instant) -> Finish {
+        Finish {
+            at,
+            started: false,
+            code: 0,
+            runtime_error: false,
+            aborted: true,
+            perf: None,
+            tail: String::new(),
+            output: None,
+            surprises: Vec::new(),
+        }
+    }
+}
+
+/// Marks run `id` active (so its `RunControl` can abort it) unless it was
+/// cancelled already; `false`: skip it.
+pub(crate) fn enter(shared: &Shared, id: u64, cancelled: &Arc<AtomicBool>, input_bytes: usize) -> bool {
+    let mut active = shared.active.lock().unwrap_or_else(|e| e.into_inner());
+    if cancelled.load(Ordering::SeqCst) {
+        return false;
+    }
+    *active = Some((id, cancelled.clone()));
+    shared.progress.run_started(input_bytes);
+    true
+}
+
+/// `rkllm_run` returned: no run is active any more.
+pub(crate) fn leave(shared: &Shared) -> Instant {
+    let at = Instant::now();
+    shared.progress.stamp(at);
+    *shared.active.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    at
+}
+
+/// What the callback does with one call, for a single or a batched run.
+pub(crate) trait OnResult {
+    /// `result` points at one result, or at `n_batch` of them in a batch (or
+    /// is NULL). Returns the callback's answer to the runtime (e.g. 2 to
+    /// release a hidden-layer or logits buffer at once).
+    fn on_result(&mut self, result: *mut RKLLMResult, state: c_int, at: Instant) -> c_int;
+}
+
+/// The `userdata` for `rkllm_run`: a thin pointer to the context's fat one.
+pub(crate) fn userdata(callback: &mut &mut dyn OnResult) -> *mut c_void {
+    callback as *mut &mut dyn OnResult as *mut c_void
+}
+
+/// The result callback registered at init for both ABIs.
+pub(crate) unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *mut c_void, state: c_int) -> c_int {
+    let at = Instant::now();
+    if userdata.is_null() {
+        return callback_return::CONTINUE;
+    }
+    // Never unwind into the runtime: a panic here is swallowed (and the
+    // run's events simply stop).
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: userdata is the `&mut dyn OnResult` passed to rkllm_run
+        // (see `userdata`), alive and used by no one else while the run lasts.
+        let ctx = unsafe { &mut *(userdata as *mut &mut dyn OnResult) };
+        ctx.on_result(result, state, at)
+    }))
+    .unwrap_or(callback_return::CONTINUE)
+}

@@ -1,0 +1,251 @@
+//! Batched decoding (`--batch N`) through the real binary and real HTTP, on
+//! the in-process simulator and on the `dlopen`ed `librkllm_sim.so`: queued
+//! requests share one run, and every client gets exactly its own reply.
+
+mod common;
+
+use common::{chat, read_sse, script, sim_cdylib, Daemon};
+use serde_json::{json, Value};
+
+/// Four distinct scripted replies, of different lengths, with characters
+/// split over several tokens.
+const REPLIES: [(&str, &str); 4] = [
+    ("ALPHA", "Alpha here: a short café answer."),
+    ("BRAVO", "Bravo speaking, with 東京 and a noticeably longer reply than the first client will get from us."),
+    ("CHARLIE", "Charlie: naïve 🙂 words in a middle length reply, nothing more."),
+    ("DELTA", "Delta replies with its own words, the water is cold and the light is low tonight."),
+];
+/// A long reply (~90 tokens, ~0.65 s at the pace below) that keeps the NPU
+/// busy while the others queue up, also on a loaded machine.
+const BLOCKER: (&str, &str) = (
+    "BLOCKER",
+    "The first request keeps the runtime busy for a while, so that every other request queues up behind it and they all start together in one batched run afterwards, one slot each. It goes on for a second sentence of about the same length, so that a slow machine has the time it needs to send the others.",
+);
+
+fn entries() -> Vec<(&'static str, &'static str)> {
+    let mut all = REPLIES.to_vec();
+    all.push(BLOCKER);
+    all
+}
+
+/// `--batch 4` on the paced simulator, in-process or through dlopen.
+fn daemon(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, tempfile::NamedTempFile) {
+    let file = script(&entries());
+    let spec = format!("sim:qwen2-0.5b?time_scale=0.3&script={}{keys}", file.path().display());
+    let lib = sim_cdylib();
+    let backend: Vec<&str> =
+        if dlopen { vec!["--backend", "rkllm", "--lib", lib.to_str().unwrap()] } else { vec!["--backend", "sim"] };
+    let args = [&backend[..], &["--model", &spec, "--model-id", "m", "--batch", "4"], extra].concat();
+    (Daemon::start(&args), file)
+}
+
+/// What a spawned client needs of the daemon.
+#[derive(Clone)]
+struct Api {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl Api {
+    fn of(d: &Daemon) -> Api {
+        Api { url: d.url.clone(), client: d.client() }
+    }
+
+    async fn post(&self, body: Value) -> reqwest::Response {
+        self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap()
+    }
+
+    /// Streams `content` on a task of its own.
+    fn spawn(&self, content: &str, extra: Value) -> tokio::task::JoinHandle<(String, String, Value)> {
+        let (api, content) = (self.clone(), content.to_owned());
+        tokio::spawn(async move { streamed(&api, &content, extra).await })
+    }
+}
+
+/// Reads a stream until its first chunk with generated text.
+async fn first_content(response: &mut reqwest::Response) {
+    let mut seen = String::new();
+    while !seen.contains("\"content\":\"") {
+        let chunk = response.chunk().await.unwrap().expect("the stream ended before any text");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+fn stream(content: &str, extra: Value) -> Value {
+    let mut body = chat("m", content);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// The streamed text, the finish reason and the final chunk's timings.
+async fn streamed(api: &Api, content: &str, extra: Value) -> (String, String, Value) {
+    let (events, _) = read_sse(api.post(stream(content, extra)).await).await;
+    let chunks: Vec<Value> = events.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
+    assert!(chunks.iter().all(|c| c.get("error").is_none()), "{chunks:?}");
+    let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    let finish = chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or_default();
+    let timings = chunks.iter().rev().find(|c| !c["timings"].is_null()).map(|c| c["timings"].clone());
+    (text, finish.to_owned(), timings.unwrap_or(Value::Null))
+}
+
+/// Starts the blocker and waits until it generates, so that what follows queues.
+async fn occupy(d: &Daemon) -> tokio::task::JoinHandle<(String, String, Value)> {
+    let blocker = Api::of(d).spawn(BLOCKER.0, json!({}));
+    d.wait_generating().await;
+    blocker
+}
+
+async fn each_client_gets_its_own_reply(dlopen: bool) {
+    let (d, _script) = daemon(dlopen, "", &[]);
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let clients: Vec<_> = REPLIES.iter().map(|(key, _)| api.spawn(&format!("{key}, please"), json!({}))).collect();
+    d.wait_queue(|_, waiting| waiting == 4).await;
+    for ((_, reply), client) in REPLIES.iter().zip(clients) {
+        let (text, finish, timings) = client.await.unwrap();
+        assert_eq!(text, *reply, "every client receives exactly its own reply");
+        assert_eq!(finish, "stop");
+        assert_eq!(timings["batch_n"], 4, "the four queued requests shared one run: {timings}");
+        assert_eq!(timings["runtime"].get("batch_size").and_then(Value::as_u64).unwrap_or(4), 4, "{timings}");
+        assert!(timings["prompt_n"].is_null(), "a batch's prefill count is not one request's: {timings}");
+    }
+    let (text, _, timings) = blocker.await.unwrap();
+    assert_eq!((text.as_str(), &timings["batch_n"]), (BLOCKER.1, &json!(1)), "a lone request starts at once");
+}
+
+#[tokio::test]
+async fn concurrent_requests_share_a_run_and_each_gets_its_own_reply() {
+    each_client_gets_its_own_reply(false).await;
+}
+
+#[tokio::test]
+async fn through_dlopen_each_client_gets_its_own_reply() {
+    each_client_gets_its_own_reply(true).await;
+}
+
+#[tokio::test]
+async fn each_slot_ends_at_its_own_max_tokens_and_stop_sequence() {
+    let (d, _script) = daemon(false, "", &[]);
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let limited = api.spawn("BRAVO", json!({"max_tokens": 3}));
+    let stopped = api.spawn("DELTA", json!({"stop": ["water"]}));
+    let full = api.spawn("CHARLIE", json!({}));
+    d.wait_queue(|_, waiting| waiting == 3).await;
+    let (text, finish, timings) = limited.await.unwrap();
+    assert_eq!((finish.as_str(), &timings["predicted_n"], &timings["batch_n"]), ("length", &json!(3), &json!(3)));
+    assert!(REPLIES[1].1.starts_with(&text), "{text}");
+    let (text, finish, _) = stopped.await.unwrap();
+    assert_eq!((text.as_str(), finish.as_str()), ("Delta replies with its own words, the ", "stop"));
+    let (text, finish, _) = full.await.unwrap();
+    assert_eq!((text.as_str(), finish.as_str()), (REPLIES[2].1, "stop"), "the others run on");
+    blocker.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_leaving_mid_batch_is_dropped_and_the_others_finish() {
+    let (d, _script) = daemon(false, "", &[]);
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let stays = api.spawn("BRAVO", json!({}));
+    let mut leaves = api.post(stream("DELTA", json!({}))).await;
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    blocker.await.unwrap();
+    // The leaving client reads its first token of the shared run, then goes.
+    first_content(&mut leaves).await;
+    drop(leaves);
+    let (text, finish, timings) = stays.await.unwrap();
+    assert_eq!((text.as_str(), finish.as_str(), &timings["batch_n"]), (REPLIES[1].1, "stop", &json!(2)));
+    d.wait_queue(|running, waiting| running == 0 && waiting == 0).await;
+    assert!(d.log().contains("client_disconnected=true"), "{}", d.log());
+}
+
+#[tokio::test]
+async fn when_every_client_leaves_the_batch_is_aborted() {
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let (d, _script) = daemon(false, &format!("&record={}", record.path().display()), &[]);
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let mut clients = Vec::new();
+    for key in ["BRAVO", "DELTA"] {
+        clients.push(api.post(stream(key, json!({}))).await);
+    }
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    blocker.await.unwrap();
+    for client in &mut clients {
+        first_content(client).await;
+    }
+    drop(clients);
+    d.wait_queue(|running, waiting| running == 0 && waiting == 0).await;
+    let (text, _, _) = streamed(&api, "ALPHA", json!({})).await;
+    assert_eq!(text, REPLIES[0].1, "serving goes on");
+    d.wait_queue(|running, _| running == 0).await;
+    let calls: Vec<Value> =
+        std::fs::read_to_string(record.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ends: Vec<&str> = calls.iter().filter(|c| c["call"] == "run_end").map(|c| c["end"].as_str().unwrap()).collect();
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    assert_eq!(ends[1], "abort", "the batch whose clients all left was aborted: {ends:?}");
+    assert_eq!(ends[2], "abort", "a lone job's run ends with its reply, not with its fillers': {ends:?}");
+    assert!(!d.log().contains("surprise"), "{}", d.log());
+}
+
+#[tokio::test]
+async fn a_runtime_error_mid_batch_ends_every_slot_with_an_error_event() {
+    // A slow prefill (~0.9 s) lets the two requests queue behind a short first one.
+    let (d, _script) = daemon(false, "&error_after=4&prefill_extra_ms=3000", &[]);
+    let api = Api::of(&d);
+    let first = api.spawn("ALPHA", json!({"max_tokens": 2}));
+    d.wait_queue(|running, _| running == 1).await;
+    let clients: Vec<_> = ["BRAVO", "DELTA"]
+        .into_iter()
+        .map(|key| {
+            let api = api.clone();
+            tokio::spawn(async move { read_sse(api.post(stream(key, json!({}))).await).await })
+        })
+        .collect();
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    assert_eq!(first.await.unwrap().1, "length");
+    for client in clients {
+        let (events, _) = client.await.unwrap();
+        let n = events.len();
+        assert_eq!(events[n - 1].data, "[DONE]");
+        assert_eq!(events[n - 2].json()["error"]["type"], "server_error", "{:?}", events[n - 2]);
+    }
+    assert_eq!(d.get_json("/health/ready").await.0, 200, "still serving");
+}
+
+#[tokio::test]
+async fn requests_with_different_sampling_do_not_share_a_run() {
+    let (d, _script) = daemon(false, "", &[]);
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let a = api.spawn("ALPHA", json!({}));
+    let hot = api.spawn("BRAVO", json!({"temperature": 1.5, "top_k": 40}));
+    let c = api.spawn("CHARLIE", json!({}));
+    d.wait_queue(|_, waiting| waiting == 3).await;
+    blocker.await.unwrap();
+    let batch_n = |t: &Value| t["batch_n"].as_u64().unwrap();
+    let (a, hot, c) = (a.await.unwrap(), hot.await.unwrap(), c.await.unwrap());
+    assert_eq!((batch_n(&a.2), batch_n(&hot.2), batch_n(&c.2)), (2, 1, 2), "{a:?} {hot:?} {c:?}");
+    assert_eq!(a.0, REPLIES[0].1);
+}
+
+#[tokio::test]
+async fn batch_one_is_todays_path_and_batch_is_checked() {
+    let file = script(&entries());
+    let spec = format!("sim:instant?script={}", file.path().display());
+    let d = Daemon::start(&["--backend", "sim", "--model", &spec, "--model-id", "m"]);
+    let (text, _, timings) = streamed(&Api::of(&d), "ALPHA", json!({})).await;
+    assert_eq!(text, REPLIES[0].1);
+    assert_eq!((&timings["batch_n"], &timings["runtime"]["batch_size"]), (&json!(1), &json!(1)));
+    assert!(timings["prompt_n"].as_i64().unwrap() > 0, "one request's prefill count: {timings}");
+    let out =
+        std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd")).args(["--batch", "9", "--print-config"]).output();
+    let out = out.unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1..=8"), "{}", String::from_utf8_lossy(&out.stderr));
+}
