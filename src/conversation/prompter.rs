@@ -284,6 +284,7 @@ fn opens_think(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::super::template::TemplateSource;
+    use super::super::ToolSyntax;
     use super::*;
 
     fn prompter(text: &str) -> Prompter {

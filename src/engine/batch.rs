@@ -239,7 +239,7 @@ mod tests {
 
     #[test]
     fn groups_share_sampling_keep_arrival_order_and_size() {
-        let queue = Queue::new(16);
+        let queue = Queue::new(16, crate::engine::Npu::default());
         let mut receivers = Vec::new();
         let mut waiting: VecDeque<_> = [1, 2, 1, 1, 2, 1, 1]
             .into_iter()
