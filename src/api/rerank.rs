@@ -96,8 +96,19 @@ pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Resu
 }
 
 /// The same as `/v1/rerank` (the path Jina's and Cohere's clients use).
-#[utoipa::path(post, path = "/rerank", tag = "embeddings", request_body = RerankRequest,
-    responses((status = 200, body = RerankResponse)), security(("bearer" = [])))]
+#[utoipa::path(
+    post,
+    path = "/rerank",
+    tag = "embeddings",
+    request_body = RerankRequest,
+    responses(
+        (status = 200, description = "The documents' scores, best first", body = RerankResponse),
+        (status = 400, description = "No documents, or a document too long", body = ErrorEnvelope),
+        (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 501, description = "No tokenizer.json, or it lacks the answer tokens", body = ErrorEnvelope),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn create_unversioned(
     state: State<AppState>,
     req: ApiJson<RerankRequest>,
