@@ -17,10 +17,10 @@
 //! the whole run, and the caller decides when that is right.
 
 use crate::abi::Functions;
-use crate::callback::{enter, leave, userdata, OnResult};
+use crate::callback::{enter, leave, userdata, OnResult, Shared};
 use crate::common::*;
+use crate::event::{Event, Finish, Perf, Token};
 use crate::marshal::{InferArgs, Marshal};
-use crate::model::{Event, Finish, Perf, Shared, Token};
 use crate::params::{BatchRequest, RunInput, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use std::ffi::{c_int, CStr, CString};

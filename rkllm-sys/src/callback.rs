@@ -1,15 +1,34 @@
-//! What single and batched runs share on the runtime thread: marking a run
-//! active (so that its `RunControl` can abort it), and the one result
-//! callback registered at init, which hands each call to the run's own
-//! context ([`OnResult`]) through `userdata`.
+//! What single and batched runs share on the runtime thread: the handle's
+//! state shared with `RunControl`s ([`Shared`]), marking a run active (so
+//! that its `RunControl` can abort it), and the one result callback
+//! registered at init, which hands each call to the run's own context
+//! ([`OnResult`]) through `userdata`.
 
+use crate::activity::Progress;
 use crate::common::*;
-use crate::model::{Finish, Shared};
+use crate::event::Finish;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
+
+/// State shared between the runtime thread and [`RunControl`]s.
+pub(crate) struct Shared {
+    pub(crate) handle: LLMHandle,
+    pub(crate) abort: unsafe extern "C" fn(LLMHandle) -> c_int,
+    /// The id and abort flag of the run inside `rkllm_run`, if any. Held while
+    /// calling `rkllm_abort` so the run cannot end and another begin in between.
+    pub(crate) active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
+    /// Signs of life for a watchdog, as atomics so the callback takes no lock.
+    pub(crate) progress: Progress,
+}
+
+// SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
+// on from any thread; every other use stays on the runtime thread.
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
 
 impl Finish {
     /// A run aborted before `rkllm_run` was called.

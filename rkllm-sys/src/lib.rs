@@ -14,6 +14,7 @@ mod batch;
 mod callback;
 mod capture;
 pub mod common;
+mod event;
 pub mod loader;
 mod marshal;
 pub mod model;

@@ -19,9 +19,10 @@
 use crate::abi::{Abi, Functions, Table};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
-use crate::callback::{enter, leave, on_result, userdata, OnResult};
+use crate::callback::{enter, leave, on_result, userdata, OnResult, Shared};
 use crate::capture::capture_output;
 use crate::common::*;
+pub use crate::event::{Event, Finish, Perf, Token};
 use crate::marshal::{InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
 pub use crate::params::{BatchInput, BatchRequest, Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
@@ -33,88 +34,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::{mpsc::UnboundedSender, oneshot};
-
-/// One generated token as the callback delivered it.
-#[derive(Debug, Clone)]
-pub struct Token {
-    /// Text completed by this token (may be empty while a character is split).
-    pub text: String,
-    /// The raw bytes the runtime passed for this token.
-    pub bytes: Vec<u8>,
-    pub token_id: i32,
-    /// The callback state was WAITING (an incomplete character).
-    pub waiting: bool,
-    pub at: Instant,
-}
-
-/// How a run ended; always the last event of a run.
-#[derive(Debug, Clone)]
-pub struct Finish {
-    /// When `rkllm_run` returned (or when the run was skipped).
-    pub at: Instant,
-    /// False when the run was aborted before `rkllm_run` was called.
-    pub started: bool,
-    /// The return value of `rkllm_run`.
-    pub code: i32,
-    /// The callback reported the ERROR state.
-    pub runtime_error: bool,
-    /// `abort` was called for this run.
-    pub aborted: bool,
-    /// The runtime's perf stats from the FINISH callback.
-    pub perf: Option<Perf>,
-    /// Bytes that never completed a character, as U+FFFD ("" normally).
-    pub tail: String,
-    /// A hidden-layer or logits run: what the callback copied (`None`: the
-    /// runtime delivered no buffer).
-    pub output: Option<Result<Matrix, CaptureError>>,
-    /// What a batched run did that contradicts this layer's reading of the
-    /// manual's open points (where `perf` is reported, finished slots
-    /// staying finished): the caller logs each one loudly. Empty normally.
-    pub surprises: Vec<String>,
-}
-
-/// The runtime's own figures for one run (`RKLLMPerfStat` in plain Rust
-/// types, so the daemon never reads a `repr(C)` struct).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Perf {
-    pub prefill_time_ms: f64,
-    pub prefill_tokens: i64,
-    pub generate_time_ms: f64,
-    pub generate_tokens: i64,
-    pub memory_usage_mb: f64,
-    /// Sequences the figures cover: 1, or `n_batch` for a batched run
-    /// (whose tokens and times are the whole batch's).
-    pub batch_size: u32,
-}
-
-impl From<RKLLMPerfStat> for Perf {
-    fn from(p: RKLLMPerfStat) -> Self {
-        Perf {
-            prefill_time_ms: p.prefill_time_ms.into(),
-            prefill_tokens: p.prefill_tokens.into(),
-            generate_time_ms: p.generate_time_ms.into(),
-            generate_tokens: p.generate_tokens.into(),
-            memory_usage_mb: p.memory_usage_mb.into(),
-            batch_size: 1,
-        }
-    }
-}
-
-impl Finish {
-    pub fn is_error(&self) -> bool {
-        self.started && (self.runtime_error || self.code != 0)
-    }
-}
-
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// `rkllm_run` is about to be called (the request's `admitted` instant).
-    Started {
-        at: Instant,
-    },
-    Token(Token),
-    Finished(Finish),
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -162,22 +81,6 @@ impl RunControl {
         }
     }
 }
-
-/// State shared between the runtime thread and [`RunControl`]s.
-pub(crate) struct Shared {
-    pub(crate) handle: LLMHandle,
-    pub(crate) abort: unsafe extern "C" fn(LLMHandle) -> c_int,
-    /// The id and abort flag of the run inside `rkllm_run`, if any. Held while
-    /// calling `rkllm_abort` so the run cannot end and another begin in between.
-    pub(crate) active: Mutex<Option<(u64, Arc<AtomicBool>)>>,
-    /// Signs of life for a watchdog, as atomics so the callback takes no lock.
-    pub(crate) progress: Progress,
-}
-
-// SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
-// on from any thread; every other use stays on the runtime thread.
-unsafe impl Send for Shared {}
-unsafe impl Sync for Shared {}
 
 type Reply<T> = oneshot::Sender<Result<T, ModelError>>;
 
