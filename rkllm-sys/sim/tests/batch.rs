@@ -265,17 +265,14 @@ fn a_batch_runs_every_slot_to_its_own_end_in_shared_callbacks() {
 }
 
 #[test]
-fn max_new_tokens_is_per_slot_and_a_batch_step_costs_little_more_than_one() {
-    let h = init("sim:qwen2-0.5b?time_scale=1&reply_tokens=30", 3);
+fn max_new_tokens_is_per_run_and_every_slot_stops_at_it() {
+    let h = init("sim:instant?reply_tokens=30", 3);
     let seen = Seen::new(3);
     assert_eq!(h.run(&[prompt("one"), prompt("two"), prompt("three")], false, 12, &seen).0, 0);
     assert_eq!([0, 1, 2].map(|slot| seen.tokens(slot).len()), [12, 12, 12]);
-    // 11 intervals after the first step, each 1.3 × the profile's decode
-    // (3 active slots), less one interval for a late first step (the rest
-    // keep their deadlines): still longer than one sequence's 11 intervals.
-    let decode = rkllm_sim::profile("qwen2-0.5b").unwrap().decode_ms;
-    let generate = f64::from(seen.perf().generate_time_ms);
-    assert!(generate >= 10.0 * decode * 1.3, "{generate} ms");
+    // What a batch step costs (×(1 + 0.15 per extra active slot)) is a
+    // timing: measured in docs/performance.md, not asserted on a shared machine.
+    assert_eq!(seen.perf().generate_tokens, 36, "the batch's perf counts every slot's tokens");
 }
 
 #[test]
