@@ -1,5 +1,6 @@
 //! Delivering a run's replies through the result callback, paced against
-//! absolute deadlines from the run's start so sleeps never drift.
+//! deadlines (the prefill's from the run's start, each step's from the one
+//! before) so sleeps never drift and a late step never starts a burst.
 //!
 //! With `n_batch` 1 every callback carries one `RKLLMResult`: a token with
 //! state NORMAL or WAITING. With `n_batch` N > 1 every callback carries an
@@ -139,7 +140,10 @@ impl SimModel {
             let answer = caller.step(&mut reply.slots);
             generated += active;
             reply.steps += 1;
-            due += decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
+            // A step that came late (a slow machine, an emulator) does not
+            // make the next ones come back to back: like a real runtime's,
+            // each step takes its interval from the one before.
+            due = due.max(Instant::now()) + decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
             if answer == callback_return::PAUSE {
                 break End::Paused;
             }
