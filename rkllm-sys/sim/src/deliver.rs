@@ -1,6 +1,6 @@
 //! Delivering a run's replies through the result callback, paced against
-//! deadlines (the prefill's from the run's start, each step's from the one
-//! before) so sleeps never drift and a late step never starts a burst.
+//! absolute deadlines from the run's start so sleeps never drift (a step
+//! far behind restarts the schedule rather than starting a burst).
 //!
 //! With `n_batch` 1 every callback carries one `RKLLMResult`: a token with
 //! state NORMAL or WAITING. With `n_batch` N > 1 every callback carries an
@@ -140,10 +140,12 @@ impl SimModel {
             let answer = caller.step(&mut reply.slots);
             generated += active;
             reply.steps += 1;
-            // A step that came late (a slow machine, an emulator) does not
-            // make the next ones come back to back: like a real runtime's,
-            // each step takes its interval from the one before.
-            due = due.max(Instant::now()) + decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
+            // Absolute deadlines keep the pace exact; a step more than one
+            // interval late (a slow machine, an emulator) restarts the
+            // schedule from now, so the next ones do not come back to back.
+            let interval = decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
+            let now = Instant::now();
+            due = if now > due + interval { now } else { due } + interval;
             if answer == callback_return::PAUSE {
                 break End::Paused;
             }
