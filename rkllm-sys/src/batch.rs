@@ -17,13 +17,13 @@
 //! the whole run, and the caller decides when that is right.
 
 use crate::abi::Functions;
-use crate::callback::{enter, leave, userdata, OnResult, Shared};
+use crate::callback::{enter, leave, token, userdata, OnResult, Shared};
 use crate::common::*;
-use crate::event::{Event, Finish, Perf, Token};
+use crate::event::{Event, Finish, Perf};
 use crate::marshal::{InferArgs, Marshal};
 use crate::params::{BatchRequest, RunInput, SamplingParams};
 use crate::utf8::Utf8Assembler;
-use std::ffi::{c_int, CStr, CString};
+use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -219,15 +219,7 @@ impl Slot {
             return Some(format!("token {} after the slot had finished (token id < 0); dropped", result.token_id));
         }
         let events = self.events.as_ref()?;
-        let bytes = if result.text.is_null() {
-            Vec::new()
-        } else {
-            // SAFETY: a non-NULL `text` is NUL-terminated for the call's duration.
-            unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
-        };
-        let text = self.utf8.push(&bytes);
-        let token = Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at };
-        let _ = events.send(Event::Token(token));
+        let _ = events.send(Event::Token(token(result, state, at, &mut self.utf8)));
         None
     }
 }

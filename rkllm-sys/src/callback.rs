@@ -6,7 +6,9 @@
 
 use crate::activity::Progress;
 use crate::common::*;
-use crate::event::Finish;
+use crate::event::{Finish, Token};
+use crate::utf8::Utf8Assembler;
+use std::ffi::CStr;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,4 +97,17 @@ pub(crate) unsafe extern "C" fn on_result(result: *mut RKLLMResult, userdata: *m
         ctx.on_result(result, state, at)
     }))
     .unwrap_or(callback_return::CONTINUE)
+}
+
+/// One result's token: its bytes copied (a NULL `text` is none), completed
+/// characters reassembled by the run's (or slot's) `utf8`.
+pub(crate) fn token(result: &RKLLMResult, state: c_int, at: Instant, utf8: &mut Utf8Assembler) -> Token {
+    let bytes = if result.text.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: a non-NULL `text` is NUL-terminated for the call's duration.
+        unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
+    };
+    let text = utf8.push(&bytes);
+    Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at }
 }

@@ -19,7 +19,7 @@
 use crate::abi::{Abi, Functions, Table};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
-use crate::callback::{enter, leave, on_result, userdata, OnResult, Shared};
+use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared};
 use crate::capture::capture_output;
 use crate::common::*;
 pub use crate::event::{Event, Finish, Perf, Token};
@@ -28,7 +28,7 @@ use crate::output::{self, CaptureError, Matrix};
 pub use crate::params::{BatchInput, BatchRequest, Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
-use std::ffi::{c_int, CStr, CString};
+use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
@@ -488,15 +488,7 @@ impl RunContext {
         match state {
             call_state::NORMAL | call_state::WAITING => {
                 let Some(result) = result else { return };
-                let bytes = if result.text.is_null() {
-                    Vec::new()
-                } else {
-                    // SAFETY: `text` is NUL-terminated for the call's duration.
-                    unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
-                };
-                let text = self.utf8.push(&bytes);
-                let token = Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at };
-                let _ = self.events.send(Event::Token(token));
+                let _ = self.events.send(Event::Token(token(result, state, at, &mut self.utf8)));
                 if !self.reissued_abort && self.cancelled.load(Ordering::SeqCst) {
                     self.reissued_abort = true;
                     // SAFETY: called during the run, so the handle is alive.
