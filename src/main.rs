@@ -53,17 +53,16 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     init_logging(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("rkllmd: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        None | Some(Command::Serve(_)) => runtime.block_on(server::serve(config)),
-        Some(Command::Doctor { doctor, .. }) => return doctor::run(&config, &doctor, &runtime),
-        Some(Command::Bench(args)) => runtime.block_on(bench::run(*args)),
+        None | Some(Command::Serve(_)) => on_runtime(serving_runtime(), |rt| rt.block_on(server::serve(config))),
+        Some(Command::Doctor { doctor, .. }) => {
+            return on_runtime(serving_runtime(), |rt| doctor::run(&config, &doctor, rt)).unwrap_or_else(|code| code)
+        }
+        Some(Command::Bench(args)) => on_runtime(client_runtime(), |rt| rt.block_on(bench::run(*args))),
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(code) => return code,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -72,6 +71,34 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The daemon serves on one async thread. A streamed token then wakes
+/// exactly one thread — the runtime thread hands it to the task that writes
+/// the socket — where tokio's multi-thread scheduler wakes a second worker
+/// per token as well (the woken worker, the last one searching for work,
+/// wakes another to keep searching): a third context switch and about a
+/// quarter more CPU per token (docs/performance.md, "Per-token cost").
+/// Work that grows with a request's size — rendering and tokenizing its
+/// prompt, loading a model — runs on the blocking pool instead
+/// (`api::request::prepare`, the registry), so it never holds up a stream.
+fn serving_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
+}
+
+/// `bench` is a client reading many streams at once: two workers.
+fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+}
+
+fn on_runtime<T>(
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    run: impl FnOnce(&tokio::runtime::Runtime) -> T,
+) -> Result<T, ExitCode> {
+    runtime.map(|rt| run(&rt)).map_err(|e| {
+        eprintln!("rkllmd: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 fn init_logging(format: LogFormat) {

@@ -2,7 +2,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::request::ChatCompletionRequest;
+use super::request::{prepare, ChatCompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::ChatCompletion;
 use super::AppState;
@@ -32,6 +32,7 @@ pub async fn create(
     let received = Instant::now();
     let model = state.lease(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
-    let validated = req.validate(&meta.id, &model, state.settings.reasoning, received)?;
+    let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);
+    let validated = prepare(&model, move |model| req.validate(&id, model, reasoning, received)).await?;
     respond(&state, model, validated, Shape::Chat, meta).await
 }

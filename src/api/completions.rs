@@ -2,7 +2,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::request::CompletionRequest;
+use super::request::{prepare, CompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::TextCompletion;
 use super::AppState;
@@ -33,6 +33,7 @@ pub async fn create(
     let received = Instant::now();
     let model = state.lease(&req.common.model, None).await?;
     let meta = AppState::meta("cmpl", &model);
-    let validated = req.validate(&meta.id, &model, received)?;
+    let id = meta.id.clone();
+    let validated = prepare(&model, move |model| req.validate(&id, model, received)).await?;
     respond(&state, model, validated, Shape::Text, meta).await
 }

@@ -134,6 +134,14 @@ impl std::ops::Deref for Lease {
     }
 }
 
+impl Lease {
+    /// The leased model for work that outlives a borrow (the blocking
+    /// pool); the lease itself still marks the model in use.
+    pub fn shared(&self) -> Arc<Loaded> {
+        self.model.clone().expect("a lease holds its model until it is dropped")
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(model) = self.model.take() {

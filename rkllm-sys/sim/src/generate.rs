@@ -82,8 +82,18 @@ impl Rng {
 fn grow(rng: &mut Rng, text: &mut String, len: usize) -> Vec<u32> {
     let mut ids = token_ids(text);
     while ids.len() < len {
-        text.push(' ');
-        text.push_str(SENTENCES[rng.below(SENTENCES.len() as u64) as usize]);
+        // Each sentence is counted on its own (the pre-tokenizer splits at
+        // the space before it), and the whole text is tokenized once per
+        // round: tokenizing it after every sentence made a long reply's
+        // planning quadratic, which showed as CPU per token in the daemon's
+        // process. Should a count not add up, the next round adds more.
+        let mut counted = ids.len();
+        while counted < len {
+            let sentence = SENTENCES[rng.below(SENTENCES.len() as u64) as usize];
+            text.push(' ');
+            text.push_str(sentence);
+            counted += token_ids(&text[text.len() - sentence.len() - 1..]).len();
+        }
         ids = token_ids(text);
     }
     ids
@@ -239,5 +249,19 @@ mod tests {
         assert_eq!((pieces.len(), cut), (5, true));
         let (pieces, _) = reply(&ReplySpec { reply_tokens: Some(2), ignore_eos: true, limit: 30, ..spec("x") });
         assert_eq!(pieces.len(), 30);
+    }
+
+    #[test]
+    fn grow_adds_the_fewest_sentences_that_reach_the_length() {
+        for (seed, len) in [(1, 5), (2, 40), (3, 300), (4, 2000)] {
+            let mut text = "Simulated reply:".to_owned();
+            let ids = grow(&mut Rng::new(seed), &mut text, len);
+            assert_eq!(ids, token_ids(&text), "the ids are the whole text's");
+            assert!(ids.len() >= len, "{} < {len}", ids.len());
+            // One sentence fewer would not have been enough.
+            let last = SENTENCES.iter().filter(|s| text.ends_with(&format!(" {s}"))).map(|s| s.len() + 1).max();
+            let without_last = &text[..text.len() - last.expect("the text ends with a sentence")];
+            assert!(token_ids(without_last).len() < len, "seed {seed}: one sentence too many");
+        }
     }
 }

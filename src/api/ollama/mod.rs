@@ -11,6 +11,7 @@ mod reply;
 mod wire;
 
 use super::error::ApiError;
+use super::request::prepare;
 use super::respond::{start, Admitted};
 use super::AppState;
 use axum::body::Bytes;
@@ -65,14 +66,16 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaEr
 async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: ChatRequest = parse(&body)?;
-    answer(&state, &req.common, Shape::Chat, received, |id, model| convert::chat(&req, id, model, received)).await
+    let common = req.common.clone();
+    answer(&state, &common, Shape::Chat, received, move |id, model| convert::chat(&req, id, model, received)).await
 }
 
 async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: GenerateRequest = parse(&body)?;
-    answer(&state, &req.common, Shape::Generate, received, |id, model| convert::generate(&req, id, model, received))
-        .await
+    let common = req.common.clone();
+    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model, received);
+    answer(&state, &common, Shape::Generate, received, validate).await
 }
 
 /// Loads the model, converts the request, and answers with NDJSON or one
@@ -83,7 +86,7 @@ async fn answer(
     common: &Common,
     shape: Shape,
     received: Instant,
-    validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError>,
+    validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
 ) -> Result<Response, OllamaError> {
     if common.model.is_empty() {
         return Err(ApiError::invalid_value("model", "model is required").into());
@@ -92,7 +95,8 @@ async fn answer(
     let model = state.lease(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.model_id.clone(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
-    let Some(v) = validate(&id, &model)? else {
+    let for_job = id.clone();
+    let Some(v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
         let unload = keep_alive.is_some_and(|k| k.is_zero());
         drop(model);
         if unload {

@@ -14,9 +14,26 @@ use super::structured::ResponseFormat;
 use super::Loaded;
 use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
 use crate::engine::Job;
+use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
 use std::time::Instant;
+
+/// Runs a request's preparation — rendering and tokenizing its prompt, the
+/// one step of a request whose cost grows with its size — on the blocking
+/// pool. The daemon serves on one async thread, so that a streamed token
+/// wakes one thread (`main.rs`); a long prompt prepared on it would hold up
+/// every other stream's tokens meanwhile.
+pub async fn prepare<T: Send + 'static>(
+    model: &Lease,
+    work: impl FnOnce(&Loaded) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let model = model.shared();
+    match tokio::task::spawn_blocking(move || work(&model)).await {
+        Ok(prepared) => prepared,
+        Err(e) => Err(ApiError::runtime(format!("preparing the request failed: {e}"))),
+    }
+}
 
 /// Range checks of the sampling fields.
 fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
