@@ -90,7 +90,7 @@ async fn answer(
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
     let model = state.lease(&common.model, keep_alive).await?;
-    let frame = Frame { shape, model: model.model_id.clone(), load: model.load_duration };
+    let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let Some(v) = validate(&id, &model)? else {
         let unload = keep_alive.is_some_and(|k| k.is_zero());
