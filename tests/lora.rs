@@ -62,8 +62,13 @@ async fn adapters_are_models_and_each_run_names_its_own() {
     assert_eq!(runs, [json!("style"), Value::Null], "the adapter reaches the runtime; the base model runs with NULL");
     assert_eq!(records(&record, "load_lora").len(), 2, "requests do not load adapters again");
 
-    let r = d.post("/api/chat", json!({"model": "base:terse", "stream": false,
-        "messages": [{"role": "user", "content": "Hi"}]})).await;
+    let r = d
+        .post(
+            "/api/chat",
+            json!({"model": "base:terse", "stream": false,
+        "messages": [{"role": "user", "content": "Hi"}]}),
+        )
+        .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
     assert_eq!(records(&record, "run").last().unwrap()["lora_adapter"], "terse");

@@ -44,7 +44,12 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         let prefix_file = dir.path().join("prefix.txt");
         std::fs::write(&prefix_file, prefix_text).unwrap();
-        Setup { record: dir.path().join("record.jsonl"), cache: dir.path().join("system.cache"), prefix_file, _dir: dir }
+        Setup {
+            record: dir.path().join("record.jsonl"),
+            cache: dir.path().join("system.cache"),
+            prefix_file,
+            _dir: dir,
+        }
     }
 
     fn start(&self) -> Daemon {
@@ -136,14 +141,11 @@ async fn a_prefix_the_runtime_does_not_skip_is_a_warning_and_counted() {
 
 #[test]
 fn a_prompt_cache_without_a_prefix_or_with_batching_is_refused() {
-    for bad in [&["--prompt-cache", "/tmp/x"][..], &["--prompt-cache-prefix", "p"], &[
-        "--prompt-cache",
-        "/tmp/x",
-        "--prompt-cache-prefix",
-        "p",
-        "--batch",
-        "2",
-    ]] {
+    for bad in [
+        &["--prompt-cache", "/tmp/x"][..],
+        &["--prompt-cache-prefix", "p"],
+        &["--prompt-cache", "/tmp/x", "--prompt-cache-prefix", "p", "--batch", "2"],
+    ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
             .args(bad)
             .arg("--print-config")

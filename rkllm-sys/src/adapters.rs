@@ -45,7 +45,10 @@ impl Load {
             }
             Load::PromptCache { path } => {
                 // SAFETY: valid handle and a NUL-terminated path.
-                ("rkllm_load_prompt_cache", capture_output(|| unsafe { (fns.load_prompt_cache)(handle, path.as_ptr()) }))
+                (
+                    "rkllm_load_prompt_cache",
+                    capture_output(|| unsafe { (fns.load_prompt_cache)(handle, path.as_ptr()) }),
+                )
             }
             Load::ReleasePromptCache => {
                 // SAFETY: valid handle.

@@ -17,9 +17,9 @@
 //!   each slot's events go to that slot's own channel.
 
 use crate::abi::{Abi, Functions, Table};
-use crate::adapters::{Load, RunExtras};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
+use crate::adapters::{Load, RunExtras};
 use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared};
 use crate::capture::capture_output;
 use crate::common::*;

@@ -152,8 +152,9 @@ impl Engine {
             loaded.map_err(|source| EngineError::Adapter { name: adapter.name.clone(), source })?;
             tracing::info!(adapter = %adapter.name, path = %adapter.path, scale = adapter.scale, "LoRA adapter loaded");
         }
-        let prompt_cache =
-            prompt_cache.map(|settings| prompt_cache::PromptCache::prepare(&model, &settings, &model_path)).transpose()?;
+        let prompt_cache = prompt_cache
+            .map(|settings| prompt_cache::PromptCache::prepare(&model, &settings, &model_path))
+            .transpose()?;
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),

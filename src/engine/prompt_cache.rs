@@ -115,7 +115,11 @@ impl PromptCache {
     /// Makes the file if it is missing or stale, then loads it; blocks (call
     /// on a blocking thread, like the model's load). Any failure fails the
     /// model's load with the reason (the runtime's words where it gave any).
-    pub(super) fn prepare(model: &Model, settings: &PromptCacheSettings, model_path: &str) -> Result<Self, EngineError> {
+    pub(super) fn prepare(
+        model: &Model,
+        settings: &PromptCacheSettings,
+        model_path: &str,
+    ) -> Result<Self, EngineError> {
         let file = &settings.file;
         let prefix = match &settings.prefix {
             Prefix::Text(text) => text.clone(),
@@ -136,11 +140,13 @@ impl PromptCache {
                 let tokens = save(model, file, &prefix)?;
                 let sidecar = serde_json::to_string_pretty(&Sidecar::describe(model_path, &prefix, tokens))
                     .map_err(|e| failed(file, e))?;
-                std::fs::write(sidecar_path(file), sidecar).map_err(|e| failed(file, format!("writing its record: {e}")))?;
+                std::fs::write(sidecar_path(file), sidecar)
+                    .map_err(|e| failed(file, format!("writing its record: {e}")))?;
                 tokens
             }
         };
-        let loaded = model.load_prompt_cache(file_text).blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)?;
+        let loaded =
+            model.load_prompt_cache(file_text).blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)?;
         loaded.map_err(|e| failed(file, e))?;
         Ok(PromptCache { prefix, tokens })
     }

@@ -283,7 +283,13 @@ impl Registry {
             id.to_owned(),
             Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
         );
-        Ok(Lease { model: Some(loaded), registry: self.clone(), keep_alive, load_duration: started.elapsed(), adapter: None })
+        Ok(Lease {
+            model: Some(loaded),
+            registry: self.clone(),
+            keep_alive,
+            load_duration: started.elapsed(),
+            adapter: None,
+        })
     }
 
     /// The runtime for these settings, opened once.
@@ -304,7 +310,13 @@ impl Registry {
         let mut state = self.state();
         let slot = state.loaded.get_mut(id)?;
         slot.last_used = Instant::now();
-        Some(Lease { model: Some(slot.model.clone()), registry: self.clone(), keep_alive, load_duration: waited, adapter: None })
+        Some(Lease {
+            model: Some(slot.model.clone()),
+            registry: self.clone(),
+            keep_alive,
+            load_duration: waited,
+            adapter: None,
+        })
     }
 
     /// Unloads least recently used idle models until `spec` fits, then

@@ -99,8 +99,7 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
     // An adapter (`BASE:NAME`) is shown as its base model.
     let (base, _) = registry.resolve(&req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let statuses = registry.statuses();
-    let status =
-        statuses.iter().find(|s| s.spec.id == base.id).ok_or_else(|| ApiError::model_not_found(&req.model))?;
+    let status = statuses.iter().find(|s| s.spec.id == base.id).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let spec = &status.spec;
     let s = spec.engine.sampling.apply(rkllm_sys::SamplingParams::RKLLM_DEFAULTS);
     let parameters = format!(
