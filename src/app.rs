@@ -10,10 +10,10 @@
 //! demand; [`api_settings`] and [`metrics_settings`] give those layers theirs.
 
 use crate::api;
-use crate::config::{Backend, Config, ModelTable};
+use crate::config::{Backend, Config, LoraArg, ModelTable};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
-use crate::engine::{EngineSettings, Limits, Npu, RuntimeChoice, RuntimeSettings};
+use crate::engine::{EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings};
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
 use std::sync::Arc;
@@ -73,7 +73,28 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         disable_runtime_template: false,
         conversation_cache: config.conversation_cache,
         npu: npu.clone(),
+        loras: Vec::new(),
+        prompt_cache: None,
     }
+}
+
+/// A model's LoRA adapters, as the runtime takes them.
+fn loras(args: &[LoraArg]) -> Vec<rkllm_sys::LoraAdapter> {
+    args.iter().map(|a| rkllm_sys::LoraAdapter { name: a.name.clone(), path: a.path.clone(), scale: a.scale }).collect()
+}
+
+/// A model's prompt cache (validated: a file comes with exactly one prefix).
+fn prompt_cache(
+    file: Option<&std::path::PathBuf>,
+    prefix: Option<&String>,
+    prefix_file: Option<&std::path::PathBuf>,
+) -> Option<PromptCacheSettings> {
+    let prefix = match (prefix, prefix_file) {
+        (Some(text), _) => Prefix::Text(text.clone()),
+        (None, Some(path)) => Prefix::File(path.clone()),
+        (None, None) => return None,
+    };
+    file.map(|file| PromptCacheSettings { file: file.clone(), prefix })
 }
 
 pub fn metrics_settings(config: &Config) -> metrics::Settings {
@@ -125,11 +146,20 @@ pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
         None if config.models_dir.is_none() && config.models.is_empty() => format!("sim:{}", config.sim_profile),
         None => return None,
     };
+    let engine = EngineSettings {
+        loras: loras(&config.lora),
+        prompt_cache: prompt_cache(
+            config.prompt_cache.as_ref(),
+            config.prompt_cache_prefix.as_ref(),
+            config.prompt_cache_prefix_file.as_ref(),
+        ),
+        ..engine_settings(config, npu)
+    };
     Some(ModelSpec {
         id: model_id(config.model_id.as_deref(), &path),
         runtime: runtime_settings(config, config.model.clone()),
         prompt: prompt_settings(config),
-        engine: engine_settings(config, npu),
+        engine,
         embed: embed_settings(config),
         size_bytes: file_size(&path),
         modified: model_created(&path),
@@ -150,6 +180,12 @@ fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
         engine.limits.max_new_tokens = n;
     }
     engine.sampling = merge_sampling(config.sampling, table.sampling);
+    engine.loras = loras(&table.lora);
+    engine.prompt_cache = prompt_cache(
+        table.prompt_cache.as_ref(),
+        table.prompt_cache_prefix.as_ref(),
+        table.prompt_cache_prefix_file.as_ref(),
+    );
     ModelSpec {
         id: model_id(table.id.as_deref(), &table.path),
         path: table.path.clone(),

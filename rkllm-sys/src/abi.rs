@@ -95,6 +95,9 @@ pub struct Functions<A: AbiTypes> {
     pub get_kv_cache_size: unsafe extern "C" fn(LLMHandle, *mut c_int) -> c_int,
     pub set_chat_template: unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
     pub set_function_tools: unsafe extern "C" fn(LLMHandle, *const c_char, *const c_char, *const c_char) -> c_int,
+    pub load_lora: unsafe extern "C" fn(LLMHandle, *mut RKLLMLoraAdapter) -> c_int,
+    pub load_prompt_cache: unsafe extern "C" fn(LLMHandle, *const c_char) -> c_int,
+    pub release_prompt_cache: unsafe extern "C" fn(LLMHandle) -> c_int,
 }
 
 impl<A: AbiTypes> Clone for Functions<A> {
@@ -106,7 +109,7 @@ impl<A: AbiTypes> Copy for Functions<A> {}
 
 /// The symbol names resolved by the loader, in the order of [`Functions`]'
 /// fields. A missing one is an error naming it.
-pub const SYMBOLS: [&str; 10] = [
+pub const SYMBOLS: [&str; 13] = [
     "rkllm_createDefaultParam",
     "rkllm_init",
     "rkllm_run",
@@ -117,6 +120,9 @@ pub const SYMBOLS: [&str; 10] = [
     "rkllm_get_kv_cache_size",
     "rkllm_set_chat_template",
     "rkllm_set_function_tools",
+    "rkllm_load_lora",
+    "rkllm_load_prompt_cache",
+    "rkllm_release_prompt_cache",
 ];
 
 /// A function table of either ABI.

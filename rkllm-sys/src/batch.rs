@@ -92,13 +92,15 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         .collect();
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);
     let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
+    let mut extras = crate::adapters::RunExtras::new(req.lora.as_deref(), None);
+    let (lora, prompt_cache) = extras.pointers();
     let mut infer = A::infer_param(InferArgs {
         mode: RKLLMInferMode::Generate,
         keep_history: false,
         max_new_tokens: req.max_new_tokens,
         sampling: sampling_ptr,
-        lora: std::ptr::null_mut(),
-        prompt_cache: std::ptr::null_mut(),
+        lora,
+        prompt_cache,
     });
     let mut ctx = BatchContext {
         slots: slots

@@ -6,10 +6,12 @@
 //! * [`loader`]: finding and `dlopen`ing the library into a function [`abi::Table`];
 //! * [`model`]: the safe layer — one handle on one thread, runs as event streams;
 //!   [`Activity`] and [`Model::ping`] let a watchdog tell a busy runtime from a hung one;
-//!   `batch.rs`: batched runs (`n_batch` > 1), each slot to its own channel.
+//!   `batch.rs`: batched runs (`n_batch` > 1), each slot to its own channel;
+//!   `adapters.rs`: LoRA adapters and prompt-cache files.
 
 pub mod abi;
 mod activity;
+mod adapters;
 mod batch;
 mod callback;
 mod capture;
@@ -29,8 +31,8 @@ pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
 pub use capture::capture_output;
 pub use loader::{find_library, LoadError, Origin, Runtime};
 pub use model::{
-    Activity, BatchInput, BatchRequest, Event, Finish, InitConfig, Model, ModelError, Perf, Role, RunControl, RunInput,
-    RunRequest, SamplingParams, Token,
+    Activity, BatchInput, BatchRequest, Event, Finish, InitConfig, LoraAdapter, Model, ModelError, Perf, Role,
+    RunControl, RunInput, RunRequest, SamplingParams, Token,
 };
 pub use output::{CaptureError, Matrix};
 pub use params::{Capture, Rows};

@@ -126,7 +126,7 @@ fn resolve<A: AbiTypes>(library: &Library, path: &str) -> Result<Functions<A>, L
         // SAFETY: `T` is the exact C signature of `symbol` for the sniffed ABI.
         unsafe { library.get::<T>(&name) }.map(|s| *s).map_err(|_| LoadError::Symbol { path: path.to_owned(), symbol })
     }
-    let [create_default_param, init, run, abort, is_running, destroy, clear_kv_cache, get_kv_cache_size, set_chat_template, set_function_tools] =
+    let [create_default_param, init, run, abort, is_running, destroy, clear_kv_cache, get_kv_cache_size, set_chat_template, set_function_tools, load_lora, load_prompt_cache, release_prompt_cache] =
         SYMBOLS;
     Ok(Functions {
         create_default_param: get(library, path, create_default_param)?,
@@ -139,6 +139,9 @@ fn resolve<A: AbiTypes>(library: &Library, path: &str) -> Result<Functions<A>, L
         get_kv_cache_size: get(library, path, get_kv_cache_size)?,
         set_chat_template: get(library, path, set_chat_template)?,
         set_function_tools: get(library, path, set_function_tools)?,
+        load_lora: get(library, path, load_lora)?,
+        load_prompt_cache: get(library, path, load_prompt_cache)?,
+        release_prompt_cache: get(library, path, release_prompt_cache)?,
     })
 }
 

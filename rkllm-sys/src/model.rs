@@ -19,13 +19,16 @@
 use crate::abi::{Abi, Functions, Table};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
+use crate::adapters::{Load, RunExtras};
 use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared};
 use crate::capture::capture_output;
 use crate::common::*;
 pub use crate::event::{Event, Finish, Perf, Token};
 use crate::marshal::{InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
-pub use crate::params::{BatchInput, BatchRequest, Capture, InitConfig, Role, RunInput, RunRequest, SamplingParams};
+pub use crate::params::{
+    BatchInput, BatchRequest, Capture, InitConfig, LoraAdapter, Role, RunInput, RunRequest, SamplingParams,
+};
 use crate::utf8::Utf8Assembler;
 use crate::Runtime;
 use std::ffi::{c_int, CString};
@@ -45,6 +48,9 @@ pub enum ModelError {
     ThreadGone,
     #[error("{call} returned {code}")]
     Call { call: &'static str, code: i32 },
+    /// A load call failed; `log` is what the runtime printed during it.
+    #[error("{call} failed with code {code}{}", log_suffix(.log))]
+    Said { call: &'static str, code: i32, log: String },
     #[error("text for {0} contains a NUL byte")]
     Nul(&'static str),
     #[error("a batched run needs exactly n_batch = {n_batch} inputs and channels, got {given}")]
@@ -92,6 +98,7 @@ enum Command {
     SetChatTemplate { parts: [CString; 3], reply: Reply<()> },
     SetFunctionTools { parts: [CString; 3], reply: Reply<()> },
     Ping { reply: Reply<()> },
+    Load { what: Load, reply: Reply<()> },
 }
 
 /// A loaded model: the runtime thread and its handle. Dropping it aborts a
@@ -236,6 +243,28 @@ impl Model {
         }
     }
 
+    /// `rkllm_load_lora`: afterwards a run may name the adapter ([`RunRequest::lora`]).
+    pub fn load_lora(&self, adapter: &LoraAdapter) -> oneshot::Receiver<Result<(), ModelError>> {
+        self.handle_load(Load::lora(adapter))
+    }
+
+    /// `rkllm_load_prompt_cache`: the runtime matches later inputs against it from the start.
+    pub fn load_prompt_cache(&self, path: &str) -> oneshot::Receiver<Result<(), ModelError>> {
+        self.handle_load(Load::prompt_cache(path))
+    }
+
+    /// `rkllm_release_prompt_cache`.
+    pub fn release_prompt_cache(&self) -> oneshot::Receiver<Result<(), ModelError>> {
+        self.handle_load(Ok(Load::ReleasePromptCache))
+    }
+
+    fn handle_load(&self, what: Result<Load, ModelError>) -> oneshot::Receiver<Result<(), ModelError>> {
+        match what {
+            Ok(what) => self.request(|reply| Command::Load { what, reply }),
+            Err(e) => ready(Err(e)),
+        }
+    }
+
     fn send(&self, cmd: Command) -> Result<(), ModelError> {
         self.commands.as_ref().ok_or(ModelError::ThreadGone)?.send(cmd).map_err(|_| ModelError::ThreadGone)
     }
@@ -353,6 +382,9 @@ fn runtime_thread<A: Marshal>(
             Command::Ping { reply } => {
                 let _ = reply.send(Ok(()));
             }
+            Command::Load { what, reply } => {
+                let _ = reply.send(what.call(&fns, handle));
+            }
         }
     }
     // SAFETY: no run is active and no command can arrive any more.
@@ -414,13 +446,15 @@ fn run_one<A: Marshal>(
         Some(Capture::HiddenLayer { .. }) => RKLLMInferMode::GetLastHiddenLayer,
         Some(Capture::Logits { .. }) => RKLLMInferMode::GetLogits,
     };
+    let mut extras = RunExtras::new(req.lora.as_deref(), req.save_prompt_cache.as_deref());
+    let (lora, prompt_cache) = extras.pointers();
     let mut infer = A::infer_param(InferArgs {
         mode,
         keep_history: req.keep_history,
         max_new_tokens: req.max_new_tokens,
         sampling: sampling_ptr,
-        lora: std::ptr::null_mut(),
-        prompt_cache: std::ptr::null_mut(),
+        lora,
+        prompt_cache,
     });
     let mut ctx = RunContext {
         capture: req.capture,
@@ -435,7 +469,7 @@ fn run_one<A: Marshal>(
     };
     let _ = ctx.events.send(Event::Started { at: Instant::now() });
     let mut callback: &mut dyn OnResult = &mut ctx;
-    // SAFETY: every pointer (input, prompt, sampling, infer, ctx) outlives the
+    // SAFETY: every pointer (input, prompt, sampling, extras, infer, ctx) outlives the
     // blocking call; the callback only uses ctx through this userdata.
     let code = unsafe { (fns.run)(shared.handle, &mut input, &mut infer, userdata(&mut callback)) };
     let at = leave(shared);

@@ -152,6 +152,12 @@ pub struct RunRequest {
     /// `Some`: a hidden-layer or logits run; the copy arrives in
     /// `Finish::output`, and no token events.
     pub capture: Option<Capture>,
+    /// The LoRA adapter this run uses (`lora_params`; loaded before with
+    /// [`crate::Model::load_lora`]); `None`: the base model (NULL).
+    pub lora: Option<String>,
+    /// Save this run's prompt KV to this file (`prompt_cache_params` with
+    /// `save_prompt_cache = 1`); `None`: NULL.
+    pub save_prompt_cache: Option<String>,
 }
 
 impl RunRequest {
@@ -174,8 +180,19 @@ impl RunRequest {
             max_new_tokens: None,
             sampling: None,
             capture: None,
+            lora: None,
+            save_prompt_cache: None,
         }
     }
+}
+
+/// A LoRA adapter for `rkllm_load_lora` (a `.rkllm` file converted by the toolkit).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraAdapter {
+    /// What a run names to use it.
+    pub name: String,
+    pub path: String,
+    pub scale: f32,
 }
 
 /// One slot of a batched run.
@@ -194,4 +211,6 @@ pub struct BatchRequest {
     pub max_new_tokens: Option<i32>,
     /// Per-run sampling (ABI 1.3 only; `None` = the init values).
     pub sampling: Option<SamplingParams>,
+    /// The LoRA adapter every slot runs with (one per run); `None`: the base model.
+    pub lora: Option<String>,
 }

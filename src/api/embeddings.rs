@@ -100,7 +100,8 @@ pub async fn create(
     let inputs = run_inputs(loaded, req.input)?;
     let count = inputs.len();
     let pooling = loaded.embed.pooling;
-    let job = ForwardJob { inputs, capture: Capture::HiddenLayer { rows: pooling.rows() } };
+    let job =
+        ForwardJob { inputs, capture: Capture::HiddenLayer { rows: pooling.rows() }, lora: lease.adapter.clone() };
     let forward = loaded.engine.forward(job).map_err(|e| status::refused(&e))?.await.map_err(|r| status::failed(&r))?;
     let width = forward.outputs.first().map_or(0, |m| m.width);
     if let Some(asked) = req.dimensions.filter(|d| *d as usize != width) {
@@ -134,7 +135,7 @@ pub async fn create(
     Ok(axum::Json(EmbeddingList {
         object: "list",
         data,
-        model: loaded.model_id.clone(),
+        model: lease.served_id(),
         usage: EmbeddingUsage { prompt_tokens, total_tokens: prompt_tokens },
     }))
 }

@@ -123,12 +123,12 @@ impl AppState {
         self.shutting_down.load(Ordering::SeqCst)
     }
 
-    /// What every chunk of a reply by this model repeats.
-    fn meta(prefix: &str, model: &Loaded) -> respond::Meta {
+    /// What every chunk of a reply by this model (or adapter) repeats.
+    fn meta(prefix: &str, model: &Lease) -> respond::Meta {
         respond::Meta {
             id: format!("{prefix}-{}", uuid::Uuid::new_v4().simple()),
             created: unix_now(),
-            model: model.model_id.clone(),
+            model: model.served_id(),
             fingerprint: fingerprint(model),
         }
     }

@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::AppState;
-use crate::registry::{KeepAlive, Status};
+use crate::registry::{adapter_id, KeepAlive, Status};
 use axum::extract::{Path, State};
 use axum::Json;
 use serde::Serialize;
@@ -26,6 +26,8 @@ pub struct ModelCard {
     pub expires_at: Option<u64>,
     /// Extension: which chat template renders prompts, and why (`null` until the model is loaded).
     pub template: Option<TemplateCard>,
+    /// Extension: for a LoRA adapter (id `BASE:NAME`), the base model's id; `null` for a model.
+    pub parent: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -61,18 +63,31 @@ fn card(status: &Status) -> ModelCard {
             let t = l.model.prompter.describe();
             TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
         }),
+        parent: None,
     }
+}
+
+/// A model's card, then one per LoRA adapter (loaded and unloaded with it).
+fn cards(status: &Status) -> impl Iterator<Item = ModelCard> + '_ {
+    let base = card(status);
+    let adapters = status.spec.engine.loras.iter().map(move |lora| ModelCard {
+        id: adapter_id(&status.spec.id, &lora.name),
+        parent: Some(status.spec.id.clone()),
+        ..card(status)
+    });
+    std::iter::once(base).chain(adapters)
 }
 
 fn find(state: &AppState, id: &str) -> Result<ModelCard, ApiError> {
     let statuses = state.models()?.statuses();
-    statuses.iter().find(|s| s.spec.id == id).map(card).ok_or_else(|| ApiError::model_not_found(id))
+    let found = statuses.iter().flat_map(cards).find(|c| c.id == id);
+    found.ok_or_else(|| ApiError::model_not_found(id))
 }
 
-/// Lists every registered model, loaded or not.
+/// Lists every registered model, loaded or not, and each model's LoRA adapters (`BASE:NAME`).
 #[utoipa::path(get, path = "/v1/models", tag = "models", responses((status = 200, body = ModelList)), security(("bearer" = [])))]
 pub async fn list(State(state): State<AppState>) -> Result<Json<ModelList>, ApiError> {
-    let data = state.models()?.statuses().iter().map(card).collect();
+    let data = state.models()?.statuses().iter().flat_map(cards).collect();
     Ok(Json(ModelList { object: "list", data }))
 }
 

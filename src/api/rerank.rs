@@ -140,7 +140,8 @@ async fn rerank(
         req.documents.iter().map(|d| text_input(loaded, format.prompt(instruction, &req.query, d.text()))).collect();
     check_inputs(&inputs, loaded.engine.limits().max_context_len)
         .map_err(|e| ApiError::invalid_value("documents", e.body.message.replace("input[", "documents[")))?;
-    let job = ForwardJob { inputs, capture: Capture::Logits { rows: Rows::Last, columns } };
+    let job =
+        ForwardJob { inputs, capture: Capture::Logits { rows: Rows::Last, columns }, lora: lease.adapter.clone() };
     let forward = loaded.engine.forward(job).map_err(|e| status::refused(&e))?.await.map_err(|r| status::failed(&r))?;
     let prompt_tokens = forward.outputs.iter().map(|m| m.num_tokens).sum();
     let mut results: Vec<RerankResult> = forward
@@ -158,7 +159,7 @@ async fn rerank(
     }
     Ok(Json(RerankResponse {
         object: "list",
-        model: loaded.model_id.clone(),
+        model: lease.served_id(),
         results,
         usage: RerankUsage { prompt_tokens, total_tokens: prompt_tokens },
     }))

@@ -87,8 +87,9 @@ pub fn start(
     rules: crate::conversation::ReplyRules,
     checks: super::request::Checks,
 ) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
+    let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
     let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
-    let record = Record::new(id.to_owned(), model.model_id.clone(), &mut generation);
+    let record = Record::new(id.to_owned(), model.served_id(), &mut generation);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");

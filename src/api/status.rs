@@ -82,7 +82,10 @@ pub fn failed(reason: &EndReason) -> ApiError {
 pub fn refused(error: &EngineError) -> ApiError {
     match error {
         EngineError::QueueFull => ApiError::queue_full(2),
-        EngineError::Model(e) => ApiError::runtime(e.to_string()),
+        // Load-time errors: not what a submitted job meets, but named all the same.
+        EngineError::Model(_) | EngineError::Adapter { .. } | EngineError::PromptCache(_) => {
+            ApiError::runtime(error.to_string())
+        }
     }
 }
 

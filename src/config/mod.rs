@@ -7,9 +7,11 @@
 //! TOML key. `layers.rs` lays the sources over each other; `validate.rs`
 //! checks the result.
 
+mod adapters;
 mod layers;
 mod validate;
 
+pub use adapters::LoraArg;
 pub use layers::{ConfigArgs, ConfigError};
 
 use crate::conversation::{ReasoningMode, TemplateFamily};
@@ -176,6 +178,19 @@ pub struct Config {
     /// The loaded model files may add up to at most this many MiB.
     #[arg(long, env = "RKLLMD_MEMORY_BUDGET_MB")]
     pub memory_budget_mb: Option<u64>,
+    /// LoRA adapter of `--model`, served as model id `MODEL:NAME`: NAME=PATH[:SCALE] (scale default 1; repeatable; variable: comma-separated).
+    #[arg(long, env = "RKLLMD_LORA", value_delimiter = ',')]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<LoraArg>,
+    /// Prompt-cache file of `--model`: made at load from the prompt-cache prefix when missing or stale, then loaded, so a prompt that starts with the prefix skips its prefill.
+    #[arg(long, env = "RKLLMD_PROMPT_CACHE")]
+    pub prompt_cache: Option<PathBuf>,
+    /// The text every prompt that uses the prompt cache starts with (e.g. the rendered system prompt).
+    #[arg(long, env = "RKLLMD_PROMPT_CACHE_PREFIX")]
+    pub prompt_cache_prefix: Option<String>,
+    /// A file holding the prompt-cache prefix (instead of prompt_cache_prefix).
+    #[arg(long, env = "RKLLMD_PROMPT_CACHE_PREFIX_FILE")]
+    pub prompt_cache_prefix_file: Option<PathBuf>,
     /// `[[models]]` tables: models a directory cannot describe (file only). Not `[[model]]`:
     /// TOML cannot hold `model = "…"` and `[[model]]` both.
     #[arg(skip)]
@@ -199,6 +214,12 @@ pub struct ModelTable {
     pub sampling: SamplingOverrides,
     pub max_context_len: Option<u32>,
     pub max_new_tokens: Option<u32>,
+    /// LoRA adapters, each `"NAME=PATH[:SCALE]"`, served as `ID:NAME`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lora: Vec<LoraArg>,
+    pub prompt_cache: Option<PathBuf>,
+    pub prompt_cache_prefix: Option<String>,
+    pub prompt_cache_prefix_file: Option<PathBuf>,
 }
 
 /// A flag value that is one of a type's names (listed by `--help`), read by

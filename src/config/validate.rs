@@ -1,5 +1,6 @@
 //! The checks a configuration passes before anything starts.
 
+use super::adapters::check;
 use super::{Config, ConfigError};
 use rkllm_sys::Abi;
 
@@ -41,7 +42,37 @@ impl Config {
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }
+        self.check_adapters().map_err(ConfigError::Invalid)?;
         // The ranges a request's sampling fields are held to.
         self.sampling.check().map_err(|e| ConfigError::Invalid(format!("[sampling]: {e}")))
+    }
+}
+
+impl Config {
+    /// LoRA adapters and prompt caches: given where a model takes them, and consistent.
+    fn check_adapters(&self) -> Result<(), String> {
+        let top_level = !self.lora.is_empty()
+            || self.prompt_cache.is_some()
+            || self.prompt_cache_prefix.is_some()
+            || self.prompt_cache_prefix_file.is_some();
+        if top_level && self.model.is_none() && (self.models_dir.is_some() || !self.models.is_empty()) {
+            return Err(
+                "lora and prompt_cache* belong to --model; for a [[models]] table give them in the table".into()
+            );
+        }
+        let p = self.prompt_cache_prefix.as_ref();
+        check("--model", &self.lora, self.prompt_cache.as_ref(), p, self.prompt_cache_prefix_file.as_ref())?;
+        let mut caches = usize::from(self.prompt_cache.is_some());
+        for t in &self.models {
+            let name = format!("[[models]] {}", t.id.as_deref().unwrap_or(&t.path));
+            let p = t.prompt_cache_prefix.as_ref();
+            check(&name, &t.lora, t.prompt_cache.as_ref(), p, t.prompt_cache_prefix_file.as_ref())?;
+            caches += usize::from(t.prompt_cache.is_some());
+        }
+        if caches > 0 && self.batch > 1 {
+            // Whether and how a loaded prompt cache serves the slots of a batch is undocumented.
+            return Err("prompt_cache needs batch = 1".into());
+        }
+        Ok(())
     }
 }

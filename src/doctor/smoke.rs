@@ -49,6 +49,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         sampling: SamplingOverrides::default(),
         enable_thinking: false,
         tokens: None,
+        lora: None,
     };
     let mut generation = match engine.submit(job) {
         Ok(g) => g,

@@ -3,9 +3,9 @@
 //! generation.
 //!
 //! One scheduler task owns the waiting jobs. It takes the queue's turn, then
-//! gathers, in arrival order, up to N jobs with the same sampling values as
-//! the oldest one (the runtime takes sampling, `max_new_tokens` and
-//! `keep_history` per run) and starts one batched run: prompt input, no
+//! gathers, in arrival order, up to N jobs with the same sampling values and
+//! LoRA adapter as the oldest one (the runtime takes sampling, the adapter,
+//! `max_new_tokens` and `keep_history` per run) and starts one batched run: prompt input, no
 //! history kept, the group's largest token limit (each generation ends its
 //! own reply at its own limit). It never waits for a batch to fill: a lone job
 //! starts at once. Slots without a job get a one-token filler input, because
@@ -76,6 +76,8 @@ struct Waiting {
     input: BatchInput,
     /// The sampling the job's run needs (`None`: the init values).
     sampling: Option<SamplingParams>,
+    /// The LoRA adapter (`None`: the base model): one per run, like sampling.
+    lora: Option<String>,
     limit: u32,
     place: Place,
     slot: oneshot::Sender<Result<Slot, EndReason>>,
@@ -109,6 +111,7 @@ impl Engine {
         place: Place,
         input: BatchInput,
         sampling: Option<SamplingParams>,
+        lora: Option<String>,
         limit: u32,
     ) -> Result<Slot, EndReason> {
         let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -117,7 +120,7 @@ impl Engine {
         }
         let (slot, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the batch scheduler stopped".into());
-        scheduler.jobs.send(Waiting { input, sampling, limit, place, slot }).map_err(|_| gone())?;
+        scheduler.jobs.send(Waiting { input, sampling, lora, limit, place, slot }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
 
@@ -132,6 +135,7 @@ impl Engine {
         let per_run = self.info.abi.per_run_sampling();
         let limit = group.iter().map(|j| j.limit).max().unwrap_or(1);
         let sampling = group[0].sampling.filter(|s| per_run && *s != self.defaults);
+        let lora = group[0].lora.clone();
         let jobs = group.len();
         let mut inputs = Vec::with_capacity(size);
         let mut channels = Vec::with_capacity(size);
@@ -150,7 +154,7 @@ impl Engine {
         inputs.resize(size, filler);
         channels.resize(size, None);
         let turn = self.queue.start(permit, places);
-        let request = BatchRequest { slots: inputs, max_new_tokens: per_run.then_some(limit as i32), sampling };
+        let request = BatchRequest { slots: inputs, max_new_tokens: per_run.then_some(limit as i32), sampling, lora };
         let (control, done) = match self.model.submit_batch(request, channels) {
             Ok(submitted) => submitted,
             Err(e) => {
@@ -209,13 +213,13 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>) {
 }
 
 /// The oldest job and, in arrival order, up to `size − 1` more that can share
-/// its run (the same sampling values).
+/// its run (the same sampling values and adapter).
 fn take_group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
     let Some(first) = waiting.pop_front() else { return Vec::new() };
     let mut group = vec![first];
     let mut rest = VecDeque::with_capacity(waiting.len());
     while let Some(job) = waiting.pop_front() {
-        if group.len() < size && job.sampling == group[0].sampling {
+        if group.len() < size && job.sampling == group[0].sampling && job.lora == group[0].lora {
             group.push(job);
         } else {
             rest.push_back(job);
@@ -234,7 +238,25 @@ mod tests {
         let (slot, rx) = oneshot::channel();
         let sampling = Some(SamplingParams { top_k, ..SamplingParams::RKLLM_DEFAULTS });
         let input = BatchInput { input: RunInput::Prompt(format!("k{top_k}")), enable_thinking: false };
-        (Waiting { input, sampling, limit: 8, place: queue.try_enter().expect("room"), slot }, rx)
+        (Waiting { input, sampling, lora: None, limit: 8, place: queue.try_enter().expect("room"), slot }, rx)
+    }
+
+    #[test]
+    fn jobs_with_different_adapters_do_not_share_a_run() {
+        let queue = Queue::new(16, crate::engine::Npu::default());
+        let mut receivers = Vec::new();
+        let mut waiting: VecDeque<_> = [None, Some("a"), None, Some("a"), Some("b")]
+            .into_iter()
+            .map(|lora| {
+                let (w, rx) = job(&queue, 1);
+                receivers.push(rx);
+                Waiting { lora: lora.map(str::to_owned), ..w }
+            })
+            .collect();
+        let adapters = |g: &[Waiting]| g.iter().map(|j| j.lora.clone()).collect::<Vec<_>>();
+        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![None, None]);
+        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("a".to_owned()); 2]);
+        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("b".to_owned())]);
     }
 
     #[test]

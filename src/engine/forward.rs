@@ -16,6 +16,8 @@ pub struct ForwardJob {
     /// Text (tokenized by the runtime) or token ids, one run each.
     pub inputs: Vec<RunInput>,
     pub capture: Capture,
+    /// The LoRA adapter every input runs with; `None`: the base model.
+    pub lora: Option<String>,
 }
 
 /// What a job returned: one matrix per input, in order.
@@ -66,7 +68,7 @@ impl Engine {
                     RunInput::Prompt(text) => RunRequest::prompt(text),
                     RunInput::Tokens(ids) => RunRequest::tokens(ids),
                 };
-                let request = RunRequest { capture: Some(job.capture.clone()), ..request };
+                let request = RunRequest { capture: Some(job.capture.clone()), lora: job.lora.clone(), ..request };
                 let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
                 let control = engine.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
                 guard.control = Some(control.clone());

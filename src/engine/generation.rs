@@ -9,6 +9,7 @@ use super::guards::{RunGuard, WaitGuard};
 use super::job::Job;
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
+use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
 use super::{Engine, EngineError};
 use crate::metrics::{RuntimePerf, Timeline};
@@ -83,14 +84,26 @@ impl Engine {
             max_new_tokens: per_run.then_some(limit as i32),
             sampling: (per_run && !given.is_empty()).then(|| job.sampling.apply(self.defaults)),
             capture: None,
+            lora: job.lora.clone(),
+            save_prompt_cache: None,
         };
+        let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
         let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
         let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
-        let start =
-            Start { engine: self.clone(), job, prompt_tokens, request, limit, place, stop: stop.clone(), waiting };
+        let start = Start {
+            engine: self.clone(),
+            job,
+            prompt_tokens,
+            request,
+            limit,
+            place,
+            stop: stop.clone(),
+            waiting,
+            prompt_cache,
+        };
         let events = Box::pin(async_stream::stream! {
             let mut run = match start.run().await {
                 Ok(run) => run,
@@ -133,6 +146,7 @@ struct Start {
     place: Place,
     stop: StopHandle,
     waiting: WaitGuard,
+    prompt_cache: Option<PromptCacheExpect>,
 }
 
 impl Start {
@@ -146,7 +160,8 @@ impl Start {
                 let input = BatchInput { input: self.request.input, enable_thinking: self.request.enable_thinking };
                 let per_run = engine.info.abi.per_run_sampling();
                 let sampling = self.request.sampling.or(per_run.then_some(engine.defaults));
-                let slot = engine.batch_slot(scheduler, self.place, input, sampling, self.limit).await;
+                let lora = self.request.lora;
+                let slot = engine.batch_slot(scheduler, self.place, input, sampling, lora, self.limit).await;
                 (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
             }
             None => {
@@ -194,6 +209,7 @@ impl Start {
             reason,
             plan,
             generated,
+            prompt_cache: self.prompt_cache,
         })
     }
 }
@@ -238,6 +254,8 @@ struct Run {
     /// Every id the runtime generated (those dropped from the reply too:
     /// they are in the KV cache all the same).
     generated: Vec<i32>,
+    /// What the run should show of the model's prompt cache, if it has one.
+    prompt_cache: Option<PromptCacheExpect>,
 }
 
 enum Next {
@@ -357,14 +375,17 @@ impl Run {
         } else {
             EndReason::Eos
         };
+        let perf = finish.perf.map(RuntimePerf::from);
+        let prompt_cache_n = super::prompt_cache::reused(self.prompt_cache, self.guard.prompt_tokens, perf.as_ref());
+        self.guard.timeline.prompt_cache_n = prompt_cache_n;
         Outcome {
             reason,
             timeline: self.guard.timeline,
-            perf: finish.perf.map(RuntimePerf::from),
+            perf,
             tail: finish.tail,
             dropped_tokens: self.guard.dropped,
             prompt_tokens: self.guard.prompt_tokens,
-            cached_tokens,
+            cached_tokens: cached_tokens + prompt_cache_n.unwrap_or(0),
         }
     }
 

@@ -19,4 +19,6 @@ pub struct Job {
     /// configured (its length is `usage.prompt_tokens`; with the
     /// conversation cache they are what the runtime is sent).
     pub tokens: Option<Vec<i32>>,
+    /// The LoRA adapter to run with (loaded with the model); `None`: the base model.
+    pub lora: Option<String>,
 }

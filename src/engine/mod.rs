@@ -13,6 +13,7 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod prompt_cache;
 mod queue;
 
 pub use backend::{
@@ -23,10 +24,11 @@ pub use generation::Generation;
 pub use job::Job;
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
+pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::QueueState;
 
 use crate::sampling::SamplingOverrides;
-use rkllm_sys::{Abi, InitConfig, Model, SamplingParams};
+use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -36,6 +38,10 @@ pub enum EngineError {
     QueueFull,
     #[error("loading the model failed: {0}")]
     Model(#[from] rkllm_sys::ModelError),
+    #[error("loading the LoRA adapter `{name}` failed: {source}")]
+    Adapter { name: String, source: rkllm_sys::ModelError },
+    #[error("{0}")]
+    PromptCache(String),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -89,6 +95,10 @@ pub struct EngineSettings {
     pub conversation_cache: bool,
     /// The NPU turn every model's runs share.
     pub npu: Npu,
+    /// Loaded with `rkllm_load_lora` right after the model; a job names one by `Job::lora`.
+    pub loras: Vec<LoraAdapter>,
+    /// A prompt-cache file made if needed and loaded after the adapters (`prompt_cache.rs`).
+    pub prompt_cache: Option<PromptCacheSettings>,
 }
 
 pub struct Engine {
@@ -103,6 +113,8 @@ pub struct Engine {
     kv: Option<std::sync::Mutex<kv::KvCache>>,
     /// `Some` with `batch` > 1.
     scheduler: Option<batch::Scheduler>,
+    /// `Some` when the model has a prompt-cache file (loaded).
+    prompt_cache: Option<prompt_cache::PromptCache>,
 }
 
 impl Engine {
@@ -119,6 +131,8 @@ impl Engine {
             disable_runtime_template,
             conversation_cache,
             npu,
+            loras,
+            prompt_cache,
         } = settings;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
@@ -129,6 +143,18 @@ impl Engine {
             n_batch: batch,
             ..InitConfig::new(model_path.clone())
         };
+        let model = Model::load(runtime.runtime.clone(), init)?;
+        if disable_runtime_template {
+            model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
+        }
+        for adapter in &loras {
+            let loaded = model.load_lora(adapter).blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)?;
+            loaded.map_err(|source| EngineError::Adapter { name: adapter.name.clone(), source })?;
+            tracing::info!(adapter = %adapter.name, path = %adapter.path, scale = adapter.scale, "LoRA adapter loaded");
+        }
+        let prompt_cache = prompt_cache
+            .map(|settings| prompt_cache::PromptCache::prepare(&model, &settings, &model_path))
+            .transpose()?;
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),
@@ -136,10 +162,6 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
         };
-        let model = Model::load(runtime.runtime, init)?;
-        if disable_runtime_template {
-            model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
-        }
         Ok(Engine {
             model,
             closing: AtomicBool::new(false),
@@ -150,6 +172,7 @@ impl Engine {
             // Batched runs keep no history.
             kv: (conversation_cache && batch == 1).then(Default::default),
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
+            prompt_cache,
         })
     }
 
@@ -165,6 +188,10 @@ impl Engine {
     }
     pub fn conversation_cache(&self) -> bool {
         self.kv.is_some()
+    }
+    /// Whether a prompt-cache file is loaded.
+    pub fn prompt_cache(&self) -> bool {
+        self.prompt_cache.is_some()
     }
     /// Sequences per run (1: unbatched).
     pub fn batch(&self) -> usize {

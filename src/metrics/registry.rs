@@ -42,6 +42,7 @@ pub struct Metrics {
     prompt_tokens: Counter,
     cached_prompt_tokens: Counter,
     kv_cache_mismatches: Counter,
+    prompt_cache_mismatches: Counter,
     generation_tokens: Counter,
     requests: Family<RequestLabels, Counter>,
     disconnects: Counter,
@@ -73,6 +74,7 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             cached_prompt_tokens: Counter::default(),
             kv_cache_mismatches: Counter::default(),
+            prompt_cache_mismatches: Counter::default(),
             generation_tokens: Counter::default(),
             requests: Family::default(),
             disconnects: Counter::default(),
@@ -107,13 +109,18 @@ impl Metrics {
         );
         r.register(
             "rkllmd_prompt_tokens_cached",
-            "Prompt tokens reused from the conversation cache (usage.prompt_tokens_details.cached_tokens)",
+            "Prompt tokens reused from the conversation cache or a prompt-cache file (usage.prompt_tokens_details.cached_tokens)",
             self.cached_prompt_tokens.clone(),
         );
         r.register(
             "rkllmd_kv_cache_mismatch",
             "Runs after which rkllm_get_kv_cache_size disagreed with the tokens sent and generated (the cache restarts clean)",
             self.kv_cache_mismatches.clone(),
+        );
+        r.register(
+            "rkllmd_prompt_cache_mismatch",
+            "Runs whose prefill skipped other than the prompt-cache prefix's tokens (all of them when the prompt starts with the prefix, none otherwise)",
+            self.prompt_cache_mismatches.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
         r.register("rkllmd_requests", "Completion requests by outcome", self.requests.clone());
@@ -188,6 +195,10 @@ impl Metrics {
 
     pub fn kv_cache_mismatch(&self) {
         self.kv_cache_mismatches.inc();
+    }
+
+    pub fn prompt_cache_mismatch(&self) {
+        self.prompt_cache_mismatches.inc();
     }
 
     pub fn set_kv_cache_tokens(&self, tokens: i64) {

@@ -114,6 +114,7 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         finish_reason = f.finish_reason,
         prompt_tokens = f.prompt_tokens(t),
         cached_tokens = t.cache_n,
+        prompt_cache_tokens = t.prompt_cache_n,
         completion_tokens = t.predicted_n,
         client_disconnected = f.client_disconnected,
         admitted_us = raw.admitted,

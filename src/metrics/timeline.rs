@@ -23,6 +23,9 @@ pub struct Timeline {
     pub tokens: u32,
     /// Requests that shared this request's run, itself included (1 unbatched).
     pub batch_n: u32,
+    /// Prompt tokens the run did not prefill thanks to the model's prompt-cache
+    /// file, by the runtime's count; `None`: no prompt cache, or not derivable.
+    pub prompt_cache_n: Option<u32>,
 }
 
 impl Timeline {
@@ -35,6 +38,7 @@ impl Timeline {
             finished: None,
             tokens: 0,
             batch_n: 1,
+            prompt_cache_n: None,
         }
     }
 
@@ -84,8 +88,13 @@ pub struct Timings {
     /// Prompt tokens prefilled by this run (the runtime's count); with the
     /// conversation cache only the tokens after the cached prefix.
     pub prompt_n: Option<i64>,
-    /// Prompt tokens reused from the conversation cache (not prefilled).
+    /// Prompt tokens reused (not prefilled): from the conversation cache or
+    /// the prompt-cache file (`prompt_cache_n` of them).
     pub cache_n: i64,
+    /// Prompt tokens the model's prompt-cache file spared this run's prefill
+    /// (prompt tokens − the runtime's `prefill_tokens`; 0: not used); null
+    /// when the model has no prompt cache or no tokenizer to count the prompt.
+    pub prompt_cache_n: Option<i64>,
     /// prefill_ms = first_token − admitted.
     pub prompt_ms: Option<f64>,
     pub prompt_per_token_ms: Option<f64>,
@@ -133,6 +142,7 @@ impl Timings {
         Timings {
             prompt_n,
             cache_n: i64::from(cached_tokens),
+            prompt_cache_n: t.prompt_cache_n.map(i64::from),
             prompt_ms: prefill_ms,
             prompt_per_token_ms: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(ms / p as f64)),
             prompt_per_second: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(p as f64 / (ms / 1000.0))),

@@ -34,11 +34,18 @@ pub fn load(
     // Token input needs our own template and tokenizer: the runtime's
     // template is not applied to token ids.
     // Batched runs keep no history.
-    let conversation_cache =
-        spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer() && spec.engine.batch == 1;
+    let prompt_cache = spec.engine.prompt_cache.is_some();
+    let conversation_cache = spec.engine.conversation_cache
+        && prompter.renders()
+        && prompter.has_tokenizer()
+        && spec.engine.batch == 1
+        && !prompt_cache;
     if spec.engine.conversation_cache && !conversation_cache {
         if spec.engine.batch > 1 {
             tracing::info!(model = %spec.id, batch = spec.engine.batch, "conversation cache off: batched runs keep no history");
+        } else if prompt_cache {
+            // Whether clearing or keeping the KV cache keeps a loaded prompt cache is undocumented.
+            tracing::info!(model = %spec.id, "conversation cache off: the model has a prompt-cache file (engine/prompt_cache.rs)");
         } else {
             tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
         }

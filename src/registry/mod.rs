@@ -125,6 +125,23 @@ pub struct Lease {
     keep_alive: KeepAlive,
     /// Time this request spent loading the model (zero when it was loaded).
     pub load_duration: Duration,
+    /// The LoRA adapter the request named (`BASE:NAME`); `None`: the base model.
+    pub adapter: Option<String>,
+}
+
+impl Lease {
+    /// The id the request named: the model's, or `BASE:NAME` for an adapter.
+    pub fn served_id(&self) -> String {
+        match &self.adapter {
+            Some(name) => adapter_id(&self.model_id, name),
+            None => self.model_id.clone(),
+        }
+    }
+}
+
+/// The model id an adapter is served as.
+pub fn adapter_id(base: &str, adapter: &str) -> String {
+    format!("{base}:{adapter}")
 }
 
 impl std::ops::Deref for Lease {
@@ -177,6 +194,17 @@ impl Registry {
         self.specs.iter().find(|s| s.id == id)
     }
 
+    /// The model an id names and the adapter, if it names one: a model's own
+    /// id first, else `BASE:NAME` with NAME one of BASE's adapters.
+    pub fn resolve(&self, id: &str) -> Option<(&Arc<ModelSpec>, Option<String>)> {
+        if let Some(spec) = self.spec(id) {
+            return Some((spec, None));
+        }
+        let (base, name) = id.rsplit_once(':')?;
+        let spec = self.spec(base)?;
+        spec.engine.loras.iter().any(|l| l.name == name).then(|| (spec, Some(name.to_owned())))
+    }
+
     /// Requests that may wait per model (every model has the same).
     pub fn queue_depth(&self) -> usize {
         self.specs.first().map_or(0, |s| s.engine.queue_depth)
@@ -217,7 +245,20 @@ impl Registry {
     /// The model, loaded if it is not; `keep_alive` overrides the daemon's
     /// for this request's release.
     pub async fn acquire(self: &Arc<Self>, id: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, RegistryError> {
-        let spec = self.spec(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?.clone();
+        let (spec, adapter) = self.resolve(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+        let spec = spec.clone();
+        let mut lease = self.acquire_model(&spec, keep_alive).await?;
+        lease.adapter = adapter;
+        Ok(lease)
+    }
+
+    /// A lease of the base model (`acquire` names the adapter).
+    async fn acquire_model(
+        self: &Arc<Self>,
+        spec: &Arc<ModelSpec>,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Lease, RegistryError> {
+        let id = spec.id.as_str();
         let keep_alive = keep_alive.unwrap_or(self.settings.keep_alive);
         let started = Instant::now();
         if let Some(lease) = self.lease_loaded(id, keep_alive, Duration::ZERO) {
@@ -229,7 +270,7 @@ impl Registry {
         if let Some(lease) = self.lease_loaded(id, keep_alive, started.elapsed()) {
             return Ok(lease);
         }
-        self.make_room(&spec).await?;
+        self.make_room(spec).await?;
         let loading = spec.clone();
         let this = self.clone();
         let loaded = tokio::task::spawn_blocking(move || load(&loading, |settings| this.runtime(settings))).await;
@@ -250,7 +291,13 @@ impl Registry {
             id.to_owned(),
             Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
         );
-        Ok(Lease { model: Some(loaded), registry: self.clone(), keep_alive, load_duration: started.elapsed() })
+        Ok(Lease {
+            model: Some(loaded),
+            registry: self.clone(),
+            keep_alive,
+            load_duration: started.elapsed(),
+            adapter: None,
+        })
     }
 
     /// The runtime for these settings, opened once.
@@ -271,7 +318,13 @@ impl Registry {
         let mut state = self.state();
         let slot = state.loaded.get_mut(id)?;
         slot.last_used = Instant::now();
-        Some(Lease { model: Some(slot.model.clone()), registry: self.clone(), keep_alive, load_duration: waited })
+        Some(Lease {
+            model: Some(slot.model.clone()),
+            registry: self.clone(),
+            keep_alive,
+            load_duration: waited,
+            adapter: None,
+        })
     }
 
     /// Unloads least recently used idle models until `spec` fits, then
@@ -369,7 +422,9 @@ impl Registry {
     /// Unloads the model now if it is idle; otherwise it is unloaded as soon
     /// as its work is done. `Ok(false)`: it was not loaded.
     pub async fn unload(&self, id: &str) -> Result<bool, RegistryError> {
-        self.spec(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+        // An adapter's id unloads its model (they are one load).
+        let (spec, _) = self.resolve(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
+        let id = spec.id.as_str();
         let now_idle = {
             let mut state = self.state();
             let Some(slot) = state.loaded.get_mut(id) else { return Ok(false) };

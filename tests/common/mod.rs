@@ -56,6 +56,20 @@ impl Daemon {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Whether a log line containing `needle` arrives within 10 s (stderr is
+    /// read by another thread, so a line written before a reply may show up
+    /// in `log()` only after the reply).
+    pub fn wait_log(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.log().contains(needle) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
     /// SIGTERM, then the exit status (within 20 s).
     pub fn terminate(mut self) -> std::process::ExitStatus {
         // SAFETY: plain kill(2) on our child's pid.

@@ -65,6 +65,10 @@ pub(crate) struct State {
     pub template: ChatTemplate,
     /// A reply whose run was paused by its callback.
     pub paused: Option<Reply>,
+    /// The adapters `rkllm_load_lora` loaded.
+    pub loras: Vec<crate::adapters::Lora>,
+    /// The ids of the prompt cache `rkllm_load_prompt_cache` loaded.
+    pub prompt_cache: Option<Vec<u32>>,
 }
 
 impl State {
@@ -152,7 +156,7 @@ impl SimModel {
 
     /// Handle operations other than abort are refused during a run: the
     /// vendor runtime leaves them undefined, and a caller doing that has a bug.
-    fn refuse_if_running(&self, call: &str) -> Result<(), c_int> {
+    pub(crate) fn refuse_if_running(&self, call: &str) -> Result<(), c_int> {
         if self.gate.is_running() {
             log::line(&format!("E rkllm: {call} called while rkllm_run is in progress on this handle"));
             return Err(-1);

@@ -102,18 +102,18 @@ pub unsafe extern "C" fn rkllm_set_function_tools(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rkllm_load_lora(handle: LLMHandle, _adapter: *mut RKLLMLoraAdapter) -> c_int {
-    ffi::unsupported(handle, "rkllm_load_lora")
+pub unsafe extern "C" fn rkllm_load_lora(handle: LLMHandle, adapter: *mut RKLLMLoraAdapter) -> c_int {
+    ffi::load_lora(handle, adapter)
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn rkllm_load_prompt_cache(handle: LLMHandle, _path: *const c_char) -> c_int {
-    ffi::unsupported(handle, "rkllm_load_prompt_cache")
+pub unsafe extern "C" fn rkllm_load_prompt_cache(handle: LLMHandle, path: *const c_char) -> c_int {
+    ffi::load_prompt_cache(handle, path)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn rkllm_release_prompt_cache(handle: LLMHandle) -> c_int {
-    ffi::unsupported(handle, "rkllm_release_prompt_cache")
+    ffi::release_prompt_cache(handle)
 }
 
 #[no_mangle]

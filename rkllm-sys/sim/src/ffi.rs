@@ -392,6 +392,24 @@ pub(crate) unsafe extern "C" fn set_cross_attn_params(handle: LLMHandle, params:
     with_model(handle, "rkllm_set_cross_attn_params", |model| model.set_cross_attn_params(num_tokens))
 }
 
+pub(crate) unsafe extern "C" fn load_lora(handle: LLMHandle, adapter: *mut RKLLMLoraAdapter) -> c_int {
+    // SAFETY: NULL or valid, with NULL or C strings (the caller's contract).
+    let adapter = unsafe {
+        adapter.as_ref().map(|a| (call::text(a.lora_adapter_path), call::text(a.lora_adapter_name), a.scale))
+    };
+    with_model(handle, "rkllm_load_lora", |model| model.load_lora(adapter))
+}
+
+pub(crate) unsafe extern "C" fn load_prompt_cache(handle: LLMHandle, path: *const c_char) -> c_int {
+    // SAFETY: NULL or a C string (the caller's contract).
+    let path = unsafe { call::text(path) };
+    with_model(handle, "rkllm_load_prompt_cache", |model| model.load_prompt_cache(path))
+}
+
+pub(crate) unsafe extern "C" fn release_prompt_cache(handle: LLMHandle) -> c_int {
+    with_model(handle, "rkllm_release_prompt_cache", SimModel::release_prompt_cache)
+}
+
 /// A runtime function the simulator does not implement: -1 and a line saying so.
 pub(crate) fn unsupported(handle: LLMHandle, call: &str) -> c_int {
     with_model(handle, call, |_| {
@@ -413,5 +431,8 @@ pub(crate) fn functions<A: SimAbi>() -> Functions<A> {
         get_kv_cache_size,
         set_chat_template,
         set_function_tools,
+        load_lora,
+        load_prompt_cache,
+        release_prompt_cache,
     }
 }

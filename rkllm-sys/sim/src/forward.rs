@@ -96,7 +96,7 @@ impl SimModel {
         } else {
             state.clear(false);
         }
-        Summary { code: 0, end: kind.name(), prefill_tokens: fresh, generate_tokens: vec![0] }
+        Summary { code: 0, end: kind.name(), prefill_tokens: fresh, generate_tokens: vec![0], prompt_cache_tokens: 0 }
     }
 
     /// The context after this input (cache + new ids) and how many are new.
@@ -104,8 +104,8 @@ impl SimModel {
         let [input] = inputs else {
             return Err("E rkllm: hidden-layer and logits runs are simulated with n_batch 1 only".into());
         };
-        self.check_lora(infer)?;
         let state = self.state();
+        self.lora(&state, infer)?;
         let checked = self.slot_input(&state, 0, input)?;
         let cached = state.kv[0].len();
         let max_context = self.params.max_context_len.max(0) as usize;

@@ -13,9 +13,7 @@
 //!   `rkllm_sys::sniff_file` and `Runtime::load` treat it as a 1.3.0
 //!   runtime. One exported `rkllm_createDefaultParam` cannot return two
 //!   struct sizes, hence no 1.2 cdylib. All 15 functions of the 1.3.0
-//!   header are exported. `rkllm_load_lora`,
-//!   `rkllm_load_prompt_cache`, `rkllm_release_prompt_cache` and
-//!   `rkllm_run_async` exist and return -1.
+//!   header are exported; `rkllm_run_async` exists and returns -1.
 //!
 //! Interposition: only the named exports (module `exports`) carry `rkllm_*`
 //! names, and they are thin wrappers; the table points at the unnamed
@@ -186,10 +184,29 @@
 //!   hidden-layer and logits modes (`forward.rs`: one NORMAL callback with
 //!   the matrix, deterministic values where texts sharing words are close;
 //!   a callback returning 2 releases the buffer at once; n_batch 1 only);
-//!   anything else, or a LoRA adapter name, gets ERROR and -1.
+//!   anything else, or the name of an adapter that was not loaded, gets ERROR and -1.
+//! * LoRA adapters and prompt-cache files: see *Adapters and prompt caches* below.
 //! * The callback gets `rkllm_run`'s `userdata`, or on 1.3 when that is NULL
 //!   the `result_userdata` given at init (the `RKLLMCallback` struct is copied).
 //! * NULL or unknown handles get -1; no call panics across the C boundary.
+//!
+//! # Adapters and prompt caches
+//! * `rkllm_load_lora` checks that the adapter's file exists (the content is
+//!   not read; a missing file prints `E rkllm: failed to open lora adapter
+//!   file: PATH` and returns -1; a name loaded before, -1 too). A run whose
+//!   `lora_params` names a loaded adapter gets replies salted with its name
+//!   and scale (different from the base model's); hidden-layer and logits
+//!   values do not depend on it.
+//! * A run with `prompt_cache_params.save_prompt_cache = 1` writes what its
+//!   KV cache holds after the prefill to `prompt_cache_path` (the
+//!   simulator's own JSON format; a write error is ERROR and -1).
+//!   `rkllm_load_prompt_cache` reads such a file (anything else: -1 with an
+//!   `E rkllm:` line); `rkllm_release_prompt_cache` drops it.
+//! * A run whose slot's KV cache is empty and whose ids start with the
+//!   loaded cache's ids (and go on past them) does not prefill those again:
+//!   the prefill time and `perf.prefill_tokens` count only the rest. The
+//!   loaded cache stays across runs, `keep_history` and
+//!   `rkllm_clear_kv_cache` (*open* on the real runtime).
 //!
 //! # The record file
 //! One JSON object per line with `"call"`: `init` (every `RKLLMParam` field,
@@ -199,11 +216,14 @@
 //! `lora_adapter`, `prompt_cache`, and on 1.3 `max_new_tokens` and
 //! `sampling` (object or null)), `run_end` (`code`, `end`:
 //! `eos`/`length`/`abort`/`pause`/`error`/`refused`, `prefill_tokens`,
-//! `generate_tokens`, `slot_generate_tokens`; `end` is `hidden_layer` or
+//! `generate_tokens`, `slot_generate_tokens`, `prompt_cache_tokens` (ids the
+//! loaded prompt cache spared the prefill); `end` is `hidden_layer` or
 //! `logits` for those modes), `output` (`mode`, `rows`, `width`,
-//! `released`: the callback returned 2), `abort`, `clear_kv_cache`,
+//! `released`: the callback returned 2), `load_lora` (`path`, `name`,
+//! `scale`), `load_prompt_cache` (`path`), `release_prompt_cache`, `abort`, `clear_kv_cache`,
 //! `set_chat_template`, `set_function_tools`, `set_cross_attn_params`, `destroy`.
 
+mod adapters;
 mod call;
 mod config;
 mod deliver;

@@ -2,7 +2,8 @@
 //! so tests can check exactly what a caller passed through the C ABI.
 //!
 //! Every line has `"call"`: `init`, `run`, `run_end` (how a run ended),
-//! `abort`, `clear_kv_cache`, `set_chat_template`, `set_function_tools`,
+//! `load_lora`, `load_prompt_cache`, `release_prompt_cache`, `abort`,
+//! `clear_kv_cache`, `set_chat_template`, `set_function_tools`,
 //! `set_cross_attn_params`, `destroy`. Floats are written as their shortest `f32` text (0.9, not
 //! 0.8999999761581421).
 

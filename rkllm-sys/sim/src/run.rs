@@ -20,11 +20,13 @@ pub(crate) struct Summary {
     pub prefill_tokens: usize,
     /// Per slot.
     pub generate_tokens: Vec<usize>,
+    /// Ids the loaded prompt cache spared the prefill (all slots).
+    pub prompt_cache_tokens: usize,
 }
 
 impl Summary {
     pub fn failed(end: &'static str) -> Self {
-        Summary { code: -1, end, prefill_tokens: 0, generate_tokens: Vec::new() }
+        Summary { code: -1, end, prefill_tokens: 0, generate_tokens: Vec::new(), prompt_cache_tokens: 0 }
     }
 }
 
@@ -32,6 +34,7 @@ impl Summary {
 struct Prepared {
     reply: Reply,
     prefill_tokens: usize,
+    prompt_cache_tokens: usize,
     prefill: Duration,
 }
 
@@ -67,6 +70,7 @@ impl SimModel {
             "prefill_tokens": summary.prefill_tokens,
             "generate_tokens": summary.generate_tokens.iter().sum::<usize>(),
             "slot_generate_tokens": summary.generate_tokens,
+            "prompt_cache_tokens": summary.prompt_cache_tokens,
         }));
         summary.code
     }
@@ -79,13 +83,16 @@ impl SimModel {
             let mut state = self.state();
             match state.paused.take() {
                 // A paused reply resumes whatever this call's input says.
-                Some(reply) => {
-                    Ok(Prepared { reply, prefill_tokens: 0, prefill: self.scaled(self.config.profile.decode_ms) })
-                }
+                Some(reply) => Ok(Prepared {
+                    reply,
+                    prefill_tokens: 0,
+                    prompt_cache_tokens: 0,
+                    prefill: self.scaled(self.config.profile.decode_ms),
+                }),
                 None => self.prepare(&mut state, inputs, infer),
             }
         };
-        let Prepared { mut reply, prefill_tokens, prefill } = match prepared {
+        let Prepared { mut reply, prefill_tokens, prompt_cache_tokens, prefill } = match prepared {
             Ok(p) => p,
             Err(message) => {
                 log::line(&message);
@@ -137,15 +144,7 @@ impl SimModel {
             End::Finished | End::Aborted if !reply.keep_history => state.clear(false),
             End::Finished | End::Aborted => {}
         }
-        Summary { code, end: end_name, prefill_tokens, generate_tokens }
-    }
-
-    /// A run naming a LoRA adapter: none can be loaded yet.
-    pub(crate) fn check_lora(&self, infer: &InferOptions) -> Result<(), String> {
-        match &infer.lora_adapter {
-            Some(name) => Err(format!("E rkllm: lora adapter {name} is not loaded")),
-            None => Ok(()),
-        }
+        Summary { code, end: end_name, prefill_tokens, generate_tokens, prompt_cache_tokens }
     }
 
     /// What one slot's input prefills; the error is the line to print.
@@ -198,7 +197,7 @@ impl SimModel {
                 infer.mode
             ));
         }
-        self.check_lora(infer)?;
+        let lora = self.lora(state, infer)?;
         let max_context = self.params.max_context_len.max(0) as usize;
         let max_new = infer.max_new_tokens.filter(|n| *n > 0).unwrap_or(self.params.max_new_tokens);
         let mut slots = Vec::with_capacity(inputs.len());
@@ -225,31 +224,36 @@ impl SimModel {
             };
             let (pieces, truncated) = generate::reply(&ReplySpec {
                 prompt: &context,
-                seed: self.config.seed,
+                seed: self.config.seed ^ crate::adapters::lora_salt(lora.as_ref()),
                 sampling: infer.sampling.unwrap_or(self.params.sampling),
                 reply_tokens: self.config.reply_tokens,
                 scripted: self.script.as_ref().and_then(|s| s.reply_for(&context)),
                 ignore_eos: self.params.ignore_eos_token == Some(true),
                 limit,
             });
-            slots.push((checked, SlotReply { pieces, next: 0, truncated }));
+            let spared = state.prompt_cache_hit(slot, &checked.ids);
+            slots.push((checked, spared, SlotReply { pieces, next: 0, truncated }));
         }
+        // What the KV cache holds after the prefill, as a saved prompt cache.
+        self.save_prompt_cache(slots.len(), &[state.kv[0].as_slice(), &slots[0].0.ids].concat(), infer)?;
         if state.kv[0].is_empty() {
             state.kv_system_tokens = slots[0].0.system;
         }
-        let prefill_tokens = slots.iter().map(|(input, _)| input.ids.len()).sum();
-        for ((input, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
+        let prompt_cache_tokens = slots.iter().map(|(_, spared, _)| spared).sum();
+        let prefill_tokens = slots.iter().map(|(input, _, _)| input.ids.len()).sum::<usize>() - prompt_cache_tokens;
+        for ((input, _, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
             kv.extend(&input.ids);
         }
         // A batch's prefill costs the tokens of all its slots.
         let prefill_ms = self.config.profile.prefill_ms(prefill_tokens) + self.config.prefill_extra_ms;
         Ok(Prepared {
             reply: Reply {
-                slots: slots.into_iter().map(|(_, reply)| reply).collect(),
+                slots: slots.into_iter().map(|(_, _, reply)| reply).collect(),
                 keep_history: infer.keep_history,
                 steps: 0,
             },
             prefill_tokens,
+            prompt_cache_tokens,
             prefill: self.scaled(prefill_ms),
         })
     }

@@ -34,7 +34,7 @@ fn request(prompts: &[&str]) -> BatchRequest {
         .iter()
         .map(|p| BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false })
         .collect();
-    BatchRequest { slots, max_new_tokens: None, sampling: None }
+    BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None }
 }
 
 /// Runs the three scripted prompts plus one filler slot nobody reads.

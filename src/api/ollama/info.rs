@@ -4,7 +4,7 @@ use super::wire::{Details, ModelEntry, Models, Show, ShowRequest};
 use super::{parse, OllamaError};
 use crate::api::error::ApiError;
 use crate::api::AppState;
-use crate::registry::{ModelSpec, Status};
+use crate::registry::{adapter_id, ModelSpec, Status};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
@@ -37,7 +37,7 @@ fn digest(spec: &ModelSpec) -> String {
 
 fn details() -> Details {
     Details {
-        parent_model: "",
+        parent_model: String::new(),
         format: "rkllm",
         family: String::new(),
         families: Vec::new(),
@@ -62,9 +62,26 @@ fn entry(status: &Status, running: bool) -> ModelEntry {
     }
 }
 
-/// Every registered model.
+/// Every registered model, each followed by its LoRA adapters (`BASE:NAME`,
+/// as Ollama names a model's variants by tag).
 pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
-    let models = state.models()?.statuses().iter().map(|s| entry(s, false)).collect();
+    let statuses = state.models()?.statuses();
+    let models = statuses
+        .iter()
+        .flat_map(|s| {
+            let adapters = s.spec.engine.loras.iter().map(|lora| {
+                let id = adapter_id(&s.spec.id, &lora.name);
+                let base = entry(s, false);
+                ModelEntry {
+                    name: id.clone(),
+                    model: id,
+                    details: Details { parent_model: s.spec.id.clone(), ..base.details.clone() },
+                    ..base
+                }
+            });
+            std::iter::once(entry(s, false)).chain(adapters)
+        })
+        .collect();
     Ok(Json(Models { models }))
 }
 
@@ -78,9 +95,11 @@ pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaErr
 /// What is known of a model without loading it; the template once it is loaded.
 pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
     let req: ShowRequest = parse(&body)?;
-    let statuses = state.models()?.statuses();
-    let status =
-        statuses.iter().find(|s| s.spec.id == req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
+    let registry = state.models()?;
+    // An adapter (`BASE:NAME`) is shown as its base model.
+    let (base, _) = registry.resolve(&req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;
+    let statuses = registry.statuses();
+    let status = statuses.iter().find(|s| s.spec.id == base.id).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let spec = &status.spec;
     let s = spec.engine.sampling.apply(rkllm_sys::SamplingParams::RKLLM_DEFAULTS);
     let parameters = format!(

@@ -93,7 +93,7 @@ async fn answer(
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
     let model = state.lease(&common.model, keep_alive).await?;
-    let frame = Frame { shape, model: model.model_id.clone(), load: model.load_duration };
+    let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
     let Some(v) = prepare(&model, move |model| validate(&for_job, model)).await? else {

@@ -138,7 +138,8 @@ pub struct Chunk {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Details {
-    pub parent_model: &'static str,
+    /// For a LoRA adapter (`BASE:NAME`), the base model; else empty.
+    pub parent_model: String,
     pub format: &'static str,
     pub family: String,
     pub families: Vec<String>,

@@ -118,6 +118,7 @@ impl Common {
                 sampling,
                 enable_thinking: false,
                 tokens: None,
+                lora: None,
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),

@@ -170,6 +170,7 @@ mod tests {
             sampling: Default::default(),
             enable_thinking: false,
             tokens: None,
+            lora: None,
         }
     }
 

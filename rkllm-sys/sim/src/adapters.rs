@@ -1,0 +1,177 @@
+//! LoRA adapters and prompt-cache files, simulated.
+//!
+//! * `rkllm_load_lora` checks the adapter's file exists (its content is not
+//!   read) and keeps name, path and scale; a run naming a loaded adapter
+//!   gets replies salted with its name and scale (so they differ from the
+//!   base model's), a run naming another fails.
+//! * A run with `save_prompt_cache = 1` writes the ids of the KV cache after
+//!   its prefill to the file (the simulator's own JSON; a real runtime's
+//!   file is binary and neither reads the other's).
+//! * `rkllm_load_prompt_cache` reads such a file. A later run whose KV cache
+//!   is empty and whose ids start with the cached ids (and go on past them)
+//!   does not prefill those ids again: its prefill time and
+//!   `perf.prefill_tokens` count only the rest. The loaded cache stays until
+//!   released or another is loaded; clearing the KV cache does not drop it
+//!   (both *open* on the real runtime).
+
+use crate::call::InferOptions;
+use crate::engine::{SimModel, State};
+use crate::generate::fnv1a;
+use crate::log;
+use serde_json::json;
+use std::ffi::c_int;
+
+/// The format name a saved file starts with, so a foreign file is refused.
+const FORMAT: &str = "rkllm-sim prompt cache";
+
+/// A loaded adapter.
+#[derive(Debug, Clone)]
+pub(crate) struct Lora {
+    pub name: String,
+    pub scale: f32,
+}
+
+impl SimModel {
+    /// `rkllm_load_lora`: the three fields of the `RKLLMLoraAdapter`, `None` for NULL.
+    pub fn load_lora(&self, adapter: Option<(Option<String>, Option<String>, f32)>) -> c_int {
+        let Some((path, name, scale)) = adapter else {
+            self.recorder.write(json!({"call": "load_lora", "adapter": null}));
+            log::line("E rkllm: rkllm_load_lora: lora_adapter must not be NULL");
+            return -1;
+        };
+        self.recorder.write(json!({"call": "load_lora", "path": path, "name": name, "scale": scale}));
+        if let Err(code) = self.refuse_if_running("rkllm_load_lora") {
+            return code;
+        }
+        let (Some(path), Some(name)) = (path, name.filter(|n| !n.is_empty())) else {
+            log::line("E rkllm: rkllm_load_lora: lora_adapter_path and lora_adapter_name must be set");
+            return -1;
+        };
+        if !std::path::Path::new(&path).is_file() {
+            log::line(&format!("E rkllm: failed to open lora adapter file: {path}"));
+            return -1;
+        }
+        let mut state = self.state();
+        if state.loras.iter().any(|l| l.name == name) {
+            log::line(&format!("E rkllm: lora adapter {name} is already loaded"));
+            return -1;
+        }
+        state.loras.push(Lora { name, scale });
+        0
+    }
+
+    /// A run's adapter: `Ok(None)` for the base model, `Ok(Some)` for a
+    /// loaded one, the line to print for any other.
+    pub(crate) fn lora(&self, state: &State, infer: &InferOptions) -> Result<Option<Lora>, String> {
+        match &infer.lora_adapter {
+            None => Ok(None),
+            Some(name) => state
+                .loras
+                .iter()
+                .find(|l| l.name == *name)
+                .cloned()
+                .map(Some)
+                .ok_or_else(|| format!("E rkllm: lora adapter {name} is not loaded")),
+        }
+    }
+
+    pub fn load_prompt_cache(&self, path: Option<String>) -> c_int {
+        self.recorder.write(json!({"call": "load_prompt_cache", "path": path}));
+        if let Err(code) = self.refuse_if_running("rkllm_load_prompt_cache") {
+            return code;
+        }
+        let Some(path) = path else {
+            log::line("E rkllm: rkllm_load_prompt_cache: prompt_cache_path must not be NULL");
+            return -1;
+        };
+        match read_cache(&path) {
+            Ok(ids) => {
+                self.state().prompt_cache = Some(ids);
+                0
+            }
+            Err(why) => {
+                log::line(&format!("E rkllm: failed to load prompt cache {path}: {why}"));
+                -1
+            }
+        }
+    }
+
+    pub fn release_prompt_cache(&self) -> c_int {
+        self.recorder.write(json!({"call": "release_prompt_cache"}));
+        if let Err(code) = self.refuse_if_running("rkllm_release_prompt_cache") {
+            return code;
+        }
+        self.state().prompt_cache = None;
+        0
+    }
+
+    /// A run's prompt KV (`ids`, of a run with `slots` slots) to the file it
+    /// asked for, if it asked; the error is the line to print.
+    pub(crate) fn save_prompt_cache(&self, slots: usize, ids: &[u32], infer: &InferOptions) -> Result<(), String> {
+        let Some((save, path)) = &infer.prompt_cache else { return Ok(()) };
+        if *save == 0 {
+            return Ok(());
+        }
+        let Some(path) = path else {
+            return Err("E rkllm: save_prompt_cache is set but prompt_cache_path is NULL".into());
+        };
+        if slots > 1 {
+            return Err("E rkllm: saving a prompt cache is simulated with n_batch 1 only".into());
+        }
+        let text = json!({"format": FORMAT, "ids": ids}).to_string();
+        std::fs::write(path, text).map_err(|e| format!("E rkllm: failed to save prompt cache to {path}: {e}"))
+    }
+}
+
+impl State {
+    /// How many of `ids` the loaded prompt cache spares this slot's prefill:
+    /// all of the cache's ids when the slot's KV cache is empty and `ids`
+    /// starts with them and goes on past them, else none.
+    pub(crate) fn prompt_cache_hit(&self, slot: usize, ids: &[u32]) -> usize {
+        match &self.prompt_cache {
+            Some(cached) if self.kv[slot].is_empty() && ids.len() > cached.len() && ids.starts_with(cached) => {
+                cached.len()
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// What a loaded adapter adds to a reply's seed.
+pub(crate) fn lora_salt(lora: Option<&Lora>) -> u64 {
+    lora.map_or(0, |l| fnv1a(format!("{}:{}", l.name, l.scale).as_bytes()))
+}
+
+fn read_cache(path: &str) -> Result<Vec<u32>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| "not a prompt cache file".to_owned())?;
+    if value["format"] != FORMAT {
+        return Err("not a prompt cache file".into());
+    }
+    serde_json::from_value(value["ids"].clone()).map_err(|_| "not a prompt cache file".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_spares_only_a_prefix_of_an_empty_slot() {
+        let mut state = State { kv: vec![Vec::new()], prompt_cache: Some(vec![1, 2, 3]), ..State::default() };
+        assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3, 4]), 3);
+        assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3]), 0, "nothing left to prefill: no reuse");
+        assert_eq!(state.prompt_cache_hit(0, &[1, 2, 4, 5]), 0);
+        state.kv[0] = vec![9];
+        assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3, 4]), 0, "a kept history is not the cache's start");
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused() {
+        let dir = std::env::temp_dir().join(format!("rkllm-sim-cache-{}", std::process::id()));
+        std::fs::write(&dir, "{\"ids\": [1]}").unwrap();
+        assert_eq!(read_cache(dir.to_str().unwrap()), Err("not a prompt cache file".into()));
+        std::fs::write(&dir, json!({"format": FORMAT, "ids": [4, 5]}).to_string()).unwrap();
+        assert_eq!(read_cache(dir.to_str().unwrap()), Ok(vec![4, 5]));
+        std::fs::remove_file(&dir).unwrap();
+    }
+}
