@@ -5,10 +5,11 @@
 
 use super::outcome::{Deadline, EndReason};
 use super::{Engine, EngineError};
+use crate::metrics::Timeline;
 use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One job: what each input is and which numbers to keep of it.
 #[derive(Debug, Clone)]
@@ -16,14 +17,18 @@ pub struct ForwardJob {
     /// Text (tokenized by the runtime) or token ids, one run each.
     pub inputs: Vec<RunInput>,
     pub capture: Capture,
+    /// When the request was received (the start of its timeline).
+    pub received: Instant,
 }
 
-/// What a job returned: one matrix per input, in order.
+/// What a job returned, with its timeline: `received`, `admitted` (its
+/// turn), `finished` (the last run's end, or the failure). No tokens are
+/// generated, so no token instants.
 #[derive(Debug, Clone)]
 pub struct Forward {
-    pub outputs: Vec<Matrix>,
-    /// From the turn to the last run's end.
-    pub runtime: Duration,
+    /// One matrix per input, in order; or why the job did not complete.
+    pub outputs: Result<Vec<Matrix>, EndReason>,
+    pub timeline: Timeline,
 }
 
 /// If the consumer goes away mid-run: abort it (ignored during a prefill)
@@ -49,55 +54,64 @@ impl Engine {
     pub fn forward(
         self: &Arc<Self>,
         job: ForwardJob,
-    ) -> Result<impl Future<Output = Result<Forward, EndReason>> + Send + 'static, EngineError> {
+    ) -> Result<impl Future<Output = Forward> + Send + 'static, EngineError> {
         let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
         let engine = self.clone();
         Ok(async move {
+            let mut timeline = Timeline::new(job.received);
             let _turn = engine.queue.wait_turn(place).await;
             let admitted = Instant::now();
-            let deadline = tokio::time::Instant::from_std(admitted + engine.limits.request_timeout);
-            let mut guard = RunningGuard { engine: &engine, control: None };
-            let mut outputs = Vec::with_capacity(job.inputs.len());
-            for input in job.inputs {
-                if engine.is_closing() {
-                    return Err(EndReason::ShuttingDown);
-                }
-                let request = match input {
-                    RunInput::Prompt(text) => RunRequest::prompt(text),
-                    RunInput::Tokens(ids) => RunRequest::tokens(ids),
-                };
-                let request = RunRequest { capture: Some(job.capture.clone()), ..request };
-                let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-                let control = engine.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
-                guard.control = Some(control.clone());
-                let mut timed_out = false;
-                let finish = loop {
-                    let next = if timed_out {
-                        events.recv().await
-                    } else {
-                        match tokio::time::timeout_at(deadline, events.recv()).await {
-                            Ok(next) => next,
-                            Err(_) => {
-                                timed_out = true;
-                                control.abort();
-                                continue;
-                            }
+            timeline.admitted = Some(admitted);
+            let outputs = engine.run_inputs(job, admitted).await;
+            timeline.finished = Some(Instant::now());
+            Forward { outputs, timeline }
+        })
+    }
+
+    /// Runs each input in turn (the caller holds the turn).
+    async fn run_inputs(&self, job: ForwardJob, admitted: Instant) -> Result<Vec<Matrix>, EndReason> {
+        let deadline = tokio::time::Instant::from_std(admitted + self.limits.request_timeout);
+        let mut guard = RunningGuard { engine: self, control: None };
+        let mut outputs = Vec::with_capacity(job.inputs.len());
+        for input in job.inputs {
+            if self.is_closing() {
+                return Err(EndReason::ShuttingDown);
+            }
+            let request = match input {
+                RunInput::Prompt(text) => RunRequest::prompt(text),
+                RunInput::Tokens(ids) => RunRequest::tokens(ids),
+            };
+            let request = RunRequest { capture: Some(job.capture.clone()), ..request };
+            let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+            let control = self.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
+            guard.control = Some(control.clone());
+            let mut timed_out = false;
+            let finish = loop {
+                let next = if timed_out {
+                    events.recv().await
+                } else {
+                    match tokio::time::timeout_at(deadline, events.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            timed_out = true;
+                            control.abort();
+                            continue;
                         }
-                    };
-                    match next {
-                        Some(Event::Finished(finish)) => break finish,
-                        Some(_) => {}
-                        None => return Err(EndReason::RuntimeError("the runtime thread stopped".into())),
                     }
                 };
-                guard.control = None;
-                if timed_out {
-                    return Err(EndReason::Timeout(Deadline::Request));
+                match next {
+                    Some(Event::Finished(finish)) => break finish,
+                    Some(_) => {}
+                    None => return Err(EndReason::RuntimeError("the runtime thread stopped".into())),
                 }
-                outputs.push(output(finish)?);
+            };
+            guard.control = None;
+            if timed_out {
+                return Err(EndReason::Timeout(Deadline::Request));
             }
-            Ok(Forward { outputs, runtime: admitted.elapsed() })
-        })
+            outputs.push(output(finish)?);
+        }
+        Ok(outputs)
     }
 }
 
