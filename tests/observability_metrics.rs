@@ -406,8 +406,15 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
         let (queue, e2e, run) =
             (t["queue_ms"].as_f64().unwrap(), t["e2e_ms"].as_f64().unwrap(), l["run_ms"].as_f64().unwrap());
         assert!(close(queue + run, e2e, 1e-3), "queue + run = e2e: {l}");
-        for null in ["ttft_ms", "prompt_ms", "predicted_ms", "predicted_per_token_ms", "runtime"] {
+        for null in ["ttft_ms", "prompt_ms", "predicted_ms", "predicted_per_token_ms"] {
             assert!(t[null].is_null(), "{null} is not measured for a {}: {l}", l["kind"]);
+        }
+        // The runtime's own figures are one run's: a request's only when it had one input.
+        if l["inputs"] == 1 {
+            assert_eq!(t["runtime"]["prefill_tokens"], l["prompt_tokens"], "{l}");
+            assert!(t["runtime"]["prefill_time_ms"].as_f64().unwrap() <= run + 1.0, "{l}");
+        } else {
+            assert!(t["runtime"].is_null(), "{l}");
         }
         assert_eq!((l["completion_tokens"].as_u64(), l["client_disconnected"].as_bool()), (Some(0), Some(false)));
     }

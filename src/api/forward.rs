@@ -8,7 +8,7 @@ use super::record::ForwardRecord;
 use super::respond::Admitted;
 use super::{status, Loaded};
 use crate::engine::ForwardJob;
-use crate::metrics::{Kind, Timeline, Timings};
+use crate::metrics::{Kind, RuntimePerf, Timeline, Timings};
 use axum::response::{IntoResponse, Response};
 use rkllm_sys::{Capture, Matrix, RunInput};
 use std::time::Instant;
@@ -46,6 +46,7 @@ pub struct Ran {
     /// The tokens the runtime read, over every input (`usage.prompt_tokens`).
     pub prompt_tokens: usize,
     timeline: Timeline,
+    perf: Option<RuntimePerf>,
     record: ForwardRecord,
 }
 
@@ -66,11 +67,11 @@ pub async fn run(
     match forward.outputs {
         Ok(outputs) => {
             let prompt_tokens = outputs.iter().map(|m| m.num_tokens).sum();
-            Ok(Ran { outputs, prompt_tokens, timeline: forward.timeline, record })
+            Ok(Ran { outputs, prompt_tokens, timeline: forward.timeline, perf: forward.perf, record })
         }
         Err(reason) => {
             let ending = status::forward(Err(&reason));
-            record.finish(&forward.timeline, None, &ending);
+            record.finish((&forward.timeline, forward.perf), None, &ending);
             Err(recorded(ending))
         }
     }
@@ -80,14 +81,14 @@ impl Ran {
     /// Answered with 200; the job's timings (Ollama's durations read them).
     pub fn answered(self) -> Timings {
         let tokens = u32::try_from(self.prompt_tokens).ok();
-        self.record.finish(&self.timeline, tokens, &status::forward(Ok(())));
-        Timings::derive(&self.timeline, None, 0)
+        self.record.finish((&self.timeline, self.perf), tokens, &status::forward(Ok(())));
+        Timings::derive(&self.timeline, self.perf, 0)
     }
 
     /// Refused after the run, with `ending`'s status.
     pub fn refuse(self, ending: status::Ending) -> Refused {
         let tokens = u32::try_from(self.prompt_tokens).ok();
-        self.record.finish(&self.timeline, tokens, &ending);
+        self.record.finish((&self.timeline, self.perf), tokens, &ending);
         recorded(ending)
     }
 }

@@ -11,7 +11,7 @@
 
 use super::status::{self, Ending};
 use crate::engine::{EndReason, Generation, Outcome};
-use crate::metrics::{Finished, Kind, Timeline};
+use crate::metrics::{Finished, Kind, RuntimePerf, Timeline};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -86,14 +86,14 @@ impl ForwardRecord {
         ForwardRecord { id, model: model.to_owned(), kind, inputs, received, open: true }
     }
 
-    /// The answer is known: its ending, the job's timeline, and the tokens
-    /// the runtime read (`None` when not every input ran).
-    pub fn finish(mut self, timeline: &Timeline, prompt_tokens: Option<u32>, ending: &Ending) {
+    /// The answer is known: its ending, the job's timeline and perf stats,
+    /// and the tokens the runtime read (`None` when not every input ran).
+    pub fn finish(mut self, ran: (&Timeline, Option<RuntimePerf>), prompt_tokens: Option<u32>, ending: &Ending) {
         self.open = false;
-        self.write(timeline, prompt_tokens, ending);
+        self.write(ran, prompt_tokens, ending);
     }
 
-    fn write(&self, timeline: &Timeline, prompt_tokens: Option<u32>, ending: &Ending) {
+    fn write(&self, (timeline, perf): (&Timeline, Option<RuntimePerf>), prompt_tokens: Option<u32>, ending: &Ending) {
         crate::metrics::finish_request(&Finished {
             id: &self.id,
             model: &self.model,
@@ -102,7 +102,7 @@ impl ForwardRecord {
             status: ending.status,
             finish_reason: ending.finish_reason,
             timeline,
-            perf: None,
+            perf,
             dropped_tokens: 0,
             client_disconnected: self.open,
             counted_prompt_tokens: prompt_tokens,
@@ -115,7 +115,7 @@ impl Drop for ForwardRecord {
     fn drop(&mut self) {
         if self.open {
             let ending = status::forward(Err(&EndReason::Abandoned));
-            self.write(&Timeline::new(self.received), None, &ending);
+            self.write((&Timeline::new(self.received), None), None, &ending);
         }
     }
 }

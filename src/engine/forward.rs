@@ -5,7 +5,7 @@
 
 use super::outcome::{Deadline, EndReason};
 use super::{Engine, EngineError};
-use crate::metrics::Timeline;
+use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
 use std::future::Future;
 use std::sync::Arc;
@@ -29,6 +29,9 @@ pub struct Forward {
     /// One matrix per input, in order; or why the job did not complete.
     pub outputs: Result<Vec<Matrix>, EndReason>,
     pub timeline: Timeline,
+    /// The runtime's perf stats of a job of one input (a job of several has
+    /// one set per run, none of which is the request's).
+    pub perf: Option<RuntimePerf>,
 }
 
 /// If the consumer goes away mid-run: abort it (ignored during a prefill)
@@ -62,17 +65,25 @@ impl Engine {
             let _turn = engine.queue.wait_turn(place).await;
             let admitted = Instant::now();
             timeline.admitted = Some(admitted);
-            let outputs = engine.run_inputs(job, admitted).await;
-            timeline.finished = Some(Instant::now());
-            Forward { outputs, timeline }
+            let single = job.inputs.len() == 1;
+            let (outputs, last) = match engine.run_inputs(job, admitted).await {
+                Ok((outputs, last)) => (Ok(outputs), Some(last)),
+                Err(reason) => (Err(reason), None),
+            };
+            // `finished`: when the last `rkllm_run` returned, or the failure was seen.
+            timeline.finished = Some(last.as_ref().map_or_else(Instant::now, |f| f.at));
+            let perf = last.and_then(|f| f.perf).filter(|_| single).map(RuntimePerf::from);
+            Forward { outputs, timeline, perf }
         })
     }
 
-    /// Runs each input in turn (the caller holds the turn).
-    async fn run_inputs(&self, job: ForwardJob, admitted: Instant) -> Result<Vec<Matrix>, EndReason> {
+    /// Runs each input in turn (the caller holds the turn); the matrices and
+    /// the last run's end.
+    async fn run_inputs(&self, job: ForwardJob, admitted: Instant) -> Result<(Vec<Matrix>, Finish), EndReason> {
         let deadline = tokio::time::Instant::from_std(admitted + self.limits.request_timeout);
         let mut guard = RunningGuard { engine: self, control: None };
         let mut outputs = Vec::with_capacity(job.inputs.len());
+        let mut last = None;
         for input in job.inputs {
             if self.is_closing() {
                 return Err(EndReason::ShuttingDown);
@@ -109,13 +120,16 @@ impl Engine {
             if timed_out {
                 return Err(EndReason::Timeout(Deadline::Request));
             }
-            outputs.push(output(finish)?);
+            let (matrix, rest) = output(finish)?;
+            outputs.push(matrix);
+            last = Some(rest);
         }
-        Ok(outputs)
+        last.map(|last| (outputs, last)).ok_or_else(|| EndReason::RuntimeError("the job had no input".into()))
     }
 }
 
-fn output(finish: Finish) -> Result<Matrix, EndReason> {
+/// The run's matrix, and the rest of its end.
+fn output(mut finish: Finish) -> Result<(Matrix, Finish), EndReason> {
     if finish.is_error() {
         let state = if finish.runtime_error { ", callback state ERROR" } else { "" };
         return Err(EndReason::RuntimeError(format!(
@@ -123,8 +137,8 @@ fn output(finish: Finish) -> Result<Matrix, EndReason> {
             finish.code
         )));
     }
-    match finish.output {
-        Some(Ok(matrix)) => Ok(matrix),
+    match finish.output.take() {
+        Some(Ok(matrix)) => Ok((matrix, finish)),
         Some(Err(e)) => Err(EndReason::RuntimeError(format!("the runtime's output cannot be read: {e}"))),
         None => Err(EndReason::RuntimeError("the runtime delivered no hidden states or logits".into())),
     }

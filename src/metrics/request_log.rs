@@ -176,8 +176,10 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
 /// Compares our figures with the runtime's; each disagreement is a WARN with
 /// both numbers. That is how an inverted boundary gets caught instead of published.
 pub fn cross_check(f: &Finished, t: &Timings) -> Vec<Mismatch> {
-    // A batch's figures cover every slot: nothing to compare one request with.
-    let Some(p) = f.perf.filter(|p| p.batch_size <= 1) else { return Vec::new() };
+    // A batch's figures cover every slot: nothing to compare one request
+    // with. An embedding or rerank run generates no token and has no
+    // prefill boundary of ours (no first token): nothing to compare either.
+    let Some(p) = f.perf.filter(|p| p.batch_size <= 1 && f.kind == Kind::Completion) else { return Vec::new() };
     let mut found = Vec::new();
     // The runtime counts every token it generated, the ones we dropped too.
     if p.generate_tokens != i64::from(t.predicted_n) + i64::from(f.dropped_tokens) {
