@@ -29,7 +29,19 @@ impl Pooling {
 
 /// `matrix` (the rows `rows()` asked for) pooled, then scaled to length 1.
 pub fn embedding(matrix: &Matrix, pooling: Pooling) -> Vec<f32> {
-    let mut v = match pooling {
+    let mut v = pooled(matrix, pooling);
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    // An all-zero state has no direction: it stays zero rather than NaN.
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// `matrix` pooled into one vector, at its own length (Ollama's legacy
+/// `/api/embeddings` returns vectors so).
+pub fn pooled(matrix: &Matrix, pooling: Pooling) -> Vec<f32> {
+    match pooling {
         Pooling::Last => matrix.row(matrix.rows - 1).to_vec(),
         Pooling::Mean => {
             let mut sum = vec![0.0f32; matrix.cols];
@@ -39,13 +51,7 @@ pub fn embedding(matrix: &Matrix, pooling: Pooling) -> Vec<f32> {
             sum.iter_mut().for_each(|s| *s /= matrix.rows as f32);
             sum
         }
-    };
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    // An all-zero state has no direction: it stays zero rather than NaN.
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
     }
-    v
 }
 
 /// OpenAI's `encoding_format: base64`: the floats as little-endian f32 bytes.
@@ -110,6 +116,7 @@ mod tests {
     fn pooling_and_normalisation() {
         let m = matrix(&[&[1.0, 0.0], &[3.0, 4.0]]);
         assert_eq!(embedding(&m, Pooling::Last), [0.6, 0.8]);
+        assert_eq!(pooled(&m, Pooling::Last), [3.0, 4.0]);
         let mean = embedding(&m, Pooling::Mean);
         let expected = [2.0 / 8f32.sqrt(), 2.0 / 8f32.sqrt()];
         assert!(mean.iter().zip(expected).all(|(a, b)| (a - b).abs() < 1e-6), "{mean:?}");

@@ -325,3 +325,99 @@ async fn a_runtime_error_is_counted_once_as_500_error() {
     let got = value(&s, "rkllmd_requests_total", &[("model", "m"), ("status", "500"), ("finish_reason", "error")]);
     assert_eq!(got, Some(1.0));
 }
+
+/// `rkllmd_requests_total` per kind, status and finish reason.
+fn requests(s: &Scrape, kind: &str, status: &str, reason: &str) -> Option<f64> {
+    value(s, "rkllmd_requests_total", &[("kind", kind), ("status", status), ("finish_reason", reason)])
+}
+
+/// A histogram's `_count` for one `kind`.
+fn kind_count(s: &Scrape, name: &str, kind: &str) -> Option<f64> {
+    value(s, &format!("{name}_count"), &[("kind", kind)])
+}
+
+#[tokio::test]
+async fn embedding_and_rerank_requests_are_recorded_once_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("timings.jsonl");
+    let args = ["--backend", "sim", "--model", "sim:instant", "--model-id", "m", "--max-context-len", "256"];
+    let d = Daemon::start(&[&args[..], &["--max-new-tokens", "16", "--timings-log", log.to_str().unwrap()]].concat());
+    let texts = ["red apples", "green pears", "the train left late"];
+    let (n_ok, m_ok) = (3, 2);
+    let mut tokens = 0;
+    for i in 0..n_ok {
+        let r = d.post("/v1/embeddings", json!({"model": "m", "input": &texts[..=i]})).await;
+        assert_eq!(r.status(), 200);
+        tokens += r.json::<Value>().await.unwrap()["usage"]["prompt_tokens"].as_u64().unwrap();
+    }
+    let r = d.client().post(format!("{}/api/embed", d.url)).json(&json!({"model": "m", "input": texts})).send().await;
+    let v: Value = r.unwrap().json().await.unwrap();
+    tokens += v["prompt_eval_count"].as_u64().unwrap();
+    for _ in 0..m_ok {
+        let r = d.post("/v1/rerank", json!({"model": "m", "query": "apples", "documents": texts})).await;
+        assert_eq!(r.status(), 200);
+        tokens += r.json::<Value>().await.unwrap()["usage"]["prompt_tokens"].as_u64().unwrap();
+    }
+    // Refused before the engine: never queued, counted by the middleware only.
+    for body in [json!({"model": "m", "input": []}), json!({"model": "m", "input": "word ".repeat(300)})] {
+        assert_eq!(d.post("/v1/embeddings", body).await.status(), 400);
+    }
+    assert_eq!(d.post("/v1/rerank", json!({"model": "m", "query": "q", "documents": []})).await.status(), 400);
+    assert_eq!(d.post("/v1/rerank", json!({"model": "nope", "query": "q", "documents": ["d"]})).await.status(), 404);
+    // Refused after the run (the width is known only then): recorded.
+    let wrong = json!({"model": "m", "input": "hi", "dimensions": 3});
+    assert_eq!(d.post("/v1/embeddings", wrong).await.status(), 400);
+
+    let engine_side = n_ok + 1 + m_ok + 1;
+    let lines = timings_log_lines(&log, engine_side);
+    assert_eq!(lines.len(), engine_side, "one line per request that reached the engine");
+    let s = scrape_at(&d.url).await;
+    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some((engine_side + 4) as f64), "every request once");
+    assert_eq!(requests(&s, "embedding", "200", "stop"), Some((n_ok + 1) as f64));
+    assert_eq!(requests(&s, "embedding", "400", "invalid_dimensions"), Some(1.0));
+    assert_eq!(requests(&s, "embedding", "400", "none"), Some(2.0));
+    assert_eq!(requests(&s, "rerank", "200", "stop"), Some(m_ok as f64));
+    assert_eq!(requests(&s, "rerank", "400", "none"), Some(1.0));
+    assert_eq!(requests(&s, "rerank", "404", "none"), Some(1.0));
+    assert_eq!(value(&s, "rkllmd_requests_total", &[("kind", "completion")]), None, "no completion was sent");
+    // Queue and end-to-end latency per kind; no token figures for runs that generate none.
+    for name in ["rkllmd_e2e_request_latency_seconds", "rkllmd_request_queue_time_seconds"] {
+        assert_eq!(kind_count(&s, name, "embedding"), Some((n_ok + 2) as f64), "{name}");
+        assert_eq!(kind_count(&s, name, "rerank"), Some(m_ok as f64), "{name}");
+    }
+    for name in ["rkllmd_time_to_first_token_seconds", "rkllmd_time_per_output_token_seconds"] {
+        assert_eq!(histogram_count(&s, name), 0, "{name}");
+    }
+    assert_eq!(value(&s, "rkllmd_generation_tokens_total", &[]), Some(0.0));
+    let dims_tokens = rkllm_sim::token_ids("hi").len() as u64;
+    assert_eq!(value(&s, "rkllmd_prompt_tokens_total", &[]), Some((tokens + dims_tokens) as f64));
+
+    // The log lines: by value, with the inputs, the tokens and the measured instants only.
+    let of = |kind: &str, status: u64| lines.iter().filter(|l| l["kind"] == kind && l["status"] == status).count();
+    assert_eq!((of("embedding", 200), of("embedding", 400), of("rerank", 200)), (n_ok + 1, 1, m_ok));
+    let inputs: Vec<u64> =
+        lines.iter().filter(|l| l["kind"] == "embedding").map(|l| l["inputs"].as_u64().unwrap()).collect();
+    assert_eq!(inputs, [1, 2, 3, 3, 1]);
+    assert!(lines.iter().filter(|l| l["kind"] == "rerank").all(|l| l["inputs"] == 3));
+    let logged: u64 = lines.iter().map(|l| l["prompt_tokens"].as_u64().unwrap()).sum();
+    assert_eq!(logged, tokens + dims_tokens);
+    for l in &lines {
+        let t = &l["timings"];
+        let (queue, e2e, run) =
+            (t["queue_ms"].as_f64().unwrap(), t["e2e_ms"].as_f64().unwrap(), l["run_ms"].as_f64().unwrap());
+        assert!(close(queue + run, e2e, 1e-3), "queue + run = e2e: {l}");
+        for null in ["ttft_ms", "prompt_ms", "predicted_ms", "predicted_per_token_ms"] {
+            assert!(t[null].is_null(), "{null} is not measured for a {}: {l}", l["kind"]);
+        }
+        // The runtime's own figures are one run's: a request's only when it had one input.
+        if l["inputs"] == 1 {
+            assert_eq!(t["runtime"]["prefill_tokens"], l["prompt_tokens"], "{l}");
+            assert!(t["runtime"]["prefill_time_ms"].as_f64().unwrap() <= run + 1.0, "{l}");
+        } else {
+            assert!(t["runtime"].is_null(), "{l}");
+        }
+        assert_eq!((l["completion_tokens"].as_u64(), l["client_disconnected"].as_bool()), (Some(0), Some(false)));
+    }
+    let events = d.log().matches("request finished").count();
+    assert_eq!(events, engine_side, "one request-log event each");
+}

@@ -146,3 +146,89 @@ async fn rerank_without_a_tokenizer_says_why() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["usage"]["prompt_tokens"].as_u64(), Some(rkllm_sim::token_ids("red apples").len() as u64));
 }
+
+async fn ollama(d: &Daemon, path: &str, body: Value) -> (u16, Value) {
+    let r = d.client().post(format!("{}{path}", d.url)).json(&body).send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+}
+
+#[tokio::test]
+async fn ollama_embed_is_the_openai_vector_and_truncates_exactly() {
+    let d = start(&["--max-context-len", "64", "--max-new-tokens", "16"], None);
+    let texts = ["The cat sat on the mat", "Stock prices fell sharply today"];
+    let (status, body) = ollama(&d, "/api/embed", json!({"model": "m", "input": texts})).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, openai) = embed(&d, json!({"model": "m", "input": texts})).await;
+    let embeddings = body["embeddings"].as_array().unwrap();
+    assert_eq!(embeddings.len(), 2);
+    for (i, v) in embeddings.iter().enumerate() {
+        assert_eq!(floats(v), vector(&openai["data"][i]), "input {i}");
+    }
+    let tokens: usize = texts.iter().map(|t| rkllm_sim::token_ids(t).len()).sum();
+    assert_eq!(body["prompt_eval_count"].as_u64(), Some(tokens as u64));
+    let (total, load) = (body["total_duration"].as_u64().unwrap(), body["load_duration"].as_u64().unwrap());
+    assert!(total > 0 && load <= total, "{body}");
+    // One string is one input.
+    let (_, one) = ollama(&d, "/api/embed", json!({"model": "m", "input": texts[1]})).await;
+    assert_eq!(one["embeddings"][0], body["embeddings"][1]);
+
+    // Too long: cut to the first 64 tokens by default, exactly those the runtime would read.
+    let long: String = (0..100).map(|i| format!("w{i} ")).collect();
+    let ids = rkllm_sim::token_ids(&long);
+    assert!(ids.len() > 64);
+    let (status, cut) = ollama(&d, "/api/embed", json!({"model": "m", "input": long})).await;
+    assert_eq!(status, 200, "{cut}");
+    assert_eq!(cut["prompt_eval_count"], 64);
+    let (_, first_64) = embed(&d, json!({"model": "m", "input": [ids[..64].to_vec()]})).await;
+    assert_eq!(floats(&cut["embeddings"][0]), vector(&first_64["data"][0]));
+    // A smaller num_ctx cuts shorter; a larger one than the model's is refused.
+    let (_, ctx) = ollama(&d, "/api/embed", json!({"model": "m", "input": long, "options": {"num_ctx": 8}})).await;
+    assert_eq!(ctx["prompt_eval_count"], 8);
+    for (body, word) in [
+        (json!({"model": "m", "input": long, "truncate": false}), "tokens"),
+        (json!({"model": "m", "input": "hi", "options": {"num_ctx": 65}}), "num_ctx"),
+        (json!({"model": "m", "input": "hi", "dimensions": 3}), "dimensions"),
+        (json!({"model": "m", "input": ["hi", ""]}), "empty"),
+    ] {
+        let (status, err) = ollama(&d, "/api/embed", body).await;
+        assert_eq!(status, 400, "{err}");
+        assert!(err["error"].as_str().unwrap().contains(word), "{err}");
+    }
+    let (status, err) = ollama(&d, "/api/embed", json!({"model": "nope", "input": "hi"})).await;
+    assert_eq!((status, err["error"].as_str()), (404, Some("model 'nope' not found")));
+    // No input only loads the model.
+    let (status, loaded) = ollama(&d, "/api/embed", json!({"model": "m", "input": []})).await;
+    assert_eq!((status, loaded["embeddings"].as_array().map(Vec::len)), (200, Some(0)), "{loaded}");
+}
+
+#[tokio::test]
+async fn ollama_legacy_embeddings_are_the_pooled_vector_unnormalised() {
+    let d = start(&[], None);
+    let (status, legacy) = ollama(&d, "/api/embeddings", json!({"model": "m", "prompt": "red apples"})).await;
+    assert_eq!(status, 200, "{legacy}");
+    let raw = floats(&legacy["embedding"]);
+    let norm = dot(&raw, &raw).sqrt();
+    assert!(norm > 0.0 && !close(norm, 1.0, 1e-3), "the legacy vector is not normalised: |v| = {norm}");
+    let (_, new) = ollama(&d, "/api/embed", json!({"model": "m", "input": "red apples"})).await;
+    let unit = floats(&new["embeddings"][0]);
+    assert!(raw.iter().zip(&unit).all(|(r, u)| close(r / norm, *u, 1e-6)), "same direction");
+    let (status, empty) = ollama(&d, "/api/embeddings", json!({"model": "m", "prompt": ""})).await;
+    assert_eq!((status, empty), (200, json!({"embedding": []})));
+}
+
+#[tokio::test]
+async fn ollama_embed_without_a_tokenizer_refuses_to_guess_a_cut() {
+    let lib = sim_cdylib();
+    let args = ["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--model", "sim:instant", "--model-id", "m"];
+    let d = Daemon::start(&[&args[..], &["--max-context-len", "64", "--max-new-tokens", "16"]].concat());
+    let long = "word ".repeat(20);
+    let (status, err) = ollama(&d, "/api/embed", json!({"model": "m", "input": long})).await;
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("tokenizer.json"), "{err}");
+    let (status, body) = ollama(&d, "/api/embed", json!({"model": "m", "input": "red apples"})).await;
+    assert_eq!(status, 200, "a text shorter than the context in bytes fits: {body}");
+}

@@ -4,9 +4,13 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
+use super::forward::{self, Refused};
+use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
-use crate::engine::ForwardJob;
+use crate::metrics::{Kind, Timings};
+use crate::registry::Lease;
+use axum::response::{IntoResponse, Response};
 use rkllm_sys::{Capture, RunInput};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -92,32 +96,27 @@ pub struct EmbeddingList {
 pub async fn create(
     axum::extract::State(state): axum::extract::State<AppState>,
     ApiJson(req): ApiJson<EmbeddingRequest>,
-) -> Result<axum::Json<EmbeddingList>, ApiError> {
+) -> Response {
     let received = Instant::now();
+    forward::respond(embeddings(&state, req, received).await, IntoResponse::into_response)
+}
+
+async fn embeddings(
+    state: &AppState,
+    req: EmbeddingRequest,
+    received: Instant,
+) -> Result<axum::Json<EmbeddingList>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
-    let loaded: &Loaded = &lease;
-    let inputs = run_inputs(loaded, req.input)?;
-    let count = inputs.len();
-    let pooling = loaded.embed.pooling;
-    let job =
-        ForwardJob { inputs, capture: Capture::HiddenLayer { rows: pooling.rows() }, lora: lease.adapter.clone() };
-    let forward = loaded.engine.forward(job).map_err(|e| status::refused(&e))?.await.map_err(|r| status::failed(&r))?;
-    let width = forward.outputs.first().map_or(0, |m| m.width);
-    if let Some(asked) = req.dimensions.filter(|d| *d as usize != width) {
-        return Err(ApiError::invalid_value(
-            "dimensions",
-            format!("This model's embeddings have {width} dimensions; `dimensions` = {asked} cannot be honoured."),
-        ));
-    }
+    let input = req.input;
+    let inputs = prepare(&lease, move |loaded| run_inputs(loaded, input)).await?;
+    let out = vectors(&lease, received, inputs, req.dimensions, true).await?;
     let format = req.encoding_format.unwrap_or_default();
-    let prompt_tokens: usize = forward.outputs.iter().map(|m| m.num_tokens).sum();
-    let data = forward
-        .outputs
-        .iter()
+    let data = out
+        .vectors
+        .into_iter()
         .enumerate()
-        .map(|(index, matrix)| {
-            let v = embed::embedding(matrix, pooling);
+        .map(|(index, v)| {
             let embedding = match format {
                 EncodingFormat::Float => Vector::Float(v),
                 EncodingFormat::Base64 => Vector::Base64(embed::base64_f32(&v)),
@@ -125,19 +124,47 @@ pub async fn create(
             EmbeddingData { object: "embedding", index, embedding }
         })
         .collect();
-    tracing::info!(
-        inputs = count,
-        prompt_tokens,
-        runtime_ms = forward.runtime.as_secs_f64() * 1000.0,
-        total_ms = received.elapsed().as_secs_f64() * 1000.0,
-        "embeddings"
-    );
     Ok(axum::Json(EmbeddingList {
         object: "list",
         data,
         model: lease.served_id(),
-        usage: EmbeddingUsage { prompt_tokens, total_tokens: prompt_tokens },
+        usage: EmbeddingUsage { prompt_tokens: out.prompt_tokens, total_tokens: out.prompt_tokens },
     }))
+}
+
+/// What a hidden-layer job gave: one vector per input, in input order.
+pub(super) struct Vectors {
+    pub vectors: Vec<Vec<f32>>,
+    /// The tokens the runtime read (`usage.prompt_tokens`).
+    pub prompt_tokens: usize,
+    pub timings: Timings,
+}
+
+/// Runs the inputs in hidden-layer mode and pools each per the model's
+/// `embedding_pooling`, L2-normalised when `normalise`. `dimensions` must
+/// be the model's own width: truncating a vector is honest only for models
+/// trained for it, which the daemon cannot tell.
+pub(super) async fn vectors(
+    lease: &Lease,
+    received: Instant,
+    inputs: Vec<RunInput>,
+    dimensions: Option<u32>,
+    normalise: bool,
+) -> Result<Vectors, Refused> {
+    let pooling = lease.embed.pooling;
+    let capture = Capture::HiddenLayer { rows: pooling.rows() };
+    let ran = forward::run(lease, Kind::Embedding, received, inputs, capture).await?;
+    let width = ran.outputs.first().map_or(0, |m| m.width);
+    if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
+        return Err(ran.refuse(status::wrong_dimensions(ApiError::invalid_value(
+            "dimensions",
+            format!("This model's embeddings have {width} dimensions; `dimensions` = {asked} cannot be honoured."),
+        ))));
+    }
+    let pool = if normalise { embed::embedding } else { embed::pooled };
+    let vectors = ran.outputs.iter().map(|m| pool(m, pooling)).collect();
+    let prompt_tokens = ran.prompt_tokens;
+    Ok(Vectors { vectors, prompt_tokens, timings: ran.answered() })
 }
 
 /// Each input as the runtime will read it: token ids (the model's

@@ -1,11 +1,12 @@
 //! `GET /metrics` (Prometheus/OpenMetrics text; public like `/health`),
 //! optionally on a listener of its own (`metrics_addr`), and the counting of
-//! completion requests that never reached the engine.
+//! completion, embedding and rerank requests that never reached the engine.
 
 use super::system::SystemInfo;
 use super::AppState;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::scrape::{self, Live};
+use crate::metrics::Kind;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
@@ -61,19 +62,22 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
     Ok(())
 }
 
-/// Counts a completion request that ended before reaching the engine (bad
-/// input, auth, queue full, loading, shutting down) with its status; the
-/// engine counts the others when they finish.
+/// Counts a completion, embedding or rerank request that ended before
+/// reaching the engine (bad input, auth, queue full, loading, shutting
+/// down) with its status; the request record counts the others.
 pub async fn count_requests(req: Request, next: Next) -> Response {
-    let completion = req.method() == Method::POST
-        && matches!(req.uri().path(), "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate");
-    if !completion {
-        return next.run(req).await;
-    }
+    let kind = match req.uri().path() {
+        _ if req.method() != Method::POST => None,
+        "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate" => Some(Kind::Completion),
+        "/v1/embeddings" | "/api/embed" | "/api/embeddings" => Some(Kind::Embedding),
+        "/v1/rerank" | "/rerank" => Some(Kind::Rerank),
+        _ => None,
+    };
+    let Some(kind) = kind else { return next.run(req).await };
     let response = next.run(req).await;
     if response.extensions().get::<super::respond::Admitted>().is_none() {
         let observer = crate::metrics::observer();
-        observer.metrics.rejected(observer.model(), response.status().as_u16());
+        observer.metrics.rejected(observer.model(), kind, response.status().as_u16());
     }
     response
 }

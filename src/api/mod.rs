@@ -8,6 +8,7 @@ mod docs;
 mod embeddings;
 pub mod error;
 mod extract;
+mod forward;
 mod health;
 mod metrics;
 mod models;

@@ -5,10 +5,14 @@
 //! A reply that reaches its end is recorded there. A reply dropped earlier
 //! (the client went away) is recorded when the engine hands over the
 //! abandoned job's outcome, after its run was aborted and drained.
+//!
+//! An embedding or rerank request ([`ForwardRecord`]) is recorded when its
+//! answer is known, or at once when the client goes away first.
 
-use super::status::Ending;
-use crate::engine::{Generation, Outcome};
-use crate::metrics::Finished;
+use super::status::{self, Ending};
+use crate::engine::{EndReason, Generation, Outcome};
+use crate::metrics::{Finished, Kind, RuntimePerf, Timeline};
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 pub struct Record {
@@ -50,6 +54,8 @@ fn write(id: &str, model: &str, outcome: &Outcome, ending: &Ending, client_disco
     crate::metrics::finish_request(&Finished {
         id,
         model,
+        kind: Kind::Completion,
+        inputs: None,
         status: ending.status,
         finish_reason: ending.finish_reason,
         timeline: &outcome.timeline,
@@ -59,4 +65,57 @@ fn write(id: &str, model: &str, outcome: &Outcome, ending: &Ending, client_disco
         counted_prompt_tokens: outcome.prompt_tokens,
         cached_tokens: outcome.cached_tokens,
     });
+}
+
+/// An embedding or rerank request that reached the engine (its job was
+/// queued). Dropped unfinished, the client went away: the handler's future
+/// was dropped with the job's, whose run is aborted in the background, so
+/// only `received` is known — recorded as 499 `abort` with no other instant.
+pub struct ForwardRecord {
+    id: String,
+    model: String,
+    kind: Kind,
+    inputs: usize,
+    received: Instant,
+    open: bool,
+}
+
+impl ForwardRecord {
+    pub fn new(kind: Kind, model: &str, inputs: usize, received: Instant) -> ForwardRecord {
+        let id = format!("{}-{}", kind.as_str(), uuid::Uuid::new_v4().simple());
+        ForwardRecord { id, model: model.to_owned(), kind, inputs, received, open: true }
+    }
+
+    /// The answer is known: its ending, the job's timeline and perf stats,
+    /// and the tokens the runtime read (`None` when not every input ran).
+    pub fn finish(mut self, ran: (&Timeline, Option<RuntimePerf>), prompt_tokens: Option<u32>, ending: &Ending) {
+        self.open = false;
+        self.write(ran, prompt_tokens, ending);
+    }
+
+    fn write(&self, (timeline, perf): (&Timeline, Option<RuntimePerf>), prompt_tokens: Option<u32>, ending: &Ending) {
+        crate::metrics::finish_request(&Finished {
+            id: &self.id,
+            model: &self.model,
+            kind: self.kind,
+            inputs: Some(self.inputs),
+            status: ending.status,
+            finish_reason: ending.finish_reason,
+            timeline,
+            perf,
+            dropped_tokens: 0,
+            client_disconnected: self.open,
+            counted_prompt_tokens: prompt_tokens,
+            cached_tokens: 0,
+        });
+    }
+}
+
+impl Drop for ForwardRecord {
+    fn drop(&mut self) {
+        if self.open {
+            let ending = status::forward(Err(&EndReason::Abandoned));
+            self.write((&Timeline::new(self.received), None), None, &ending);
+        }
+    }
 }

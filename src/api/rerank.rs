@@ -6,13 +6,17 @@
 use super::embeddings::{check_inputs, text_input};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::{status, AppState};
+use super::forward::{self, Refused};
+use super::request::prepare;
+use super::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
-use crate::engine::ForwardJob;
+use crate::metrics::Kind;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use rkllm_sys::{Capture, Rows};
 use serde::{Deserialize, Serialize};
+use std::time::Instant;
 use utoipa::ToSchema;
 
 /// A document: a string, or Jina's `{"text": …}`.
@@ -91,7 +95,7 @@ pub struct RerankResponse {
     ),
     security(("bearer" = []))
 )]
-pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Result<Json<RerankResponse>, ApiError> {
+pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Response {
     rerank(state, req).await
 }
 
@@ -109,17 +113,16 @@ pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Resu
     ),
     security(("bearer" = []))
 )]
-pub async fn create_unversioned(
-    state: State<AppState>,
-    req: ApiJson<RerankRequest>,
-) -> Result<Json<RerankResponse>, ApiError> {
+pub async fn create_unversioned(state: State<AppState>, req: ApiJson<RerankRequest>) -> Response {
     rerank(state, req).await
 }
 
-async fn rerank(
-    State(state): State<AppState>,
-    ApiJson(req): ApiJson<RerankRequest>,
-) -> Result<Json<RerankResponse>, ApiError> {
+async fn rerank(State(state): State<AppState>, ApiJson(req): ApiJson<RerankRequest>) -> Response {
+    let received = Instant::now();
+    forward::respond(scores(&state, req, received).await, IntoResponse::into_response)
+}
+
+async fn scores(state: &AppState, req: RerankRequest, received: Instant) -> Result<Json<RerankResponse>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;
@@ -130,27 +133,33 @@ async fn rerank(
         return Err(ApiError::not_supported(format!(
             "Reranking reads the logits of the tokens {answers:?}: it needs the model's tokenizer.json \
              (`tokenizer`), and that tokenizer must have them."
-        )));
+        ))
+        .into());
     };
     if req.documents.is_empty() {
-        return Err(ApiError::invalid_value("documents", "`documents` is empty: give at least one document."));
+        return Err(ApiError::invalid_value("documents", "`documents` is empty: give at least one document.").into());
     }
-    let instruction = req.instruction.as_deref().unwrap_or(DEFAULT_INSTRUCTION);
-    let inputs: Vec<_> =
-        req.documents.iter().map(|d| text_input(loaded, format.prompt(instruction, &req.query, d.text()))).collect();
-    check_inputs(&inputs, loaded.engine.limits().max_context_len)
-        .map_err(|e| ApiError::invalid_value("documents", e.body.message.replace("input[", "documents[")))?;
-    let job =
-        ForwardJob { inputs, capture: Capture::Logits { rows: Rows::Last, columns }, lora: lease.adapter.clone() };
-    let forward = loaded.engine.forward(job).map_err(|e| status::refused(&e))?.await.map_err(|r| status::failed(&r))?;
-    let prompt_tokens = forward.outputs.iter().map(|m| m.num_tokens).sum();
-    let mut results: Vec<RerankResult> = forward
+    let instruction = req.instruction.clone().unwrap_or_else(|| DEFAULT_INSTRUCTION.to_owned());
+    let prompts: Vec<String> =
+        req.documents.iter().map(|d| format.prompt(&instruction, &req.query, d.text())).collect();
+    let inputs = prepare(&lease, move |loaded| {
+        let inputs: Vec<_> = prompts.into_iter().map(|prompt| text_input(loaded, prompt)).collect();
+        check_inputs(&inputs, loaded.engine.limits().max_context_len)
+            .map(|()| inputs)
+            .map_err(|e| ApiError::invalid_value("documents", e.body.message.replace("input[", "documents[")))
+    })
+    .await?;
+    let capture = Capture::Logits { rows: Rows::Last, columns };
+    let ran = forward::run(&lease, Kind::Rerank, received, inputs, capture).await?;
+    let prompt_tokens = ran.prompt_tokens;
+    let mut results: Vec<RerankResult> = ran
         .outputs
         .iter()
         .enumerate()
         .map(|(index, m)| RerankResult { index, relevance_score: format.score(m.row(0)), document: None })
         .collect();
     results.sort_by(|a, b| b.relevance_score.total_cmp(&a.relevance_score).then(a.index.cmp(&b.index)));
+    ran.answered();
     results.truncate(req.top_n.unwrap_or(usize::MAX));
     if req.return_documents == Some(true) {
         for r in &mut results {

@@ -73,9 +73,19 @@ pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
     }
 }
 
-/// A hidden-layer or logits job that did not complete.
-pub fn failed(reason: &EndReason) -> ApiError {
-    ending(reason, &Facts::default()).error.unwrap_or_else(|| ApiError::runtime("the request ended without a result"))
+/// A hidden-layer or logits job (embeddings, rerank): 200 `stop` when every
+/// input ran, else the row of the reason it did not.
+pub fn forward(result: Result<(), &EndReason>) -> Ending {
+    match result {
+        Ok(()) => Ending::ok("stop"),
+        Err(reason) => ending(reason, &Facts::default()),
+    }
+}
+
+/// `dimensions` the model's vectors do not have: the width is known only
+/// once the runtime returned it, so this refusal comes after the run.
+pub fn wrong_dimensions(error: ApiError) -> Ending {
+    Ending::failed(error, "invalid_dimensions")
 }
 
 /// A job the engine refused.
@@ -118,6 +128,9 @@ mod tests {
         );
         assert_eq!(row(EndReason::Abandoned, false), (499, "abort", None));
         assert_eq!(refused(&EngineError::QueueFull).status, StatusCode::TOO_MANY_REQUESTS);
+        let forward = |r: Result<(), &EndReason>| (forward(r).status, forward(r).finish_reason);
+        assert_eq!(forward(Ok(())), (200, "stop"));
+        assert_eq!(forward(Err(&EndReason::Timeout(Deadline::Request))), (504, "timeout"));
     }
 
     #[test]

@@ -5,10 +5,11 @@
 
 use super::outcome::{Deadline, EndReason};
 use super::{Engine, EngineError};
+use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One job: what each input is and which numbers to keep of it.
 #[derive(Debug, Clone)]
@@ -16,16 +17,23 @@ pub struct ForwardJob {
     /// Text (tokenized by the runtime) or token ids, one run each.
     pub inputs: Vec<RunInput>,
     pub capture: Capture,
+    /// When the request was received (the start of its timeline).
+    pub received: Instant,
     /// The LoRA adapter every input runs with; `None`: the base model.
     pub lora: Option<String>,
 }
 
-/// What a job returned: one matrix per input, in order.
+/// What a job returned, with its timeline: `received`, `admitted` (its
+/// turn), `finished` (the last run's end, or the failure). No tokens are
+/// generated, so no token instants.
 #[derive(Debug, Clone)]
 pub struct Forward {
-    pub outputs: Vec<Matrix>,
-    /// From the turn to the last run's end.
-    pub runtime: Duration,
+    /// One matrix per input, in order; or why the job did not complete.
+    pub outputs: Result<Vec<Matrix>, EndReason>,
+    pub timeline: Timeline,
+    /// The runtime's perf stats of a job of one input (a job of several has
+    /// one set per run, none of which is the request's).
+    pub perf: Option<RuntimePerf>,
 }
 
 /// If the consumer goes away mid-run: abort it (ignored during a prefill)
@@ -51,59 +59,79 @@ impl Engine {
     pub fn forward(
         self: &Arc<Self>,
         job: ForwardJob,
-    ) -> Result<impl Future<Output = Result<Forward, EndReason>> + Send + 'static, EngineError> {
+    ) -> Result<impl Future<Output = Forward> + Send + 'static, EngineError> {
         let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
         let engine = self.clone();
         Ok(async move {
+            let mut timeline = Timeline::new(job.received);
             let _turn = engine.queue.wait_turn(place).await;
             let admitted = Instant::now();
-            let deadline = tokio::time::Instant::from_std(admitted + engine.limits.request_timeout);
-            let mut guard = RunningGuard { engine: &engine, control: None };
-            let mut outputs = Vec::with_capacity(job.inputs.len());
-            for input in job.inputs {
-                if engine.is_closing() {
-                    return Err(EndReason::ShuttingDown);
-                }
-                let request = match input {
-                    RunInput::Prompt(text) => RunRequest::prompt(text),
-                    RunInput::Tokens(ids) => RunRequest::tokens(ids),
-                };
-                let request = RunRequest { capture: Some(job.capture.clone()), lora: job.lora.clone(), ..request };
-                let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-                let control = engine.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
-                guard.control = Some(control.clone());
-                let mut timed_out = false;
-                let finish = loop {
-                    let next = if timed_out {
-                        events.recv().await
-                    } else {
-                        match tokio::time::timeout_at(deadline, events.recv()).await {
-                            Ok(next) => next,
-                            Err(_) => {
-                                timed_out = true;
-                                control.abort();
-                                continue;
-                            }
+            timeline.admitted = Some(admitted);
+            let single = job.inputs.len() == 1;
+            let (outputs, last) = match engine.run_inputs(job, admitted).await {
+                Ok((outputs, last)) => (Ok(outputs), Some(last)),
+                Err(reason) => (Err(reason), None),
+            };
+            // `finished`: when the last `rkllm_run` returned, or the failure was seen.
+            timeline.finished = Some(last.as_ref().map_or_else(Instant::now, |f| f.at));
+            let perf = last.and_then(|f| f.perf).filter(|_| single).map(RuntimePerf::from);
+            Forward { outputs, timeline, perf }
+        })
+    }
+
+    /// Runs each input in turn (the caller holds the turn); the matrices and
+    /// the last run's end.
+    async fn run_inputs(&self, job: ForwardJob, admitted: Instant) -> Result<(Vec<Matrix>, Finish), EndReason> {
+        let deadline = tokio::time::Instant::from_std(admitted + self.limits.request_timeout);
+        let mut guard = RunningGuard { engine: self, control: None };
+        let mut outputs = Vec::with_capacity(job.inputs.len());
+        let mut last = None;
+        for input in job.inputs {
+            if self.is_closing() {
+                return Err(EndReason::ShuttingDown);
+            }
+            let request = match input {
+                RunInput::Prompt(text) => RunRequest::prompt(text),
+                RunInput::Tokens(ids) => RunRequest::tokens(ids),
+            };
+            let request = RunRequest { capture: Some(job.capture.clone()), lora: job.lora.clone(), ..request };
+            let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+            let control = self.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
+            guard.control = Some(control.clone());
+            let mut timed_out = false;
+            let finish = loop {
+                let next = if timed_out {
+                    events.recv().await
+                } else {
+                    match tokio::time::timeout_at(deadline, events.recv()).await {
+                        Ok(next) => next,
+                        Err(_) => {
+                            timed_out = true;
+                            control.abort();
+                            continue;
                         }
-                    };
-                    match next {
-                        Some(Event::Finished(finish)) => break finish,
-                        Some(_) => {}
-                        None => return Err(EndReason::RuntimeError("the runtime thread stopped".into())),
                     }
                 };
-                guard.control = None;
-                if timed_out {
-                    return Err(EndReason::Timeout(Deadline::Request));
+                match next {
+                    Some(Event::Finished(finish)) => break finish,
+                    Some(_) => {}
+                    None => return Err(EndReason::RuntimeError("the runtime thread stopped".into())),
                 }
-                outputs.push(output(finish)?);
+            };
+            guard.control = None;
+            if timed_out {
+                return Err(EndReason::Timeout(Deadline::Request));
             }
-            Ok(Forward { outputs, runtime: admitted.elapsed() })
-        })
+            let (matrix, rest) = output(finish)?;
+            outputs.push(matrix);
+            last = Some(rest);
+        }
+        last.map(|last| (outputs, last)).ok_or_else(|| EndReason::RuntimeError("the job had no input".into()))
     }
 }
 
-fn output(finish: Finish) -> Result<Matrix, EndReason> {
+/// The run's matrix, and the rest of its end.
+fn output(mut finish: Finish) -> Result<(Matrix, Finish), EndReason> {
     if finish.is_error() {
         let state = if finish.runtime_error { ", callback state ERROR" } else { "" };
         return Err(EndReason::RuntimeError(format!(
@@ -111,8 +139,8 @@ fn output(finish: Finish) -> Result<Matrix, EndReason> {
             finish.code
         )));
     }
-    match finish.output {
-        Some(Ok(matrix)) => Ok(matrix),
+    match finish.output.take() {
+        Some(Ok(matrix)) => Ok((matrix, finish)),
         Some(Err(e)) => Err(EndReason::RuntimeError(format!("the runtime's output cannot be read: {e}"))),
         None => Err(EndReason::RuntimeError("the runtime delivered no hidden states or logits".into())),
     }

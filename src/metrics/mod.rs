@@ -15,7 +15,7 @@ pub mod scrape;
 pub mod telemetry;
 pub mod timeline;
 
-pub use request_log::{usage_prompt_tokens, Finished};
+pub use request_log::{usage_prompt_tokens, Finished, Kind};
 pub use timeline::{RuntimePerf, Timeline, Timings};
 
 use std::path::PathBuf;
@@ -94,11 +94,14 @@ pub fn finish_request(f: &Finished) {
                 .unwrap_or(0),
             id: f.id,
             model,
+            kind: f.kind,
+            inputs: f.inputs,
             status: f.status,
             finish_reason: f.finish_reason,
             prompt_tokens: f.prompt_tokens(&timings),
             completion_tokens: timings.predicted_n,
             client_disconnected: f.client_disconnected,
+            run_ms: timeline::run_ms(f.timeline),
             timeline_us: request_log::TimelineUs::of(f.timeline),
             timings: &timings,
         });

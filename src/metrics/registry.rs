@@ -3,7 +3,7 @@
 //! [`Timings`] the final chunk carries, and the inter-token gaps as tokens
 //! arrive. Point-in-time gauges are built per scrape (`scrape.rs`).
 
-use super::request_log::{Finished, Mismatch};
+use super::request_log::{Finished, Kind, Mismatch};
 use super::Timings;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,6 +23,19 @@ struct RequestLabels {
     model: String,
     status: String,
     finish_reason: String,
+    kind: &'static str,
+}
+
+/// The latencies every kind of request has (the others only completions).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: &'static str,
+}
+
+type ByKind = Family<KindLabels, Histogram, fn() -> Histogram>;
+
+fn histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,8 +48,8 @@ pub struct Metrics {
     ttft: Histogram,
     tpot: Histogram,
     itl: Histogram,
-    e2e: Histogram,
-    queue: Histogram,
+    e2e: ByKind,
+    queue: ByKind,
     prefill: Histogram,
     decode: Histogram,
     prompt_tokens: Counter,
@@ -61,14 +74,13 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Metrics {
-        let histogram = || Histogram::new(BUCKETS);
         let m = Metrics {
             registry: Registry::default(),
             ttft: histogram(),
             tpot: histogram(),
             itl: histogram(),
-            e2e: histogram(),
-            queue: histogram(),
+            e2e: Family::new_with_constructor(histogram),
+            queue: Family::new_with_constructor(histogram),
             prefill: histogram(),
             decode: histogram(),
             prompt_tokens: Counter::default(),
@@ -95,10 +107,14 @@ impl Metrics {
             ("rkllmd_time_to_first_token_seconds", "first_token − received (includes the queue)", &self.ttft),
             ("rkllmd_time_per_output_token_seconds", "(last_token − first_token) / (n − 1), for n ≥ 2", &self.tpot),
             ("rkllmd_inter_token_latency_seconds", "gaps between consecutive tokens (n − 1 per request)", &self.itl),
-            ("rkllmd_e2e_request_latency_seconds", "finished − received", &self.e2e),
-            ("rkllmd_request_queue_time_seconds", "admitted − received", &self.queue),
             ("rkllmd_request_prefill_time_seconds", "first_token − admitted", &self.prefill),
             ("rkllmd_request_decode_time_seconds", "last_token − first_token, for n ≥ 2", &self.decode),
+        ] {
+            r.register(name, help, h.clone());
+        }
+        for (name, help, h) in [
+            ("rkllmd_e2e_request_latency_seconds", "finished − received", &self.e2e),
+            ("rkllmd_request_queue_time_seconds", "admitted − received", &self.queue),
         ] {
             r.register(name, help, h.clone());
         }
@@ -123,7 +139,7 @@ impl Metrics {
             self.prompt_cache_mismatches.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
-        r.register("rkllmd_requests", "Completion requests by outcome", self.requests.clone());
+        r.register("rkllmd_requests", "Completion, embedding and rerank requests by outcome", self.requests.clone());
         r.register(
             "rkllmd_client_disconnects",
             "Requests whose client went away before the end",
@@ -149,11 +165,12 @@ impl Metrics {
     /// A request that reached the engine has ended.
     pub fn finished(&self, f: &Finished, t: &Timings, model: &str) {
         let seconds = |ms: Option<f64>| ms.map(|ms| ms / 1000.0);
+        let kind = KindLabels { kind: f.kind.as_str() };
         for (h, value) in [
             (&self.ttft, t.ttft_ms),
             (&self.tpot, t.predicted_per_token_ms),
-            (&self.e2e, t.e2e_ms),
-            (&self.queue, t.queue_ms),
+            (&*self.e2e.get_or_create(&kind), t.e2e_ms),
+            (&*self.queue.get_or_create(&kind), t.queue_ms),
             (&self.prefill, t.prompt_ms),
             (&self.decode, t.predicted_ms),
         ] {
@@ -169,22 +186,23 @@ impl Metrics {
         if f.client_disconnected {
             self.disconnects.inc();
         }
-        self.count(model, f.status, f.finish_reason);
+        self.count(model, f.kind, f.status, f.finish_reason);
         if let Some(perf) = t.runtime {
             self.runtime_peak_memory.store((perf.memory_usage_mb * 1024.0 * 1024.0) as i64, Ordering::Relaxed);
         }
     }
 
     /// A request refused before it reached the engine (validation, auth, queue full, loading).
-    pub fn rejected(&self, model: &str, status: u16) {
-        self.count(model, status, "none");
+    pub fn rejected(&self, model: &str, kind: Kind, status: u16) {
+        self.count(model, kind, status, "none");
     }
 
-    fn count(&self, model: &str, status: u16, finish_reason: &str) {
+    fn count(&self, model: &str, kind: Kind, status: u16, finish_reason: &str) {
         let labels = RequestLabels {
             model: model.to_owned(),
             status: status.to_string(),
             finish_reason: finish_reason.to_owned(),
+            kind: kind.as_str(),
         };
         self.requests.get_or_create(&labels).inc();
     }

@@ -27,12 +27,38 @@ impl Mismatch {
     }
 }
 
+/// What a request asked of the model (the `kind` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A generation: chat, completions, Ollama's chat and generate.
+    Completion,
+    /// Hidden-layer runs pooled into vectors: `/v1/embeddings`, Ollama's embed.
+    Embedding,
+    /// Logits runs scored against a query: `/v1/rerank`.
+    Rerank,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Completion => "completion",
+            Kind::Embedding => "embedding",
+            Kind::Rerank => "rerank",
+        }
+    }
+}
+
 /// A request that reached the engine, at its end.
 #[derive(Debug, Clone, Copy)]
 pub struct Finished<'a> {
     pub id: &'a str,
     /// The model that served it (the `model` label).
     pub model: &'a str,
+    pub kind: Kind,
+    /// The inputs of an embedding or rerank request (texts, documents);
+    /// `None` for a completion, whose one prompt is not counted so.
+    pub inputs: Option<usize>,
     /// The HTTP status its outcome carries (for a stream that failed after it
     /// started: the status of the error event); 499 when the client went away.
     pub status: u16,
@@ -44,7 +70,9 @@ pub struct Finished<'a> {
     /// a stop sequence, the limit, a time-out or a disconnect).
     pub dropped_tokens: u32,
     pub client_disconnected: bool,
-    /// The prompt's length by the model's tokenizer, when one is configured.
+    /// The prompt's length by the model's tokenizer, when one is configured;
+    /// for an embedding or rerank request, the tokens the runtime read
+    /// (its `num_tokens`, over every input), when every input ran.
     pub counted_prompt_tokens: Option<u32>,
     /// Prompt tokens reused from the conversation cache.
     pub cached_tokens: u32,
@@ -92,11 +120,15 @@ pub struct Line<'a> {
     pub unix_ms: u128,
     pub id: &'a str,
     pub model: &'a str,
+    pub kind: Kind,
+    pub inputs: Option<usize>,
     pub status: u16,
     pub finish_reason: &'a str,
     pub prompt_tokens: Option<i64>,
     pub completion_tokens: u32,
     pub client_disconnected: bool,
+    /// finished − admitted: the request's time on the runtime.
+    pub run_ms: Option<f64>,
     pub timeline_us: TimelineUs,
     /// Exactly the `timings` object of the final chunk.
     pub timings: &'a Timings,
@@ -110,6 +142,8 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         target: "rkllmd::request",
         id = f.id,
         model,
+        kind = f.kind.as_str(),
+        inputs = f.inputs,
         status = f.status,
         finish_reason = f.finish_reason,
         prompt_tokens = f.prompt_tokens(t),
@@ -122,6 +156,7 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         last_token_us = raw.last_token,
         finished_us = raw.finished,
         queue_ms = t.queue_ms,
+        run_ms = super::timeline::run_ms(f.timeline),
         prefill_ms = t.prompt_ms,
         ttft_ms = t.ttft_ms,
         decode_ms = t.predicted_ms,
@@ -142,8 +177,10 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
 /// Compares our figures with the runtime's; each disagreement is a WARN with
 /// both numbers. That is how an inverted boundary gets caught instead of published.
 pub fn cross_check(f: &Finished, t: &Timings) -> Vec<Mismatch> {
-    // A batch's figures cover every slot: nothing to compare one request with.
-    let Some(p) = f.perf.filter(|p| p.batch_size <= 1) else { return Vec::new() };
+    // A batch's figures cover every slot: nothing to compare one request
+    // with. An embedding or rerank run generates no token and has no
+    // prefill boundary of ours (no first token): nothing to compare either.
+    let Some(p) = f.perf.filter(|p| p.batch_size <= 1 && f.kind == Kind::Completion) else { return Vec::new() };
     let mut found = Vec::new();
     // The runtime counts every token it generated, the ones we dropped too.
     if p.generate_tokens != i64::from(t.predicted_n) + i64::from(f.dropped_tokens) {
@@ -241,6 +278,8 @@ mod tests {
         let f = Finished {
             model: "m",
             id: "x",
+            kind: Kind::Completion,
+            inputs: None,
             status: 200,
             finish_reason: "stop",
             timeline: &t,

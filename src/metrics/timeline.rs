@@ -159,6 +159,13 @@ impl Timings {
     }
 }
 
+/// run_ms = finished − admitted: the time a request held the runtime (for
+/// an embedding or rerank request, the runs of all its inputs). Not part
+/// of [`Timings`]: the request log reports it beside them.
+pub fn run_ms(t: &Timeline) -> Option<f64> {
+    t.admitted.zip(t.finished).map(|(a, f)| ms(a, f))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

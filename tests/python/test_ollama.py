@@ -120,6 +120,32 @@ def test_keep_alive_zero_unloads_and_an_empty_prompt_loads(registry):
     assert [m.expires_at for m in c.ps().models] == [None], "kept forever"
 
 
+def test_embed_and_the_legacy_embeddings(registry):
+    c = client(registry)
+    texts = ["The cat sat on the mat", "A cat on a mat", "Stock prices fell sharply today"]
+    r = c.embed(model="a", input=texts)
+    assert r.model == "a" and len(r.embeddings) == 3
+    dot = lambda u, v: sum(x * y for x, y in zip(u, v))  # noqa: E731
+    assert all(abs(dot(v, v) - 1.0) < 1e-4 for v in r.embeddings), "L2-normalised"
+    assert dot(r.embeddings[0], r.embeddings[1]) > dot(r.embeddings[0], r.embeddings[2])
+    assert r.prompt_eval_count > 0
+    assert 0 <= r.load_duration <= r.total_duration, r
+    assert c.embed(model="a", input=texts[2]).embeddings == [r.embeddings[2]]
+    # `truncate` (default true) cuts to the context, here a num_ctx of 4 tokens; false refuses.
+    long = "one two three four five six seven eight"
+    assert c.embed(model="a", input=long, options={"num_ctx": 4}).prompt_eval_count == 4
+    with pytest.raises(ollama.ResponseError) as e:
+        c.embed(model="a", input=long, truncate=False, options={"num_ctx": 4})
+    assert e.value.status_code == 400 and "tokens" in e.value.error
+    with pytest.raises(ollama.ResponseError) as e:
+        c.embed(model="a", input="x", dimensions=3)
+    assert e.value.status_code == 400 and "dimensions" in e.value.error
+    # The legacy endpoint: one prompt, the pooled vector at its own length.
+    legacy = c.embeddings(model="a", prompt=texts[2]).embedding
+    norm = dot(legacy, legacy) ** 0.5
+    assert [round(x / norm, 5) for x in legacy] == [round(x, 5) for x in r.embeddings[2]]
+
+
 def test_errors(registry):
     c = client(registry)
     with pytest.raises(ollama.ResponseError) as e:

@@ -40,17 +40,26 @@ fn no_images(images: Option<&Vec<Value>>, param: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The context a request may fill: `options.num_ctx`, which may not exceed
+/// the model's (fixed when it was loaded), else the model's.
+pub fn context(num_ctx: Option<u32>, model: &Loaded) -> Result<u32, ApiError> {
+    let max = model.engine.limits().max_context_len;
+    match num_ctx {
+        Some(n) if n > max => Err(ApiError::invalid_value(
+            "options.num_ctx",
+            format!("num_ctx {n} exceeds the model's context length {max}."),
+        )),
+        Some(n) => Ok(n),
+        None => Ok(max),
+    }
+}
+
 /// The OpenAI fields `options` (and `stream`) map onto.
 fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
     let options = c.options.clone().unwrap_or_default();
     let Options { num_predict, stop, seed, num_ctx, sampling, other } = options;
     let limits = model.engine.limits();
-    if let Some(n) = num_ctx.filter(|&n| n > limits.max_context_len) {
-        return Err(ApiError::invalid_value(
-            "options.num_ctx",
-            format!("num_ctx {n} exceeds the model's context length {}.", limits.max_context_len),
-        ));
-    }
+    context(num_ctx, model)?;
     if seed.is_some() || !other.is_empty() {
         tracing::debug!(seed = seed.is_some(), options = ?other.keys().collect::<Vec<_>>(), "ignoring Ollama fields RKLLM cannot apply");
     }

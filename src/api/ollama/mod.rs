@@ -1,11 +1,13 @@
 //! The Ollama API: `GET /api/version`, `GET /api/tags`, `GET /api/ps`,
-//! `POST /api/show`, `POST /api/chat`, `POST /api/generate`, with Ollama's
-//! field names, units and `{"error": "…"}` bodies. A request is converted
-//! into the OpenAI request types and validated there (`convert`); its reply
-//! is the same piece stream the OpenAI endpoints read (`reply`). No
-//! `/api/embed` yet: the daemon has no embeddings.
+//! `POST /api/show`, `POST /api/chat`, `POST /api/generate`, `POST
+//! /api/embed` (and the legacy `/api/embeddings`), with Ollama's field
+//! names, units and `{"error": "…"}` bodies. A request is converted into
+//! the OpenAI request types and validated there (`convert`); its reply is
+//! the same piece stream the OpenAI endpoints read (`reply`); embeddings
+//! take the path of `/v1/embeddings` (`embed`).
 
 mod convert;
+mod embed;
 mod info;
 mod reply;
 mod wire;
@@ -56,6 +58,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/show", post(info::show))
         .route("/api/chat", post(chat))
         .route("/api/generate", post(generate))
+        .route("/api/embed", post(embed::embed))
+        .route("/api/embeddings", post(embed::legacy))
 }
 
 /// Ollama's server takes any content type: the body is parsed as JSON.

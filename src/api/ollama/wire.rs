@@ -181,3 +181,46 @@ pub struct Show {
     pub capabilities: Vec<&'static str>,
     pub modified_at: String,
 }
+
+/// `/api/embed`'s `input`: one text or several.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum EmbedInput {
+    Text(String),
+    Texts(Vec<String>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmbedRequest {
+    pub model: String,
+    pub input: Option<EmbedInput>,
+    /// Cut each input to the context (default), or refuse one too long (`false`).
+    pub truncate: Option<bool>,
+    /// Only `num_ctx` applies (a smaller context to truncate to); sampling has no say.
+    pub options: Option<Options>,
+    pub keep_alive: Option<Value>,
+    pub dimensions: Option<u32>,
+}
+
+/// The legacy `/api/embeddings`: one prompt, one vector.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LegacyEmbedRequest {
+    pub model: String,
+    pub prompt: Option<String>,
+    pub options: Option<Options>,
+    pub keep_alive: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EmbedResponse {
+    pub model: String,
+    pub embeddings: Vec<Vec<f32>>,
+    pub total_duration: u64,
+    pub load_duration: u64,
+    pub prompt_eval_count: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LegacyEmbedResponse {
+    pub embedding: Vec<f32>,
+}

@@ -1,0 +1,122 @@
+//! `POST /api/embed` and the legacy `POST /api/embeddings`: Ollama's shapes
+//! over the path of `/v1/embeddings` (validation, pooling, the engine's
+//! hidden-layer job and the request record: `api::embeddings::vectors`).
+
+use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
+use super::{convert, parse, OllamaError};
+use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
+use crate::api::error::ApiError;
+use crate::api::forward::{self, Refused};
+use crate::api::request::prepare;
+use crate::api::{AppState, Loaded};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use rkllm_sys::RunInput;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+pub async fn embed(State(state): State<AppState>, body: Bytes) -> Response {
+    let received = Instant::now();
+    forward::respond(embed_texts(&state, &body, received).await, |e| OllamaError(e).into_response())
+}
+
+pub async fn legacy(State(state): State<AppState>, body: Bytes) -> Response {
+    let received = Instant::now();
+    forward::respond(legacy_text(&state, &body, received).await, |e| OllamaError(e).into_response())
+}
+
+async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Result<Json<EmbedResponse>, Refused> {
+    let req: EmbedRequest = parse(body).map_err(|e| e.0)?;
+    let texts = match req.input {
+        None => Vec::new(),
+        Some(EmbedInput::Text(text)) => Some(text).filter(|t| !t.is_empty()).into_iter().collect(),
+        Some(EmbedInput::Texts(texts)) => texts,
+    };
+    let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
+    let truncate = req.truncate.unwrap_or(true);
+    let (model, load, out) = run(state, ask, texts, truncate, req.dimensions, true, received).await?;
+    let ns = |ms: Option<f64>| ms.map_or(0, |ms| (ms * 1e6) as u64);
+    Ok(Json(EmbedResponse {
+        model,
+        // A request with no input only loads the model, as Ollama's does.
+        total_duration: out.as_ref().map_or_else(|| received.elapsed().as_nanos() as u64, |o| ns(o.timings.e2e_ms)),
+        load_duration: load.as_nanos() as u64,
+        prompt_eval_count: out.as_ref().map_or(0, |o| o.prompt_tokens),
+        embeddings: out.map(|o| o.vectors).unwrap_or_default(),
+    }))
+}
+
+/// One prompt, never truncated, and its vector at its own length: the
+/// legacy endpoint of Ollama's did not normalise.
+async fn legacy_text(state: &AppState, body: &Bytes, received: Instant) -> Result<Json<LegacyEmbedResponse>, Refused> {
+    let req: LegacyEmbedRequest = parse(body).map_err(|e| e.0)?;
+    let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
+    let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
+    let (_, _, out) = run(state, ask, texts, false, None, false, received).await?;
+    let embedding = out.and_then(|o| o.vectors.into_iter().next()).unwrap_or_default();
+    Ok(Json(LegacyEmbedResponse { embedding }))
+}
+
+/// What both endpoints name: the model and how long it stays loaded, and
+/// `options` (of which only `num_ctx` applies: there is no sampling).
+struct Ask<'a> {
+    model: &'a str,
+    keep_alive: Option<&'a Value>,
+    options: Option<&'a Options>,
+}
+
+/// Loads the model and embeds the texts: the model's id, the time spent
+/// loading it, and the vectors (`None` when there were no texts).
+async fn run(
+    state: &AppState,
+    ask: Ask<'_>,
+    texts: Vec<String>,
+    truncate: bool,
+    dimensions: Option<u32>,
+    normalise: bool,
+    received: Instant,
+) -> Result<(String, Duration, Option<Vectors>), Refused> {
+    if ask.model.is_empty() {
+        return Err(ApiError::invalid_value("model", "model is required").into());
+    }
+    let keep_alive = convert::keep_alive(ask.keep_alive)?;
+    // Held until the vectors are made, so the model is not unloaded under them.
+    let lease = state.lease(ask.model, keep_alive).await?;
+    let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease)?;
+    if texts.is_empty() {
+        return Ok((lease.served_id(), lease.load_duration, None));
+    }
+    let inputs = prepare(&lease, move |loaded| {
+        let inputs = texts.into_iter().map(|t| fit(loaded, t, truncate, context)).collect::<Result<Vec<_>, _>>()?;
+        check_inputs(&inputs, context).map(|()| inputs)
+    })
+    .await?;
+    let out = vectors(&lease, received, inputs, dimensions, normalise).await?;
+    Ok((lease.served_id(), lease.load_duration, Some(out)))
+}
+
+/// The text as the runtime will read it, with `truncate`: cut to the
+/// first `context` tokens. Exactly only with the model's tokenizer; without
+/// one, a text that may be longer than the context is refused rather than
+/// cut at a guess (one that cannot be is sent whole).
+fn fit(loaded: &Loaded, text: String, truncate: bool, context: u32) -> Result<RunInput, ApiError> {
+    let context = context as usize;
+    match text_input(loaded, text) {
+        RunInput::Tokens(mut ids) if truncate => {
+            ids.truncate(context);
+            Ok(RunInput::Tokens(ids))
+        }
+        // A token is at least one byte: a shorter text fits.
+        RunInput::Prompt(text) if truncate && text.len() > context => Err(ApiError::invalid_value(
+            "truncate",
+            format!(
+                "An input of {} bytes may be longer than the context ({context} tokens), and without the model's \
+                 tokenizer.json it cannot be cut exactly: send shorter inputs, or `truncate: false` to send it whole.",
+                text.len()
+            ),
+        )),
+        input => Ok(input),
+    }
+}
