@@ -141,3 +141,31 @@ fn a_bad_lora_setting_is_a_configuration_error() {
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[tokio::test]
+async fn embeddings_and_rerank_run_with_the_adapter_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, record) = start(dir.path(), &[]);
+    let r = d.post("/v1/embeddings", json!({"model": "base:style", "input": ["one text", "another"]})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:style");
+    let r = d.post("/v1/embeddings", json!({"model": "base", "input": "plain"})).await;
+    assert_eq!(r.status(), 200);
+    let r = d.post("/api/embed", json!({"model": "base:terse", "input": "ollama"})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
+    let runs: Vec<_> = records(&record, "run").iter().map(|r| r["lora_adapter"].clone()).collect();
+    assert_eq!(
+        runs,
+        [json!("style"), json!("style"), Value::Null, json!("terse")],
+        "one run per input, each with its adapter"
+    );
+    let r =
+        d.post("/v1/rerank", json!({"model": "base:terse", "query": "weather", "documents": ["sun", "rain"]})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
+    let runs: Vec<_> = records(&record, "run").iter().skip(4).map(|r| r["lora_adapter"].clone()).collect();
+    assert_eq!(runs, [json!("terse"), json!("terse")], "a rerank runs each document with the adapter");
+    let r = d.post("/v1/embeddings", json!({"model": "base:nope", "input": "x"})).await;
+    assert_eq!(r.status(), 404);
+}
