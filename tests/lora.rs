@@ -5,14 +5,9 @@
 
 mod common;
 
-use common::{chat, Daemon};
+use common::{assert_config_errors, chat, sim_records, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
-
-fn records(path: &Path, call: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|r| r["call"] == call).collect()
-}
 
 /// A daemon serving `base` with the adapters `style` (scale 0.5) and `terse`.
 fn start(dir: &Path, extra: &[&str]) -> (Daemon, std::path::PathBuf) {
@@ -45,7 +40,7 @@ async fn adapters_are_models_and_each_run_names_its_own() {
     assert_eq!(models["data"][0]["parent"], Value::Null);
     let (status, card) = d.get_json("/v1/models/base:terse").await;
     assert_eq!((status, card["state"].as_str()), (200, Some("loaded")));
-    let loads = records(&record, "load_lora");
+    let loads = sim_records(&record, "load_lora");
     let loaded: Vec<_> = loads.iter().map(|l| (l["name"].as_str().unwrap(), l["scale"].as_f64().unwrap())).collect();
     assert_eq!(loaded, [("style", 0.5), ("terse", 1.0)], "loaded once each, with the model");
 
@@ -58,9 +53,9 @@ async fn adapters_are_models_and_each_run_names_its_own() {
         styled["choices"][0]["message"]["content"], plain["choices"][0]["message"]["content"],
         "the simulator's adapter changes the reply"
     );
-    let runs: Vec<_> = records(&record, "run").iter().map(|r| r["lora_adapter"].clone()).collect();
+    let runs: Vec<_> = sim_records(&record, "run").iter().map(|r| r["lora_adapter"].clone()).collect();
     assert_eq!(runs, [json!("style"), Value::Null], "the adapter reaches the runtime; the base model runs with NULL");
-    assert_eq!(records(&record, "load_lora").len(), 2, "requests do not load adapters again");
+    assert_eq!(sim_records(&record, "load_lora").len(), 2, "requests do not load adapters again");
 
     let r = d
         .post(
@@ -71,7 +66,7 @@ async fn adapters_are_models_and_each_run_names_its_own() {
         .await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
-    assert_eq!(records(&record, "run").last().unwrap()["lora_adapter"], "terse");
+    assert_eq!(sim_records(&record, "run").last().unwrap()["lora_adapter"], "terse");
 
     let (_, tags) = d.get_json("/api/tags").await;
     let tag = tags["models"].as_array().unwrap().iter().find(|m| m["name"] == "base:style").cloned();
@@ -81,7 +76,7 @@ async fn adapters_are_models_and_each_run_names_its_own() {
         let (status, body) = reply(&d, unknown).await;
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("model_not_found")), "{unknown}");
     }
-    assert_eq!(records(&record, "run").len(), 3, "an unknown adapter never reaches the runtime");
+    assert_eq!(sim_records(&record, "run").len(), 3, "an unknown adapter never reaches the runtime");
 }
 
 #[tokio::test]
@@ -90,7 +85,7 @@ async fn a_batched_run_carries_its_adapter() {
     let (d, record) = start(dir.path(), &["--batch", "2"]);
     let (status, body) = reply(&d, "base:style").await;
     assert_eq!(status, 200, "{body}");
-    let run = records(&record, "run").pop().unwrap();
+    let run = sim_records(&record, "run").pop().unwrap();
     assert_eq!(run["inputs"].as_array().map(Vec::len), Some(2), "a batched run: {run}");
     assert_eq!(run["lora_adapter"], "style");
 }
@@ -131,15 +126,7 @@ async fn an_on_demand_model_whose_adapter_fails_does_not_load() {
 
 #[test]
 fn a_bad_lora_setting_is_a_configuration_error() {
-    for bad in [&["--lora", "noequals"][..], &["--lora", "a:b=/x"], &["--lora", "a=/x", "--lora", "a=/y"]] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
-            .args(bad)
-            .arg("--print-config")
-            .env_remove("RKLLM_LIB")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    assert_config_errors(&[&["--lora", "noequals"][..], &["--lora", "a:b=/x"], &["--lora", "a=/x", "--lora", "a=/y"]]);
 }
 
 #[tokio::test]
@@ -154,7 +141,7 @@ async fn embeddings_and_rerank_run_with_the_adapter_asked_for() {
     let r = d.post("/api/embed", json!({"model": "base:terse", "input": "ollama"})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
-    let runs: Vec<_> = records(&record, "run").iter().map(|r| r["lora_adapter"].clone()).collect();
+    let runs: Vec<_> = sim_records(&record, "run").iter().map(|r| r["lora_adapter"].clone()).collect();
     assert_eq!(
         runs,
         [json!("style"), json!("style"), Value::Null, json!("terse")],
@@ -164,7 +151,7 @@ async fn embeddings_and_rerank_run_with_the_adapter_asked_for() {
         d.post("/v1/rerank", json!({"model": "base:terse", "query": "weather", "documents": ["sun", "rain"]})).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.json::<Value>().await.unwrap()["model"], "base:terse");
-    let runs: Vec<_> = records(&record, "run").iter().skip(4).map(|r| r["lora_adapter"].clone()).collect();
+    let runs: Vec<_> = sim_records(&record, "run").iter().skip(4).map(|r| r["lora_adapter"].clone()).collect();
     assert_eq!(runs, [json!("terse"), json!("terse")], "a rerank runs each document with the adapter");
     let r = d.post("/v1/embeddings", json!({"model": "base:nope", "input": "x"})).await;
     assert_eq!(r.status(), 404);

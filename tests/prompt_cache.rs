@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{assert_config_errors, sim_records, Daemon};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -22,14 +22,9 @@ fn tokens(text: &str) -> u64 {
     rkllm_sim::tokenize(text).len() as u64
 }
 
-fn records(path: &Path, call: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|r| r["call"] == call).collect()
-}
-
 /// The runs that saved a prompt cache.
 fn saving_runs(record: &Path) -> Vec<Value> {
-    records(record, "run").into_iter().filter(|r| r["prompt_cache"]["save_prompt_cache"] == 1).collect()
+    sim_records(record, "run").into_iter().filter(|r| r["prompt_cache"]["save_prompt_cache"] == 1).collect()
 }
 
 struct Setup {
@@ -83,19 +78,19 @@ async fn the_cache_is_made_once_and_spares_the_prefix_also_right_after_a_restart
     let prefix_tokens = tokens(&prefix(SYSTEM));
     let d = setup.start();
     let saves = saving_runs(&setup.record);
-    assert_eq!(records(&setup.record, "run").len(), 1, "one run at load makes the file");
+    assert_eq!(sim_records(&setup.record, "run").len(), 1, "one run at load makes the file");
     assert_eq!(saves.len(), 1);
     assert_eq!(saves[0]["prompt"].as_str(), Some(prefix(SYSTEM).as_str()));
     assert!(setup.cache.is_file() && Path::new(&format!("{}.json", setup.cache.display())).is_file());
-    assert_eq!(records(&setup.record, "load_prompt_cache").len(), 1);
+    assert_eq!(sim_records(&setup.record, "load_prompt_cache").len(), 1);
     assert!(d.log().contains("there is no file yet"), "{}", d.log());
     let _ = d.terminate();
 
     // After a restart: the file is loaded, not made again, and the very first
     // request does not prefill the prefix.
     let d = setup.start();
-    assert_eq!(records(&setup.record, "run").len(), 1, "no second saving run");
-    assert_eq!(records(&setup.record, "load_prompt_cache").len(), 2);
+    assert_eq!(sim_records(&setup.record, "run").len(), 1, "no second saving run");
+    assert_eq!(sim_records(&setup.record, "load_prompt_cache").len(), 2);
     assert!(d.log().contains("prompt cache file reused"), "{}", d.log());
     let (usage, timings) = ask(&d, SYSTEM, "Why is the sky blue?").await;
     let prompt_tokens = usage["prompt_tokens"].as_u64().unwrap();
@@ -141,17 +136,9 @@ async fn a_prefix_the_runtime_does_not_skip_is_a_warning_and_counted() {
 
 #[test]
 fn a_prompt_cache_without_a_prefix_or_with_batching_is_refused() {
-    for bad in [
+    assert_config_errors(&[
         &["--prompt-cache", "/tmp/x"][..],
         &["--prompt-cache-prefix", "p"],
         &["--prompt-cache", "/tmp/x", "--prompt-cache-prefix", "p", "--batch", "2"],
-    ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
-            .args(bad)
-            .arg("--print-config")
-            .env_remove("RKLLM_LIB")
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    ]);
 }

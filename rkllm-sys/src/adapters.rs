@@ -8,8 +8,8 @@
 use crate::abi::Functions;
 use crate::capture::capture_output;
 use crate::common::*;
+use crate::error::ModelError;
 use crate::marshal::Marshal;
-use crate::model::ModelError;
 use crate::params::LoraAdapter;
 use std::ffi::{c_int, CString};
 use std::ptr;

@@ -16,6 +16,7 @@ mod batch;
 mod callback;
 mod capture;
 pub mod common;
+mod error;
 mod event;
 pub mod loader;
 mod marshal;

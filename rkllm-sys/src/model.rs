@@ -23,6 +23,7 @@ use crate::adapters::{Load, RunExtras};
 use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared};
 use crate::capture::capture_output;
 use crate::common::*;
+pub use crate::error::ModelError;
 pub use crate::event::{Event, Finish, Perf, Token};
 use crate::marshal::{InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
@@ -37,33 +38,6 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::{mpsc::UnboundedSender, oneshot};
-
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    #[error("model path contains a NUL byte")]
-    BadPath,
-    #[error("rkllm_init failed with code {code}{}", log_suffix(.log))]
-    Init { code: i32, log: String },
-    #[error("the runtime thread has stopped")]
-    ThreadGone,
-    #[error("{call} returned {code}")]
-    Call { call: &'static str, code: i32 },
-    /// A load call failed; `log` is what the runtime printed during it.
-    #[error("{call} failed with code {code}{}", log_suffix(.log))]
-    Said { call: &'static str, code: i32, log: String },
-    #[error("text for {0} contains a NUL byte")]
-    Nul(&'static str),
-    #[error("a batched run needs exactly n_batch = {n_batch} inputs and channels, got {given}")]
-    BatchSize { given: usize, n_batch: u8 },
-}
-
-fn log_suffix(log: &str) -> String {
-    if log.trim().is_empty() {
-        String::new()
-    } else {
-        format!("; runtime said: {}", log.trim())
-    }
-}
 
 /// Lets any thread abort one particular run.
 #[derive(Clone)]

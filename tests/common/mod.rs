@@ -212,3 +212,22 @@ pub fn timings_log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The simulator's call record (`record=` in a `sim:` spec): its calls named `call`, in order.
+pub fn sim_records(path: &Path, call: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|r| r["call"] == call).collect()
+}
+
+/// Asserts that the daemon refuses each of these settings as a configuration error (exit 2).
+pub fn assert_config_errors(cases: &[&[&str]]) {
+    for bad in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+            .args(*bad)
+            .arg("--print-config")
+            .env_remove("RKLLM_LIB")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}

@@ -15,7 +15,7 @@
 //!   (both *open* on the real runtime).
 
 use crate::call::InferOptions;
-use crate::engine::{SimModel, State};
+use crate::engine::{Lora, SimModel, State};
 use crate::generate::fnv1a;
 use crate::log;
 use serde_json::json;
@@ -23,13 +23,6 @@ use std::ffi::c_int;
 
 /// The format name a saved file starts with, so a foreign file is refused.
 const FORMAT: &str = "rkllm-sim prompt cache";
-
-/// A loaded adapter.
-#[derive(Debug, Clone)]
-pub(crate) struct Lora {
-    pub name: String,
-    pub scale: f32,
-}
 
 impl SimModel {
     /// `rkllm_load_lora`: the three fields of the `RKLLMLoraAdapter`, `None` for NULL.

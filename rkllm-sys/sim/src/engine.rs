@@ -66,9 +66,16 @@ pub(crate) struct State {
     /// A reply whose run was paused by its callback.
     pub paused: Option<Reply>,
     /// The adapters `rkllm_load_lora` loaded.
-    pub loras: Vec<crate::adapters::Lora>,
+    pub loras: Vec<Lora>,
     /// The ids of the prompt cache `rkllm_load_prompt_cache` loaded.
     pub prompt_cache: Option<Vec<u32>>,
+}
+
+/// An adapter `rkllm_load_lora` loaded (`adapters.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Lora {
+    pub name: String,
+    pub scale: f32,
 }
 
 impl State {
