@@ -156,3 +156,30 @@ async fn embeddings_and_rerank_run_with_the_adapter_asked_for() {
     let r = d.post("/v1/embeddings", json!({"model": "base:nope", "input": "x"})).await;
     assert_eq!(r.status(), 404);
 }
+
+/// The conversation cache holds positions computed with one adapter (or
+/// none): a follow-up with another must not reuse them.
+#[tokio::test]
+async fn an_adapter_never_reuses_the_kv_cache_of_the_base_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let (d, _record) = start(dir.path(), &[]);
+    // A first turn with the base model, then its follow-up with `model`: the cached tokens.
+    let follow_up = |question: &'static str, model: &'static str| {
+        let d = &d;
+        async move {
+            let first: Value = d.post("/v1/chat/completions", chat("base", question)).await.json().await.unwrap();
+            let answer = &first["choices"][0]["message"]["content"];
+            let messages = json!([{"role": "user", "content": question}, {"role": "assistant", "content": answer},
+                {"role": "user", "content": "And tomorrow?"}]);
+            let reply: Value = d
+                .post("/v1/chat/completions", json!({"model": model, "messages": messages}))
+                .await
+                .json()
+                .await
+                .unwrap();
+            reply["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap()
+        }
+    };
+    assert!(follow_up("Tell me about the weather.", "base").await > 0, "the same model reuses its conversation");
+    assert_eq!(follow_up("Tell me about the sea.", "base:style").await, 0, "an adapter run prefills everything");
+}

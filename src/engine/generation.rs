@@ -227,7 +227,7 @@ async fn submit(
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, limit).await;
+    let plan = engine.plan_kv(tokens, request.lora.as_deref(), limit).await;
     if let Some(plan) = &plan {
         request.input = plan.input();
         request.keep_history = true;

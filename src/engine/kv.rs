@@ -19,6 +19,10 @@ use std::sync::{Mutex, MutexGuard};
 pub(super) struct KvCache {
     /// The exact ids in the cache; `None` = not known (start clean).
     tokens: Option<Vec<i32>>,
+    /// The LoRA adapter the cached positions were computed with (`None`:
+    /// the base model). An adapter changes the keys and values, so a run
+    /// with another one (or none) cannot reuse them.
+    lora: Option<String>,
 }
 
 /// How one run uses the cache.
@@ -40,12 +44,15 @@ pub(super) struct Disagreement {
 }
 
 impl KvCache {
-    /// How a prompt of `ids` that may generate up to `max_new` tokens runs in
-    /// a context of `context` positions.
-    pub fn plan(&self, ids: &[i32], max_new: u32, context: u32) -> Plan {
+    /// How a prompt of `ids`, run with the adapter `lora`, that may generate
+    /// up to `max_new` tokens runs in a context of `context` positions.
+    pub fn plan(&self, ids: &[i32], lora: Option<&str>, max_new: u32, context: u32) -> Plan {
         let reusable = self.tokens.as_deref().filter(|cached| {
             // At least one new token: a run needs input.
-            cached.len() < ids.len() && ids.starts_with(cached) && ids.len() + max_new as usize <= context as usize
+            self.lora.as_deref() == lora
+                && cached.len() < ids.len()
+                && ids.starts_with(cached)
+                && ids.len() + max_new as usize <= context as usize
         });
         match reusable {
             Some(cached) => Plan { clear: false, cached: cached.len(), input: ids[cached.len()..].to_vec() },
@@ -56,6 +63,11 @@ impl KvCache {
     /// The cache was cleared (`rkllm_clear_kv_cache` succeeded).
     pub fn cleared(&mut self) {
         self.tokens = Some(Vec::new());
+    }
+
+    /// The planned run is about to fill the (empty or reused) cache with `lora`.
+    fn filled_with(&mut self, lora: Option<&str>) {
+        self.lora = lora.map(str::to_owned);
     }
 
     /// Nothing is known about the cache any more (a run was abandoned, a
@@ -100,14 +112,14 @@ fn lock(kv: &Mutex<KvCache>) -> MutexGuard<'_, KvCache> {
 impl Engine {
     /// How the job holding the turn uses the cache: `None` runs it stateless
     /// (the cache is off, or the job has no token ids, or clearing failed).
-    pub(super) async fn plan_kv(&self, ids: Option<&[i32]>, max_new: u32) -> Option<Plan> {
+    pub(super) async fn plan_kv(&self, ids: Option<&[i32]>, lora: Option<&str>, max_new: u32) -> Option<Plan> {
         let kv = self.kv.as_ref()?;
         let Some(ids) = ids else {
             // A stateless run leaves the cache in a state we do not track.
             lock(kv).forget();
             return None;
         };
-        let plan = lock(kv).plan(ids, max_new, self.limits.max_context_len);
+        let plan = lock(kv).plan(ids, lora, max_new, self.limits.max_context_len);
         if plan.clear {
             match self.model.clear_kv_cache(false).await {
                 Ok(Ok(())) => lock(kv).cleared(),
@@ -122,6 +134,7 @@ impl Engine {
                 }
             }
         }
+        lock(kv).filled_with(lora);
         Some(plan)
     }
 
@@ -180,36 +193,53 @@ mod tests {
     #[test]
     fn a_follow_up_reuses_the_exact_prefix_and_anything_else_starts_clean() {
         let mut kv = KvCache::default();
-        let first = kv.plan(&[1, 2, 3], 10, 100);
+        let first = kv.plan(&[1, 2, 3], None, 10, 100);
         assert_eq!(first, Plan { clear: true, cached: 0, input: vec![1, 2, 3] }, "unknown at start: clear");
         kv.cleared();
         assert_eq!(kv.after_run(&first, &[7, 8], Some(5)), Ok(5));
 
-        let follow = kv.plan(&[1, 2, 3, 7, 8, 9], 10, 100);
+        let follow = kv.plan(&[1, 2, 3, 7, 8, 9], None, 10, 100);
         assert_eq!(follow, Plan { clear: false, cached: 5, input: vec![9] });
         assert_eq!(kv.after_run(&follow, &[4], Some(7)), Ok(7));
 
         // An edited earlier turn: no prefix, clear and send everything.
-        let edited = kv.plan(&[1, 2, 6, 7, 8, 9, 4, 5], 10, 100);
+        let edited = kv.plan(&[1, 2, 6, 7, 8, 9, 4, 5], None, 10, 100);
         assert_eq!(edited, Plan { clear: true, cached: 0, input: vec![1, 2, 6, 7, 8, 9, 4, 5] });
         // The same prompt again has no new token: start clean.
-        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], 10, 100).clear);
+        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], None, 10, 100).clear);
         // Cached + new + max_tokens over the context: start clean.
-        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], 93, 100).clear);
-        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], 92, 100).clear);
+        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, 93, 100).clear);
+        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, 92, 100).clear);
     }
 
     #[test]
     fn a_size_that_disagrees_forgets_the_cache() {
         let mut kv = KvCache::default();
         kv.cleared();
-        let plan = kv.plan(&[1, 2], 10, 100);
+        let plan = kv.plan(&[1, 2], None, 10, 100);
         assert!(!plan.clear, "an empty cache needs no clearing");
         // One more position than sent + generated (e.g. an unreported EOS).
         assert_eq!(kv.after_run(&plan, &[3], Some(4)), Err(Disagreement { expected: 3, reported: Some(4) }));
-        assert!(kv.plan(&[1, 2, 3, 4], 10, 100).clear, "unknown: start clean");
+        assert!(kv.plan(&[1, 2, 3, 4], None, 10, 100).clear, "unknown: start clean");
         kv.forget();
-        let plan = kv.plan(&[1], 10, 100);
+        let plan = kv.plan(&[1], None, 10, 100);
         assert!(plan.clear);
+    }
+
+    #[test]
+    fn a_run_with_another_adapter_starts_clean() {
+        let mut kv = KvCache::default();
+        kv.cleared();
+        let base = kv.plan(&[1, 2], None, 10, 100);
+        kv.filled_with(None);
+        assert_eq!(kv.after_run(&base, &[3], Some(3)), Ok(3));
+        let adapter = kv.plan(&[1, 2, 3, 4], Some("style"), 10, 100);
+        assert_eq!(adapter, Plan { clear: true, cached: 0, input: vec![1, 2, 3, 4] }, "base-model positions");
+        kv.cleared();
+        kv.filled_with(Some("style"));
+        assert_eq!(kv.after_run(&adapter, &[5], Some(5)), Ok(5));
+        assert!(!kv.plan(&[1, 2, 3, 4, 5, 6], Some("style"), 10, 100).clear, "the same adapter reuses");
+        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], Some("terse"), 10, 100).clear, "another adapter does not");
+        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], None, 10, 100).clear, "nor the base model");
     }
 }
