@@ -364,6 +364,8 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     }
     assert_eq!(d.post("/v1/rerank", json!({"model": "m", "query": "q", "documents": []})).await.status(), 400);
     assert_eq!(d.post("/v1/rerank", json!({"model": "nope", "query": "q", "documents": ["d"]})).await.status(), 404);
+    // Ollama's embed with no input only loads the model: no run, counted by the middleware.
+    assert_eq!(d.post("/api/embed", json!({"model": "m"})).await.status(), 200);
     // Refused after the run (the width is known only then): recorded.
     let wrong = json!({"model": "m", "input": "hi", "dimensions": 3});
     assert_eq!(d.post("/v1/embeddings", wrong).await.status(), 400);
@@ -372,7 +374,8 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     let lines = timings_log_lines(&log, engine_side);
     assert_eq!(lines.len(), engine_side, "one line per request that reached the engine");
     let s = scrape_at(&d.url).await;
-    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some((engine_side + 4) as f64), "every request once");
+    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some((engine_side + 5) as f64), "every request once");
+    assert_eq!(requests(&s, "embedding", "200", "none"), Some(1.0), "the load-only embed");
     assert_eq!(requests(&s, "embedding", "200", "stop"), Some((n_ok + 1) as f64));
     assert_eq!(requests(&s, "embedding", "400", "invalid_dimensions"), Some(1.0));
     assert_eq!(requests(&s, "embedding", "400", "none"), Some(2.0));

@@ -4,7 +4,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::forward::{self, Refused};
+use super::forward::{self, Answer, Refused};
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
@@ -105,7 +105,7 @@ async fn embeddings(
     state: &AppState,
     req: EmbeddingRequest,
     received: Instant,
-) -> Result<axum::Json<EmbeddingList>, Refused> {
+) -> Result<Answer<axum::Json<EmbeddingList>>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let input = req.input;
@@ -124,12 +124,12 @@ async fn embeddings(
             EmbeddingData { object: "embedding", index, embedding }
         })
         .collect();
-    Ok(axum::Json(EmbeddingList {
+    Ok(Answer::recorded(axum::Json(EmbeddingList {
         object: "list",
         data,
         model: lease.served_id(),
         usage: EmbeddingUsage { prompt_tokens: out.prompt_tokens, total_tokens: out.prompt_tokens },
-    }))
+    })))
 }
 
 /// What a hidden-layer job gave: one vector per input, in input order.

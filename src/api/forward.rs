@@ -27,11 +27,34 @@ impl From<ApiError> for Refused {
     }
 }
 
+/// A handler's body, and whether the request record counted the request:
+/// every answer after a run did; one that only loaded the model (Ollama's
+/// embed with no input) ran nothing, and the counting middleware counts it.
+pub struct Answer<T> {
+    body: T,
+    recorded: bool,
+}
+
+impl<T> Answer<T> {
+    /// An answer after a run ([`Ran::answered`] recorded it).
+    pub fn recorded(body: T) -> Self {
+        Answer { body, recorded: true }
+    }
+
+    /// `ran`: whether a run was made (and recorded) for this answer.
+    pub fn new(body: T, ran: bool) -> Self {
+        Answer { body, recorded: ran }
+    }
+}
+
 /// The handler's answer as a response, marked [`Admitted`] when the record
-/// counted it (every success did); `error` shapes a refusal's body.
-pub fn respond<T: IntoResponse>(result: Result<T, Refused>, error: impl FnOnce(ApiError) -> Response) -> Response {
+/// counted it; `error` shapes a refusal's body.
+pub fn respond<T: IntoResponse>(
+    result: Result<Answer<T>, Refused>,
+    error: impl FnOnce(ApiError) -> Response,
+) -> Response {
     let (mut response, recorded) = match result {
-        Ok(body) => (body.into_response(), true),
+        Ok(Answer { body, recorded }) => (body.into_response(), recorded),
         Err(Refused { error: e, recorded }) => (error(e), recorded),
     };
     if recorded {

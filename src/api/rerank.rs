@@ -6,7 +6,7 @@
 use super::embeddings::{check_inputs, text_input};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::forward::{self, Refused};
+use super::forward::{self, Answer, Refused};
 use super::request::prepare;
 use super::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
@@ -122,7 +122,7 @@ async fn rerank(State(state): State<AppState>, ApiJson(req): ApiJson<RerankReque
     forward::respond(scores(&state, req, received).await, IntoResponse::into_response)
 }
 
-async fn scores(state: &AppState, req: RerankRequest, received: Instant) -> Result<Json<RerankResponse>, Refused> {
+async fn scores(state: &AppState, req: RerankRequest, received: Instant) -> Result<Answer<Json<RerankResponse>>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;
@@ -166,10 +166,10 @@ async fn scores(state: &AppState, req: RerankRequest, received: Instant) -> Resu
             r.document = Some(DocumentText { text: req.documents[r.index].text().to_owned() });
         }
     }
-    Ok(Json(RerankResponse {
+    Ok(Answer::recorded(Json(RerankResponse {
         object: "list",
         model: lease.served_id(),
         results,
         usage: RerankUsage { prompt_tokens, total_tokens: prompt_tokens },
-    }))
+    })))
 }

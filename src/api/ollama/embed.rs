@@ -6,7 +6,7 @@ use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, L
 use super::{convert, parse, OllamaError};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
-use crate::api::forward::{self, Refused};
+use crate::api::forward::{self, Answer, Refused};
 use crate::api::request::prepare;
 use crate::api::{AppState, Loaded};
 use axum::body::Bytes;
@@ -27,7 +27,7 @@ pub async fn legacy(State(state): State<AppState>, body: Bytes) -> Response {
     forward::respond(legacy_text(&state, &body, received).await, |e| OllamaError(e).into_response())
 }
 
-async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Result<Json<EmbedResponse>, Refused> {
+async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Result<Answer<Json<EmbedResponse>>, Refused> {
     let req: EmbedRequest = parse(body).map_err(|e| e.0)?;
     let texts = match req.input {
         None => Vec::new(),
@@ -38,25 +38,28 @@ async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Resul
     let truncate = req.truncate.unwrap_or(true);
     let (model, load, out) = run(state, ask, texts, truncate, req.dimensions, true, received).await?;
     let ns = |ms: Option<f64>| ms.map_or(0, |ms| (ms * 1e6) as u64);
-    Ok(Json(EmbedResponse {
+    let ran = out.is_some();
+    let body = Json(EmbedResponse {
         model,
         // A request with no input only loads the model, as Ollama's does.
         total_duration: out.as_ref().map_or_else(|| received.elapsed().as_nanos() as u64, |o| ns(o.timings.e2e_ms)),
         load_duration: load.as_nanos() as u64,
         prompt_eval_count: out.as_ref().map_or(0, |o| o.prompt_tokens),
         embeddings: out.map(|o| o.vectors).unwrap_or_default(),
-    }))
+    });
+    Ok(Answer::new(body, ran))
 }
 
 /// One prompt, never truncated, and its vector at its own length: the
 /// legacy endpoint of Ollama's did not normalise.
-async fn legacy_text(state: &AppState, body: &Bytes, received: Instant) -> Result<Json<LegacyEmbedResponse>, Refused> {
+async fn legacy_text(state: &AppState, body: &Bytes, received: Instant) -> Result<Answer<Json<LegacyEmbedResponse>>, Refused> {
     let req: LegacyEmbedRequest = parse(body).map_err(|e| e.0)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
     let (_, _, out) = run(state, ask, texts, false, None, false, received).await?;
+    let ran = out.is_some();
     let embedding = out.and_then(|o| o.vectors.into_iter().next()).unwrap_or_default();
-    Ok(Json(LegacyEmbedResponse { embedding }))
+    Ok(Answer::new(Json(LegacyEmbedResponse { embedding }), ran))
 }
 
 /// What both endpoints name: the model and how long it stays loaded, and
