@@ -140,5 +140,28 @@ fn a_prompt_cache_without_a_prefix_or_with_batching_is_refused() {
         &["--prompt-cache", "/tmp/x"][..],
         &["--prompt-cache-prefix", "p"],
         &["--prompt-cache", "/tmp/x", "--prompt-cache-prefix", "p", "--batch", "2"],
+        &["--prompt-cache", "/tmp/x", "--prompt-cache-prefix", "p", "--lora", "a=/x"],
     ]);
+}
+
+/// Without a tokenizer the daemon could neither tell whether a run used the
+/// file nor count the prompt honestly: the model does not load.
+#[test]
+fn a_prompt_cache_without_a_tokenizer_fails_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = common::sim_cdylib();
+    let cache = dir.path().join("system.cache");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--host", "127.0.0.1", "--port", "0", "--backend", "rkllm", "--lib", lib.to_str().unwrap()])
+        .args(["--model", "sim:instant", "--template", "chatml", "--prompt-cache", cache.to_str().unwrap()])
+        .args(["--prompt-cache-prefix", "You are terse."])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("a prompt cache needs the model's chat template rendered by the daemon and its tokenizer.json"),
+        "{stderr}"
+    );
+    assert!(!cache.exists(), "no file was made");
 }

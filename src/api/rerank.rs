@@ -122,7 +122,11 @@ async fn rerank(State(state): State<AppState>, ApiJson(req): ApiJson<RerankReque
     forward::respond(scores(&state, req, received).await, IntoResponse::into_response)
 }
 
-async fn scores(state: &AppState, req: RerankRequest, received: Instant) -> Result<Answer<Json<RerankResponse>>, Refused> {
+async fn scores(
+    state: &AppState,
+    req: RerankRequest,
+    received: Instant,
+) -> Result<Answer<Json<RerankResponse>>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;

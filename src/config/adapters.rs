@@ -65,6 +65,14 @@ pub(super) fn check(
             return Err(format!("{model}: the LoRA adapter name `{}` is given twice", a.name));
         }
     }
+    if cache.is_some() && !lora.is_empty() {
+        // The file holds the base model's keys and values for the prefix;
+        // whether the runtime would also match it against an adapter's run
+        // (a wrong answer, silently) is not known: refused until a board says.
+        return Err(format!(
+            "{model}: a prompt cache and LoRA adapters cannot be combined (docs/api.md, prompt-cache files)"
+        ));
+    }
     match (cache, prefix.is_some(), prefix_file.is_some()) {
         (Some(_), true, false) | (Some(_), false, true) | (None, false, false) => Ok(()),
         (Some(_), true, true) => {

@@ -14,6 +14,8 @@ pub enum LoadFailure {
     Prompt(#[from] LoadError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error("{0}")]
+    PromptCache(String),
 }
 
 /// Blocks for as long as `rkllm_init` takes, on the runtime `open` gives
@@ -35,6 +37,15 @@ pub fn load(
     // template is not applied to token ids.
     // Batched runs keep no history.
     let prompt_cache = spec.engine.prompt_cache.is_some();
+    if prompt_cache && !(prompter.renders() && prompter.has_tokenizer()) {
+        // The file is made from the prefix as the daemon renders it, and
+        // whether a run used it is read from our token count against the
+        // runtime's prefill: with the runtime's own template, or without a
+        // tokenizer, neither holds.
+        return Err(LoadFailure::PromptCache(
+            "a prompt cache needs the model's chat template rendered by the daemon and its tokenizer.json".into(),
+        ));
+    }
     let conversation_cache = spec.engine.conversation_cache
         && prompter.renders()
         && prompter.has_tokenizer()

@@ -27,7 +27,11 @@ pub async fn legacy(State(state): State<AppState>, body: Bytes) -> Response {
     forward::respond(legacy_text(&state, &body, received).await, |e| OllamaError(e).into_response())
 }
 
-async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Result<Answer<Json<EmbedResponse>>, Refused> {
+async fn embed_texts(
+    state: &AppState,
+    body: &Bytes,
+    received: Instant,
+) -> Result<Answer<Json<EmbedResponse>>, Refused> {
     let req: EmbedRequest = parse(body).map_err(|e| e.0)?;
     let texts = match req.input {
         None => Vec::new(),
@@ -52,7 +56,11 @@ async fn embed_texts(state: &AppState, body: &Bytes, received: Instant) -> Resul
 
 /// One prompt, never truncated, and its vector at its own length: the
 /// legacy endpoint of Ollama's did not normalise.
-async fn legacy_text(state: &AppState, body: &Bytes, received: Instant) -> Result<Answer<Json<LegacyEmbedResponse>>, Refused> {
+async fn legacy_text(
+    state: &AppState,
+    body: &Bytes,
+    received: Instant,
+) -> Result<Answer<Json<LegacyEmbedResponse>>, Refused> {
     let req: LegacyEmbedRequest = parse(body).map_err(|e| e.0)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
