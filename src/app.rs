@@ -250,6 +250,15 @@ pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppErro
                 spec.id, first.path, spec.path
             )));
         }
+        // A model named like another's adapter would hide it (a model's own id is resolved first).
+        let adapters =
+            specs.iter().flat_map(|s| s.engine.loras.iter().map(move |l| (s, registry::adapter_id(&s.id, &l.name))));
+        if let Some((base, _)) = adapters.into_iter().find(|(_, id)| *id == spec.id) {
+            return Err(AppError::Models(format!(
+                "the model id `{}` ({}) is also the id of an adapter of `{}`; give the model another id",
+                spec.id, spec.path, base.id
+            )));
+        }
     }
     Ok(specs)
 }

@@ -183,3 +183,28 @@ async fn an_adapter_never_reuses_the_kv_cache_of_the_base_model() {
     assert!(follow_up("Tell me about the weather.", "base").await > 0, "the same model reuses its conversation");
     assert_eq!(follow_up("Tell me about the sea.", "base:style").await, 0, "an adapter run prefills everything");
 }
+
+#[test]
+fn a_model_id_that_names_an_adapter_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("style.rkllm");
+    std::fs::write(&adapter, "adapter").unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let tables = format!(
+        "[[models]]\nid = \"base\"\npath = \"sim:instant\"\nlora = [\"style={}\"]\n\n\
+         [[models]]\nid = \"base:style\"\npath = \"sim:qwen2-0.5b\"\n",
+        adapter.display()
+    );
+    std::fs::write(&config, tables).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--config", config.to_str().unwrap(), "--port", "0"])
+        .env_remove("RKLLM_LIB")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the model id `base:style` (sim:qwen2-0.5b) is also the id of an adapter of `base`"),
+        "{stderr}"
+    );
+}
