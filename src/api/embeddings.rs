@@ -8,6 +8,7 @@ use super::forward::{self, Answer, Refused};
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
+use crate::engine::EndReason;
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
 use axum::response::{IntoResponse, Response};
@@ -153,7 +154,7 @@ pub(super) async fn vectors(
 ) -> Result<Vectors, Refused> {
     let pooling = lease.embed.pooling;
     let capture = Capture::HiddenLayer { rows: pooling.rows() };
-    let ran = forward::run(lease, Kind::Embedding, received, inputs, capture).await?;
+    let mut ran = forward::run(lease, Kind::Embedding, received, inputs, capture).await?;
     let width = ran.outputs.first().map_or(0, |m| m.width);
     if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
         return Err(ran.refuse(status::wrong_dimensions(ApiError::invalid_value(
@@ -162,7 +163,17 @@ pub(super) async fn vectors(
         ))));
     }
     let pool = if normalise { embed::embedding } else { embed::pooled };
-    let vectors = ran.outputs.iter().map(|m| pool(m, pooling)).collect();
+    // Mean pooling reads every row of every input: a large batch is tens
+    // of ms on a board's core, off the async thread that streams tokens.
+    let outputs = std::mem::take(&mut ran.outputs);
+    let pooled = tokio::task::spawn_blocking(move || outputs.iter().map(|m| pool(m, pooling)).collect()).await;
+    let vectors = match pooled {
+        Ok(vectors) => vectors,
+        Err(e) => {
+            let reason = EndReason::RuntimeError(format!("pooling the hidden states failed: {e}"));
+            return Err(ran.refuse(status::forward(Err(&reason))));
+        }
+    };
     let prompt_tokens = ran.prompt_tokens;
     Ok(Vectors { vectors, prompt_tokens, timings: ran.answered() })
 }
