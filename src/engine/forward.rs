@@ -90,6 +90,10 @@ impl Engine {
             if self.is_closing() {
                 return Err(EndReason::ShuttingDown);
             }
+            let sent = match &input {
+                RunInput::Tokens(ids) => Some(ids.len()),
+                RunInput::Prompt(_) => None,
+            };
             let request = match input {
                 RunInput::Prompt(text) => RunRequest::prompt(text),
                 RunInput::Tokens(ids) => RunRequest::tokens(ids),
@@ -123,6 +127,16 @@ impl Engine {
                 return Err(EndReason::Timeout(Deadline::Request));
             }
             let (matrix, rest) = output(finish)?;
+            if sent.is_some_and(|sent| sent != matrix.num_tokens) {
+                // Pooling covers the rows the runtime returned: a runtime that
+                // skipped part of the input (a loaded prompt cache, say) would
+                // give a vector of part of the text, and a low prompt count.
+                tracing::warn!(
+                    sent,
+                    read = matrix.num_tokens,
+                    "the runtime's hidden states or logits do not cover the tokens sent; the vector or score is of what it read"
+                );
+            }
             outputs.push(matrix);
             last = Some(rest);
         }
