@@ -145,11 +145,11 @@ impl Engine {
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
         if disable_runtime_template {
-            model.set_chat_template("", "", "").blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)??;
+            wait_for(model.set_chat_template("", "", ""))?;
         }
         for adapter in &loras {
-            let loaded = model.load_lora(adapter).blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)?;
-            loaded.map_err(|source| EngineError::Adapter { name: adapter.name.clone(), source })?;
+            wait_for(model.load_lora(adapter))
+                .map_err(|source| EngineError::Adapter { name: adapter.name.clone(), source })?;
             tracing::info!(adapter = %adapter.name, path = %adapter.path, scale = adapter.scale, "LoRA adapter loaded");
         }
         let prompt_cache = prompt_cache
@@ -216,4 +216,12 @@ impl Engine {
     fn is_closing(&self) -> bool {
         self.closing.load(Ordering::SeqCst)
     }
+}
+
+/// The runtime thread's answer to a handle call, waited for on a blocking
+/// thread (a model load); a thread that went away is `ThreadGone`.
+fn wait_for<T>(
+    answer: tokio::sync::oneshot::Receiver<Result<T, rkllm_sys::ModelError>>,
+) -> Result<T, rkllm_sys::ModelError> {
+    answer.blocking_recv().unwrap_or(Err(rkllm_sys::ModelError::ThreadGone))
 }

@@ -145,9 +145,7 @@ impl PromptCache {
                 tokens
             }
         };
-        let loaded =
-            model.load_prompt_cache(file_text).blocking_recv().map_err(|_| rkllm_sys::ModelError::ThreadGone)?;
-        loaded.map_err(|e| failed(file, e))?;
+        super::wait_for(model.load_prompt_cache(file_text)).map_err(|e| failed(file, e))?;
         Ok(PromptCache { prefix, tokens })
     }
 
