@@ -153,7 +153,14 @@ impl Engine {
             tracing::info!(adapter = %adapter.name, path = %adapter.path, scale = adapter.scale, "LoRA adapter loaded");
         }
         let prompt_cache = prompt_cache
-            .map(|settings| prompt_cache::PromptCache::prepare(&model, &settings, &model_path))
+            .map(|settings| {
+                let runtime = format!(
+                    "{} {}",
+                    runtime.runtime.version().unwrap_or("(no version marker)"),
+                    runtime.runtime.origin()
+                );
+                prompt_cache::PromptCache::prepare(&model, &settings, &runtime, &model_path)
+            })
             .transpose()?;
         let info = RuntimeInfo {
             backend: runtime.kind,

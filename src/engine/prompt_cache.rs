@@ -61,6 +61,9 @@ pub(super) struct Expect {
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Sidecar {
     prefix: String,
+    /// The runtime that wrote the file (version and library): the file's
+    /// format is the runtime's own, and an upgrade may change it.
+    runtime: String,
     model_path: String,
     model_size: u64,
     model_modified: u64,
@@ -78,7 +81,7 @@ fn failed(file: &Path, why: impl std::fmt::Display) -> EngineError {
 }
 
 impl Sidecar {
-    fn describe(model_path: &str, prefix: &str, prefix_tokens: u32) -> Sidecar {
+    fn describe(runtime: &str, model_path: &str, prefix: &str, prefix_tokens: u32) -> Sidecar {
         let meta = std::fs::metadata(model_path).ok();
         let modified = meta
             .as_ref()
@@ -87,6 +90,7 @@ impl Sidecar {
             .map_or(0, |d| d.as_secs());
         Sidecar {
             prefix: prefix.to_owned(),
+            runtime: runtime.to_owned(),
             model_path: model_path.to_owned(),
             model_size: meta.map_or(0, |m| m.len()),
             model_modified: modified,
@@ -95,7 +99,7 @@ impl Sidecar {
     }
 
     /// The prefix's token count if the file may be reused, else why not.
-    fn reusable(file: &Path, model_path: &str, prefix: &str) -> Result<u32, &'static str> {
+    fn reusable(file: &Path, runtime: &str, model_path: &str, prefix: &str) -> Result<u32, &'static str> {
         if !file.is_file() {
             return Err("there is no file yet");
         }
@@ -104,7 +108,10 @@ impl Sidecar {
         if seen.prefix != prefix {
             return Err("the prefix changed since it was made");
         }
-        if seen != Sidecar::describe(model_path, prefix, seen.prefix_tokens) {
+        if seen.runtime != runtime {
+            return Err("another runtime made it");
+        }
+        if seen != Sidecar::describe(runtime, model_path, prefix, seen.prefix_tokens) {
             return Err("it was made for another model file");
         }
         Ok(seen.prefix_tokens)
@@ -118,6 +125,7 @@ impl PromptCache {
     pub(super) fn prepare(
         model: &Model,
         settings: &PromptCacheSettings,
+        runtime: &str,
         model_path: &str,
     ) -> Result<Self, EngineError> {
         let file = &settings.file;
@@ -130,7 +138,7 @@ impl PromptCache {
             return Err(failed(file, "the prefix is empty"));
         }
         let file_text = file.to_str().ok_or_else(|| failed(file, "the path is not UTF-8"))?;
-        let tokens = match Sidecar::reusable(file, model_path, &prefix) {
+        let tokens = match Sidecar::reusable(file, runtime, model_path, &prefix) {
             Ok(tokens) => {
                 tracing::info!(file = %file.display(), prefix_tokens = tokens, "prompt cache file reused");
                 tokens
@@ -138,7 +146,7 @@ impl PromptCache {
             Err(why) => {
                 tracing::info!(file = %file.display(), reason = why, "making the prompt cache file");
                 let tokens = save(model, file, &prefix)?;
-                let sidecar = serde_json::to_string_pretty(&Sidecar::describe(model_path, &prefix, tokens))
+                let sidecar = serde_json::to_string_pretty(&Sidecar::describe(runtime, model_path, &prefix, tokens))
                     .map_err(|e| failed(file, e))?;
                 std::fs::write(sidecar_path(file), sidecar)
                     .map_err(|e| failed(file, format!("writing its record: {e}")))?;
@@ -230,6 +238,7 @@ pub(super) fn reused(expect: Option<Expect>, prompt_tokens: Option<u32>, perf: O
 #[cfg(test)]
 mod tests {
     use super::*;
+    const RT: &str = "1.3.0 /usr/lib/librkllmrt.so";
 
     fn perf(prefill_tokens: i64) -> RuntimePerf {
         RuntimePerf {
@@ -261,13 +270,17 @@ mod tests {
         let model = dir.path().join("m.rkllm");
         std::fs::write(&model, "model").unwrap();
         let model = model.to_str().unwrap();
-        assert_eq!(Sidecar::reusable(&file, model, "sys"), Err("there is no file yet"));
+        assert_eq!(Sidecar::reusable(&file, RT, model, "sys"), Err("there is no file yet"));
         std::fs::write(&file, "kv").unwrap();
-        assert_eq!(Sidecar::reusable(&file, model, "sys"), Err("there is no record of what it holds"));
-        let record = serde_json::to_string(&Sidecar::describe(model, "sys", 7)).unwrap();
+        assert_eq!(Sidecar::reusable(&file, RT, model, "sys"), Err("there is no record of what it holds"));
+        let record = serde_json::to_string(&Sidecar::describe(RT, model, "sys", 7)).unwrap();
         std::fs::write(sidecar_path(&file), record).unwrap();
-        assert_eq!(Sidecar::reusable(&file, model, "sys"), Ok(7));
-        assert_eq!(Sidecar::reusable(&file, model, "sys2"), Err("the prefix changed since it was made"));
-        assert_eq!(Sidecar::reusable(&file, "sim:other", "sys"), Err("it was made for another model file"));
+        assert_eq!(Sidecar::reusable(&file, RT, model, "sys"), Ok(7));
+        assert_eq!(
+            Sidecar::reusable(&file, "1.3.1 /usr/lib/librkllmrt.so", model, "sys"),
+            Err("another runtime made it")
+        );
+        assert_eq!(Sidecar::reusable(&file, RT, model, "sys2"), Err("the prefix changed since it was made"));
+        assert_eq!(Sidecar::reusable(&file, RT, "sim:other", "sys"), Err("it was made for another model file"));
     }
 }
