@@ -364,6 +364,13 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     }
     assert_eq!(d.post("/v1/rerank", json!({"model": "m", "query": "q", "documents": []})).await.status(), 400);
     assert_eq!(d.post("/v1/rerank", json!({"model": "nope", "query": "q", "documents": ["d"]})).await.status(), 404);
+    // Each refusal before the engine has a log line saying why (in order: the last is the 404).
+    assert!(d.wait_log("model_not_found"), "{}", d.log());
+    let stderr = d.log();
+    let refused: Vec<&str> = stderr.lines().filter(|l| l.contains("request refused before the engine")).collect();
+    assert_eq!(refused.len(), 4, "{stderr}");
+    assert!(refused[0].contains("kind=\"embedding\"") && refused[0].contains("status=400"), "{}", refused[0]);
+    assert!(refused[3].contains("kind=\"rerank\"") && refused[3].contains("status=404"), "{}", refused[3]);
     // Ollama's embed with no input only loads the model: no run, counted by the middleware.
     assert_eq!(d.post("/api/embed", json!({"model": "m"})).await.status(), 200);
     // Refused after the run (the width is known only then): recorded.

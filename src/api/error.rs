@@ -184,9 +184,15 @@ impl ApiError {
     }
 }
 
+/// What an error response said, kept on the response for the counting
+/// middleware's log line (the body is already serialised by then).
+#[derive(Debug, Clone)]
+pub struct Said(pub ErrorBody);
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.envelope())).into_response();
+        response.extensions_mut().insert(Said(self.body.clone()));
         let headers = response.headers_mut();
         if let Some(secs) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));

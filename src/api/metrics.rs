@@ -2,6 +2,7 @@
 //! optionally on a listener of its own (`metrics_addr`), and the counting of
 //! completion, embedding and rerank requests that never reached the engine.
 
+use super::error::Said;
 use super::system::SystemInfo;
 use super::AppState;
 use crate::metrics::process::ProcessStats;
@@ -64,7 +65,9 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
 
 /// Counts a completion, embedding or rerank request that ended before
 /// reaching the engine (bad input, auth, queue full, loading, shutting
-/// down) with its status; the request record counts the others.
+/// down) with its status, and logs why (the request log proper has a line
+/// only for requests that reached the engine); the request record counts
+/// the others.
 pub async fn count_requests(req: Request, next: Next) -> Response {
     let kind = match req.uri().path() {
         _ if req.method() != Method::POST => None,
@@ -77,7 +80,18 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
     let response = next.run(req).await;
     if response.extensions().get::<super::respond::Admitted>().is_none() {
         let observer = crate::metrics::observer();
-        observer.metrics.rejected(observer.model(), kind, response.status().as_u16());
+        let status = response.status().as_u16();
+        observer.metrics.rejected(observer.model(), kind, status);
+        if let Some(Said(body)) = response.extensions().get::<Said>() {
+            tracing::info!(
+                kind = kind.as_str(),
+                status,
+                code = body.code,
+                param = body.param,
+                message = %body.message,
+                "request refused before the engine"
+            );
+        }
     }
     response
 }

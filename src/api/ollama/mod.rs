@@ -46,7 +46,9 @@ impl IntoResponse for OllamaError {
             }
             _ => e.body.message.clone(),
         };
-        (e.status, axum::Json(serde_json::json!({ "error": message }))).into_response()
+        let mut response = (e.status, axum::Json(serde_json::json!({ "error": message }))).into_response();
+        response.extensions_mut().insert(super::error::Said(e.body));
+        response
     }
 }
 
