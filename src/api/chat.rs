@@ -2,12 +2,14 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
+use super::record::Counting;
 use super::request::{prepare, ChatCompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::ChatCompletion;
 use super::AppState;
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use std::time::Instant;
 
 /// Creates a chat completion (`stream: true` for server-sent events).
@@ -27,6 +29,7 @@ use std::time::Instant;
 )]
 pub async fn create(
     State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
@@ -34,5 +37,5 @@ pub async fn create(
     let meta = AppState::meta("chatcmpl", &model);
     let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);
     let validated = prepare(&model, move |model| req.validate(&id, model, reasoning, received)).await?;
-    respond(&state, model, validated, Shape::Chat, meta).await
+    respond(&state, model, validated, Shape::Chat, meta, &counting).await
 }

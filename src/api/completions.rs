@@ -2,12 +2,14 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
+use super::record::Counting;
 use super::request::{prepare, CompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::TextCompletion;
 use super::AppState;
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use std::time::Instant;
 
 /// Creates a text completion of a raw prompt (no chat template);
@@ -28,6 +30,7 @@ use std::time::Instant;
 )]
 pub async fn create(
     State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
@@ -35,5 +38,5 @@ pub async fn create(
     let meta = AppState::meta("cmpl", &model);
     let id = meta.id.clone();
     let validated = prepare(&model, move |model| req.validate(&id, model, received)).await?;
-    respond(&state, model, validated, Shape::Text, meta).await
+    respond(&state, model, validated, Shape::Text, meta, &counting).await
 }

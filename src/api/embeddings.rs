@@ -4,14 +4,14 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::forward::{self, Answer, Refused};
+use super::forward;
+use super::record::Counting;
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
 use crate::engine::EndReason;
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
-use axum::response::{IntoResponse, Response};
 use rkllm_sys::{Capture, RunInput};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -96,22 +96,15 @@ pub struct EmbeddingList {
 )]
 pub async fn create(
     axum::extract::State(state): axum::extract::State<AppState>,
+    axum::Extension(counting): axum::Extension<Counting>,
     ApiJson(req): ApiJson<EmbeddingRequest>,
-) -> Response {
+) -> Result<axum::Json<EmbeddingList>, ApiError> {
     let received = Instant::now();
-    forward::respond(embeddings(&state, req, received).await, IntoResponse::into_response)
-}
-
-async fn embeddings(
-    state: &AppState,
-    req: EmbeddingRequest,
-    received: Instant,
-) -> Result<Answer<axum::Json<EmbeddingList>>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let input = req.input;
     let inputs = prepare(&lease, move |loaded| run_inputs(loaded, input)).await?;
-    let out = vectors(&lease, received, inputs, req.dimensions, true).await?;
+    let out = vectors(&lease, received, inputs, req.dimensions, true, &counting).await?;
     let format = req.encoding_format.unwrap_or_default();
     let data = out
         .vectors
@@ -125,12 +118,12 @@ async fn embeddings(
             EmbeddingData { object: "embedding", index, embedding }
         })
         .collect();
-    Ok(Answer::recorded(axum::Json(EmbeddingList {
+    Ok(axum::Json(EmbeddingList {
         object: "list",
         data,
         model: lease.served_id(),
         usage: EmbeddingUsage { prompt_tokens: out.prompt_tokens, total_tokens: out.prompt_tokens },
-    })))
+    }))
 }
 
 /// What a hidden-layer job gave: one vector per input, in input order.
@@ -151,10 +144,11 @@ pub(super) async fn vectors(
     inputs: Vec<RunInput>,
     dimensions: Option<u32>,
     normalise: bool,
-) -> Result<Vectors, Refused> {
+    counting: &Counting,
+) -> Result<Vectors, ApiError> {
     let pooling = lease.embed.pooling;
     let capture = Capture::HiddenLayer { rows: pooling.rows() };
-    let mut ran = forward::run(lease, Kind::Embedding, received, inputs, capture).await?;
+    let mut ran = forward::run(lease, Kind::Embedding, received, inputs, capture, counting).await?;
     let width = ran.outputs.first().map_or(0, |m| m.width);
     if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
         return Err(ran.refuse(status::wrong_dimensions(ApiError::invalid_value(

@@ -1,67 +1,15 @@
 //! What the embedding and rerank endpoints (OpenAI's, Ollama's) share
-//! around the engine's hidden-layer and logits jobs: submitting the job,
-//! recording the request once (`record.rs`), and telling the counting
-//! middleware whether the record has counted it.
+//! around the engine's hidden-layer and logits jobs: submitting the job and
+//! recording the request once (`record.rs`).
 
 use super::error::ApiError;
-use super::record::ForwardRecord;
-use super::respond::Admitted;
+use super::record::{Counting, ForwardRecord};
 use super::status;
 use crate::engine::ForwardJob;
 use crate::metrics::{Kind, RuntimePerf, Timeline, Timings};
 use crate::registry::Lease;
-use axum::response::{IntoResponse, Response};
 use rkllm_sys::{Capture, Matrix, RunInput};
 use std::time::Instant;
-
-/// A refusal, and whether the request record has counted it (the request
-/// reached the engine); the counting middleware counts the others.
-pub struct Refused {
-    pub error: ApiError,
-    recorded: bool,
-}
-
-impl From<ApiError> for Refused {
-    fn from(error: ApiError) -> Self {
-        Refused { error, recorded: false }
-    }
-}
-
-/// A handler's body, and whether the request record counted the request:
-/// every answer after a run did; one that only loaded the model (Ollama's
-/// embed with no input) ran nothing, and the counting middleware counts it.
-pub struct Answer<T> {
-    body: T,
-    recorded: bool,
-}
-
-impl<T> Answer<T> {
-    /// An answer after a run ([`Ran::answered`] recorded it).
-    pub fn recorded(body: T) -> Self {
-        Answer { body, recorded: true }
-    }
-
-    /// `ran`: whether a run was made (and recorded) for this answer.
-    pub fn new(body: T, ran: bool) -> Self {
-        Answer { body, recorded: ran }
-    }
-}
-
-/// The handler's answer as a response, marked [`Admitted`] when the record
-/// counted it; `error` shapes a refusal's body.
-pub fn respond<T: IntoResponse>(
-    result: Result<Answer<T>, Refused>,
-    error: impl FnOnce(ApiError) -> Response,
-) -> Response {
-    let (mut response, recorded) = match result {
-        Ok(Answer { body, recorded }) => (body.into_response(), recorded),
-        Err(Refused { error: e, recorded }) => (error(e), recorded),
-    };
-    if recorded {
-        response.extensions_mut().insert(Admitted);
-    }
-    response
-}
 
 /// A job that ran every input; its record is written by [`Ran::answered`]
 /// or [`Ran::refuse`].
@@ -82,12 +30,13 @@ pub async fn run(
     received: Instant,
     inputs: Vec<RunInput>,
     capture: Capture,
-) -> Result<Ran, Refused> {
+    counting: &Counting,
+) -> Result<Ran, ApiError> {
     let count = inputs.len();
     let job = ForwardJob { inputs, capture, received, lora: lease.adapter.clone() };
     let pending = lease.engine.forward(job).map_err(|e| status::refused(&e))?;
     // From here the request is the record's to count, even if the client leaves.
-    let record = ForwardRecord::new(kind, &lease.served_id(), count, received);
+    let record = ForwardRecord::new(kind, &lease.served_id(), count, received, counting);
     let forward = pending.await;
     match forward.outputs {
         Ok(outputs) => {
@@ -111,14 +60,13 @@ impl Ran {
     }
 
     /// Refused after the run, with `ending`'s status.
-    pub fn refuse(self, ending: status::Ending) -> Refused {
+    pub fn refuse(self, ending: status::Ending) -> ApiError {
         let tokens = u32::try_from(self.prompt_tokens).ok();
         self.record.finish((&self.timeline, self.perf), tokens, &ending);
         recorded(ending)
     }
 }
 
-fn recorded(ending: status::Ending) -> Refused {
-    let error = ending.error.unwrap_or_else(|| ApiError::runtime("the request ended without a result"));
-    Refused { error, recorded: true }
+fn recorded(ending: status::Ending) -> ApiError {
+    ending.error.unwrap_or_else(|| ApiError::runtime("the request ended without a result"))
 }

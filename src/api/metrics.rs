@@ -3,6 +3,7 @@
 //! completion, embedding and rerank requests that never reached the engine.
 
 use super::error::Said;
+use super::record::Counting;
 use super::system::SystemInfo;
 use super::AppState;
 use crate::metrics::process::ProcessStats;
@@ -66,9 +67,10 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
 /// Counts a completion, embedding or rerank request that ended before
 /// reaching the engine (bad input, auth, queue full, loading, shutting
 /// down) with its status, and logs why (the request log proper has a line
-/// only for requests that reached the engine); the request record counts
-/// the others.
-pub async fn count_requests(req: Request, next: Next) -> Response {
+/// only for requests that reached the engine); also one whose client went
+/// away before then (499). The request record counts the others: it takes
+/// the request's [`Counting`] over when the request reaches the engine.
+pub async fn count_requests(mut req: Request, next: Next) -> Response {
     let kind = match req.uri().path() {
         _ if req.method() != Method::POST => None,
         "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate" => Some(Kind::Completion),
@@ -77,8 +79,12 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
         _ => None,
     };
     let Some(kind) = kind else { return next.run(req).await };
+    let counting = Counting::default();
+    req.extensions_mut().insert(counting.clone());
+    let mut unanswered = Unanswered { kind, counting: counting.clone(), armed: true };
     let response = next.run(req).await;
-    if response.extensions().get::<super::respond::Admitted>().is_none() {
+    unanswered.armed = false;
+    if !counting.taken_over() {
         let observer = crate::metrics::observer();
         let status = response.status().as_u16();
         observer.metrics.rejected(observer.model(), kind, status);
@@ -94,4 +100,66 @@ pub async fn count_requests(req: Request, next: Next) -> Response {
         }
     }
     response
+}
+
+/// A counted request whose handler is dropped before it answers: the
+/// client went away (during a model load, say, or while its prompt was
+/// prepared). Counted as 499 unless a request record took it over.
+struct Unanswered {
+    kind: Kind,
+    counting: Counting,
+    armed: bool,
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if self.armed && !self.counting.taken_over() {
+            let observer = crate::metrics::observer();
+            observer.metrics.rejected(observer.model(), self.kind, 499);
+            tracing::info!(kind = self.kind.as_str(), "the client went away before its request reached the engine");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use tower::ServiceExt;
+
+    /// `rkllmd_requests_total` of rerank requests with `status`, from the process's metrics.
+    fn reranks(status: u16) -> f64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, crate::metrics::observer().metrics.registry()).unwrap();
+        let labels = [format!("status=\"{status}\""), "kind=\"rerank\"".to_owned()];
+        text.lines()
+            .filter(|l| l.starts_with("rkllmd_requests_total{") && labels.iter().all(|x| l.contains(x.as_str())))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn rerank() -> axum::http::Request<Body> {
+        axum::http::Request::post("/v1/rerank").body(Body::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_dropped_before_the_engine_is_counted_once_as_499() {
+        // Never answers, never reaches the engine: as a request waiting for its model to load.
+        let waiting = Router::new()
+            .route("/v1/rerank", axum::routing::post(std::future::pending::<StatusCode>))
+            .layer(axum::middleware::from_fn(count_requests));
+        let before = reranks(499);
+        let mut call = Box::pin(waiting.oneshot(rerank()));
+        assert!(futures_util::poll!(&mut call).is_pending());
+        drop(call);
+        assert_eq!(reranks(499), before + 1.0);
+
+        // Answered before the engine: counted with its own status, not 499.
+        let refused = Router::new()
+            .route("/v1/rerank", axum::routing::post(|| async { StatusCode::NOT_IMPLEMENTED }))
+            .layer(axum::middleware::from_fn(count_requests));
+        let before_501 = reranks(501);
+        assert_eq!(refused.oneshot(rerank()).await.unwrap().status(), 501);
+        assert_eq!((reranks(501), reranks(499)), (before_501 + 1.0, before + 1.0));
+    }
 }

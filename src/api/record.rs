@@ -12,8 +12,28 @@
 use super::status::{self, Ending};
 use crate::engine::{EndReason, Generation, Outcome};
 use crate::metrics::{Finished, Kind, RuntimePerf, Timeline};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+/// Who counts a completion, embedding or rerank request: the counting
+/// middleware (`metrics.rs`) hands each one this, and the request's record
+/// takes it over once the request reached the engine. Until then the
+/// middleware counts the request — its refusal, or its client going away.
+#[derive(Debug, Clone, Default)]
+pub struct Counting(Arc<AtomicBool>);
+
+impl Counting {
+    fn take_over(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a request record counts the request.
+    pub fn taken_over(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 pub struct Record {
     id: String,
@@ -22,7 +42,8 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn new(id: String, model: String, generation: &mut Generation) -> Record {
+    pub fn new(id: String, model: String, generation: &mut Generation, counting: &Counting) -> Record {
+        counting.take_over();
         Record { id, model, abandoned: generation.take_abandoned() }
     }
 
@@ -81,7 +102,8 @@ pub struct ForwardRecord {
 }
 
 impl ForwardRecord {
-    pub fn new(kind: Kind, model: &str, inputs: usize, received: Instant) -> ForwardRecord {
+    pub fn new(kind: Kind, model: &str, inputs: usize, received: Instant, counting: &Counting) -> ForwardRecord {
+        counting.take_over();
         let id = format!("{}-{}", kind.as_str(), uuid::Uuid::new_v4().simple());
         ForwardRecord { id, model: model.to_owned(), kind, inputs, received, open: true }
     }

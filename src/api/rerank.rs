@@ -6,14 +6,14 @@
 use super::embeddings::{check_inputs, text_input};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::forward::{self, Answer, Refused};
+use super::forward;
+use super::record::Counting;
 use super::request::prepare;
 use super::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
 use crate::metrics::Kind;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use rkllm_sys::{Capture, Rows};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
@@ -95,8 +95,12 @@ pub struct RerankResponse {
     ),
     security(("bearer" = []))
 )]
-pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Response {
-    rerank(state, req).await
+pub async fn create(
+    state: State<AppState>,
+    counting: Extension<Counting>,
+    req: ApiJson<RerankRequest>,
+) -> Result<Json<RerankResponse>, ApiError> {
+    rerank(state, counting, req).await
 }
 
 /// The same as `/v1/rerank` (the path Jina's and Cohere's clients use).
@@ -113,20 +117,20 @@ pub async fn create(state: State<AppState>, req: ApiJson<RerankRequest>) -> Resp
     ),
     security(("bearer" = []))
 )]
-pub async fn create_unversioned(state: State<AppState>, req: ApiJson<RerankRequest>) -> Response {
-    rerank(state, req).await
+pub async fn create_unversioned(
+    state: State<AppState>,
+    counting: Extension<Counting>,
+    req: ApiJson<RerankRequest>,
+) -> Result<Json<RerankResponse>, ApiError> {
+    rerank(state, counting, req).await
 }
 
-async fn rerank(State(state): State<AppState>, ApiJson(req): ApiJson<RerankRequest>) -> Response {
+async fn rerank(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    ApiJson(req): ApiJson<RerankRequest>,
+) -> Result<Json<RerankResponse>, ApiError> {
     let received = Instant::now();
-    forward::respond(scores(&state, req, received).await, IntoResponse::into_response)
-}
-
-async fn scores(
-    state: &AppState,
-    req: RerankRequest,
-    received: Instant,
-) -> Result<Answer<Json<RerankResponse>>, Refused> {
     // Held until the reply is built, so the model is not unloaded under it.
     let lease = state.lease(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;
@@ -137,11 +141,10 @@ async fn scores(
         return Err(ApiError::not_supported(format!(
             "Reranking reads the logits of the tokens {answers:?}: it needs the model's tokenizer.json \
              (`tokenizer`), and that tokenizer must have them."
-        ))
-        .into());
+        )));
     };
     if req.documents.is_empty() {
-        return Err(ApiError::invalid_value("documents", "`documents` is empty: give at least one document.").into());
+        return Err(ApiError::invalid_value("documents", "`documents` is empty: give at least one document."));
     }
     let instruction = req.instruction.clone().unwrap_or_else(|| DEFAULT_INSTRUCTION.to_owned());
     let prompts: Vec<String> =
@@ -154,7 +157,7 @@ async fn scores(
     })
     .await?;
     let capture = Capture::Logits { rows: Rows::Last, columns };
-    let ran = forward::run(&lease, Kind::Rerank, received, inputs, capture).await?;
+    let ran = forward::run(&lease, Kind::Rerank, received, inputs, capture, &counting).await?;
     let prompt_tokens = ran.prompt_tokens;
     let mut results: Vec<RerankResult> = ran
         .outputs
@@ -170,10 +173,10 @@ async fn scores(
             r.document = Some(DocumentText { text: req.documents[r.index].text().to_owned() });
         }
     }
-    Ok(Answer::recorded(Json(RerankResponse {
+    Ok(Json(RerankResponse {
         object: "list",
         model: lease.served_id(),
         results,
         usage: RerankUsage { prompt_tokens, total_tokens: prompt_tokens },
-    })))
+    }))
 }

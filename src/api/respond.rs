@@ -2,7 +2,7 @@
 //! an SSE stream or as one JSON body.
 
 use super::error::ApiError;
-use super::record::Record;
+use super::record::{Counting, Record};
 use super::reply::{pieces, Piece, Summary};
 use super::request::Validated;
 use super::response::*;
@@ -36,11 +36,6 @@ const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-par
 /// How the prompt was made (docs/api.md, "Models without a chat template").
 const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mode");
 
-/// Marks a response whose request reached the engine: the request record
-/// counts it when it ends, so the counting middleware must not.
-#[derive(Debug, Clone, Copy)]
-pub struct Admitted;
-
 /// Submits the job to the leased model; the lease rides with the reply
 /// until its last piece, so the model is not unloaded under a stream.
 pub async fn respond(
@@ -49,6 +44,7 @@ pub async fn respond(
     v: Validated,
     shape: Shape,
     meta: Meta,
+    counting: &Counting,
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
     // Without a tokenizer, a prompt that may be longer than the context can
@@ -56,7 +52,7 @@ pub async fn respond(
     // wait for the first piece, so that the refusal is a 400 as when the
     // daemon counts the prompt itself (no keep-alive comments meanwhile).
     let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
-    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks)?;
+    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
     let mut pieces = Box::pin(pieces);
     let first = if hold_headers { pieces.next().await } else { None };
     let mut response = match first {
@@ -67,7 +63,6 @@ pub async fn respond(
         }
         _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
-    response.extensions_mut().insert(Admitted);
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
@@ -86,10 +81,11 @@ pub fn start(
     stops: Vec<String>,
     rules: crate::conversation::ReplyRules,
     checks: super::request::Checks,
+    counting: &Counting,
 ) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
     let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
     let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
-    let record = Record::new(id.to_owned(), model.served_id(), &mut generation);
+    let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");

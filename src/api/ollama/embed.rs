@@ -6,76 +6,76 @@ use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, L
 use super::{convert, parse, OllamaError};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
-use crate::api::forward::{self, Answer, Refused};
+use crate::api::record::Counting;
 use crate::api::request::prepare;
 use crate::api::{AppState, Loaded};
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use rkllm_sys::RunInput;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-pub async fn embed(State(state): State<AppState>, body: Bytes) -> Response {
+pub async fn embed(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    body: Bytes,
+) -> Result<Json<EmbedResponse>, OllamaError> {
     let received = Instant::now();
-    forward::respond(embed_texts(&state, &body, received).await, |e| OllamaError(e).into_response())
-}
-
-pub async fn legacy(State(state): State<AppState>, body: Bytes) -> Response {
-    let received = Instant::now();
-    forward::respond(legacy_text(&state, &body, received).await, |e| OllamaError(e).into_response())
-}
-
-async fn embed_texts(
-    state: &AppState,
-    body: &Bytes,
-    received: Instant,
-) -> Result<Answer<Json<EmbedResponse>>, Refused> {
-    let req: EmbedRequest = parse(body).map_err(|e| e.0)?;
+    let req: EmbedRequest = parse(&body)?;
     let texts = match req.input {
         None => Vec::new(),
         Some(EmbedInput::Text(text)) => Some(text).filter(|t| !t.is_empty()).into_iter().collect(),
         Some(EmbedInput::Texts(texts)) => texts,
     };
-    let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
+    let ask = Ask {
+        model: &req.model,
+        keep_alive: req.keep_alive.as_ref(),
+        options: req.options.as_ref(),
+        counting: &counting,
+    };
     let truncate = req.truncate.unwrap_or(true);
-    let (model, load, out) = run(state, ask, texts, truncate, req.dimensions, true, received).await?;
+    let (model, load, out) = run(&state, ask, texts, truncate, req.dimensions, true, received).await?;
     let ns = |ms: Option<f64>| ms.map_or(0, |ms| (ms * 1e6) as u64);
-    let ran = out.is_some();
-    let body = Json(EmbedResponse {
+    Ok(Json(EmbedResponse {
         model,
         // A request with no input only loads the model, as Ollama's does.
         total_duration: out.as_ref().map_or_else(|| received.elapsed().as_nanos() as u64, |o| ns(o.timings.e2e_ms)),
         load_duration: load.as_nanos() as u64,
         prompt_eval_count: out.as_ref().map_or(0, |o| o.prompt_tokens),
         embeddings: out.map(|o| o.vectors).unwrap_or_default(),
-    });
-    Ok(Answer::new(body, ran))
+    }))
 }
 
 /// One prompt, never truncated, and its vector at its own length: the
 /// legacy endpoint of Ollama's did not normalise.
-async fn legacy_text(
-    state: &AppState,
-    body: &Bytes,
-    received: Instant,
-) -> Result<Answer<Json<LegacyEmbedResponse>>, Refused> {
-    let req: LegacyEmbedRequest = parse(body).map_err(|e| e.0)?;
+pub async fn legacy(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    body: Bytes,
+) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
+    let received = Instant::now();
+    let req: LegacyEmbedRequest = parse(&body)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
-    let ask = Ask { model: &req.model, keep_alive: req.keep_alive.as_ref(), options: req.options.as_ref() };
-    let (_, _, out) = run(state, ask, texts, false, None, false, received).await?;
-    let ran = out.is_some();
+    let ask = Ask {
+        model: &req.model,
+        keep_alive: req.keep_alive.as_ref(),
+        options: req.options.as_ref(),
+        counting: &counting,
+    };
+    let (_, _, out) = run(&state, ask, texts, false, None, false, received).await?;
     let embedding = out.and_then(|o| o.vectors.into_iter().next()).unwrap_or_default();
-    Ok(Answer::new(Json(LegacyEmbedResponse { embedding }), ran))
+    Ok(Json(LegacyEmbedResponse { embedding }))
 }
 
 /// What both endpoints name: the model and how long it stays loaded, and
-/// `options` (of which only `num_ctx` applies: there is no sampling).
+/// `options` (of which only `num_ctx` applies: there is no sampling); and
+/// who counts the request.
 struct Ask<'a> {
     model: &'a str,
     keep_alive: Option<&'a Value>,
     options: Option<&'a Options>,
+    counting: &'a Counting,
 }
 
 /// Loads the model and embeds the texts: the model's id, the time spent
@@ -88,9 +88,9 @@ async fn run(
     dimensions: Option<u32>,
     normalise: bool,
     received: Instant,
-) -> Result<(String, Duration, Option<Vectors>), Refused> {
+) -> Result<(String, Duration, Option<Vectors>), ApiError> {
     if ask.model.is_empty() {
-        return Err(ApiError::invalid_value("model", "model is required").into());
+        return Err(ApiError::invalid_value("model", "model is required"));
     }
     let keep_alive = convert::keep_alive(ask.keep_alive)?;
     // Held until the vectors are made, so the model is not unloaded under them.
@@ -104,7 +104,7 @@ async fn run(
         check_inputs(&inputs, context).map(|()| inputs)
     })
     .await?;
-    let out = vectors(&lease, received, inputs, dimensions, normalise).await?;
+    let out = vectors(&lease, received, inputs, dimensions, normalise, ask.counting).await?;
     Ok((lease.served_id(), lease.load_duration, Some(out)))
 }
 

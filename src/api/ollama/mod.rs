@@ -13,15 +13,16 @@ mod reply;
 mod wire;
 
 use super::error::ApiError;
+use super::record::Counting;
 use super::request::prepare;
-use super::respond::{start, Admitted};
+use super::respond::start;
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use reply::{Frame, Shape};
 use std::time::Instant;
 use wire::{ChatRequest, Common, GenerateRequest};
@@ -69,19 +70,28 @@ pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaEr
     super::extract::parse(body).map_err(OllamaError)
 }
 
-async fn chat(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
+async fn chat(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    body: Bytes,
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: ChatRequest = parse(&body)?;
     let common = req.common.clone();
-    answer(&state, &common, Shape::Chat, received, move |id, model| convert::chat(&req, id, model, received)).await
+    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model, received))
+        .await
 }
 
-async fn generate(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
+async fn generate(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    body: Bytes,
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: GenerateRequest = parse(&body)?;
     let common = req.common.clone();
     let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model, received);
-    answer(&state, &common, Shape::Generate, received, validate).await
+    answer(&state, &common, Shape::Generate, received, &counting, validate).await
 }
 
 /// Loads the model, converts the request, and answers with NDJSON or one
@@ -92,6 +102,7 @@ async fn answer(
     common: &Common,
     shape: Shape,
     received: Instant,
+    counting: &Counting,
     validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
 ) -> Result<Response, OllamaError> {
     if common.model.is_empty() {
@@ -117,8 +128,6 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks)?;
-    let mut response = if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
-    response.extensions_mut().insert(Admitted);
-    Ok(response)
+    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
+    Ok(if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
 }
