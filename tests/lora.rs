@@ -77,6 +77,10 @@ async fn adapters_are_models_and_each_run_names_its_own() {
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("model_not_found")), "{unknown}");
     }
     assert_eq!(sim_records(&record, "run").len(), 3, "an unknown adapter never reaches the runtime");
+    // Ollama's `:latest` tag names the model itself.
+    let (status, body) = reply(&d, "base:latest").await;
+    assert_eq!((status, body["model"].as_str()), (200, Some("base")), "{body}");
+    assert_eq!(sim_records(&record, "run").last().unwrap()["lora_adapter"], Value::Null);
 }
 
 #[tokio::test]

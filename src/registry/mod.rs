@@ -195,14 +195,19 @@ impl Registry {
     }
 
     /// The model an id names and the adapter, if it names one: a model's own
-    /// id first, else `BASE:NAME` with NAME one of BASE's adapters.
+    /// id first, else `BASE:NAME` with NAME one of BASE's adapters, else
+    /// `MODEL:latest` for the model (Ollama's tag for a name without one,
+    /// which some Ollama clients add).
     pub fn resolve(&self, id: &str) -> Option<(&Arc<ModelSpec>, Option<String>)> {
         if let Some(spec) = self.spec(id) {
             return Some((spec, None));
         }
         let (base, name) = id.rsplit_once(':')?;
         let spec = self.spec(base)?;
-        spec.engine.loras.iter().any(|l| l.name == name).then(|| (spec, Some(name.to_owned())))
+        if spec.engine.loras.iter().any(|l| l.name == name) {
+            return Some((spec, Some(name.to_owned())));
+        }
+        (name == "latest").then_some((spec, None))
     }
 
     /// Requests that may wait per model (every model has the same).
