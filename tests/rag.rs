@@ -88,6 +88,9 @@ async fn bad_inputs_are_refused_with_the_envelope() {
         (json!({"model": "m", "input": many}), "input"),
         (json!({"model": "m", "input": long}), "input"),
         (json!({"model": "m", "input": "hi", "dimensions": 3}), "dimensions"),
+        // Outside the tokenizer's vocabulary (the runtime would fail the run: a 500).
+        (json!({"model": "m", "input": [[1, 2, 1_000_000]]}), "input"),
+        (json!({"model": "m", "input": [-1]}), "input"),
     ] {
         let (status, err) = embed(&d, body).await;
         assert_eq!(status, 400, "{err}");

@@ -178,8 +178,10 @@ fn run_inputs(loaded: &Loaded, input: EmbeddingInput) -> Result<Vec<RunInput>, A
     let inputs: Vec<RunInput> = match input {
         EmbeddingInput::Text(text) => vec![text_input(loaded, text)],
         EmbeddingInput::Texts(texts) => texts.into_iter().map(|t| text_input(loaded, t)).collect(),
-        EmbeddingInput::Tokens(ids) => vec![token_input(ids)?],
-        EmbeddingInput::TokenArrays(arrays) => arrays.into_iter().map(token_input).collect::<Result<_, _>>()?,
+        EmbeddingInput::Tokens(ids) => vec![token_input(ids, loaded)?],
+        EmbeddingInput::TokenArrays(arrays) => {
+            arrays.into_iter().map(|ids| token_input(ids, loaded)).collect::<Result<_, _>>()?
+        }
     };
     check_inputs(&inputs, loaded.engine.limits().max_context_len)?;
     Ok(inputs)
@@ -221,9 +223,16 @@ pub(super) fn text_input(loaded: &Loaded, text: String) -> RunInput {
     }
 }
 
-fn token_input(ids: Vec<i64>) -> Result<RunInput, ApiError> {
-    let ids: Result<Vec<i32>, _> =
-        ids.into_iter().map(|id| i32::try_from(id).ok().filter(|id| *id >= 0).ok_or(id)).collect();
-    ids.map(RunInput::Tokens)
-        .map_err(|bad| ApiError::invalid_value("input", format!("token id {bad} is not a valid token id.")))
+/// A client's token ids: each must be one the model's tokenizer knows, when
+/// there is one (without, the runtime judges them).
+fn token_input(ids: Vec<i64>, loaded: &Loaded) -> Result<RunInput, ApiError> {
+    let vocab = loaded.prompter.vocab_size().map_or(i64::from(i32::MAX) + 1, |n| n as i64);
+    let ids: Result<Vec<i32>, _> = ids
+        .into_iter()
+        .map(|id| i32::try_from(id).ok().filter(|id| *id >= 0 && i64::from(*id) < vocab).ok_or(id))
+        .collect();
+    ids.map(RunInput::Tokens).map_err(|bad| {
+        let known = loaded.prompter.vocab_size().map_or(String::new(), |n| format!(" (this model's are 0..{n})"));
+        ApiError::invalid_value("input", format!("token id {bad} is not a valid token id{known}."))
+    })
 }

@@ -173,6 +173,11 @@ impl Prompter {
     pub fn has_tokenizer(&self) -> bool {
         self.tokenizer.is_some()
     }
+
+    /// How many token ids the tokenizer knows (added tokens included); `None` without one.
+    pub fn vocab_size(&self) -> Option<usize> {
+        Some(self.tokenizer.as_ref()?.0.get_vocab_size(true))
+    }
 }
 
 #[cfg(test)]
