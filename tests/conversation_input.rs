@@ -358,19 +358,7 @@ async fn without_a_tokenizer_the_runtimes_refusal_is_explained() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     // Through dlopen the daemon cannot know the library's tokenizer.
-    let lib = common::sim_cdylib();
-    let d = Daemon::start(&[
-        "--backend",
-        "rkllm",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--model",
-        &sim(&record),
-        "--max-context-len",
-        "40",
-        "--max-new-tokens",
-        "8",
-    ]);
+    let d = Daemon::start_dlopen(&["--model", &sim(&record), "--max-context-len", "40", "--max-new-tokens", "8"]);
     // ~270 bytes rendered: not clearly over 40 tokens by bytes alone (at least 35), so the runtime judges.
     let (status, body) = chat(&d, common::chat("sim-instant", &"word ".repeat(25))).await;
     assert_eq!((status, body["error"]["code"].clone()), (400, json!("context_length_exceeded")), "{body}");

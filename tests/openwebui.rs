@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{read_sse, script, sim_cdylib, Daemon};
+use common::{read_sse, script, Daemon};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -94,12 +94,7 @@ async fn with_a_tokenizer_the_36_tools_are_refused_before_the_npu() {
 
 #[tokio::test]
 async fn without_a_tokenizer_the_runtimes_refusal_is_the_same_400() {
-    let lib = sim_cdylib();
-    let d = Daemon::start(&[
-        "--backend",
-        "rkllm",
-        "--lib",
-        lib.to_str().unwrap(),
+    let d = Daemon::start_dlopen(&[
         "--model",
         "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4",
         "--model-id",

@@ -157,21 +157,11 @@ async fn abi_1_2_cannot_take_sampling_per_run_and_says_so_but_enforces_max_token
 
 #[tokio::test]
 async fn the_sim_cdylib_loaded_by_path_serves_like_the_real_library() {
-    let lib = sim_cdylib();
-    let d = Daemon::start(&[
-        "--backend",
-        "rkllm",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--model",
-        "sim:instant?reply_tokens=6",
-        "--model-id",
-        "m",
-    ]);
+    let d = Daemon::start_dlopen(&["--model", "sim:instant?reply_tokens=6", "--model-id", "m"]);
     let (_, h) = d.get_json("/health").await;
     assert_eq!(h["backend"], "rkllm");
     assert_eq!(h["runtime"]["version"], "1.3.0");
-    assert_eq!(h["runtime"]["origin"], lib.to_str().unwrap());
+    assert_eq!(h["runtime"]["origin"], sim_cdylib().to_str().unwrap());
     let (events, _) = read_sse(d.post("/v1/chat/completions", streaming("via dlopen")).await).await;
     let last = events[events.len() - 2].json();
     assert_eq!(last["usage"]["completion_tokens"], 6);

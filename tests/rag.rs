@@ -129,17 +129,7 @@ async fn rerank_orders_by_relevance_with_top_n_and_documents() {
 #[tokio::test]
 async fn rerank_without_a_tokenizer_says_why() {
     // The simulator loaded as a library brings no tokenizer.json.
-    let lib = sim_cdylib();
-    let d = Daemon::start(&[
-        "--backend",
-        "rkllm",
-        "--lib",
-        lib.to_str().unwrap(),
-        "--model",
-        "sim:instant",
-        "--model-id",
-        "m",
-    ]);
+    let d = Daemon::start_dlopen(&["--model", "sim:instant", "--model-id", "m"]);
     let r = d.post("/v1/rerank", json!({"model": "m", "query": "q", "documents": ["d"]})).await;
     assert_eq!(r.status(), 501);
     let body: Value = r.json().await.unwrap();

@@ -232,7 +232,9 @@ fn type_of(value: &Value) -> &'static str {
     }
 }
 
-fn has_nul(value: &Value) -> bool {
+/// Whether a JSON value holds a NUL character anywhere (keys too): the
+/// runtime takes C strings. Request conversion checks its fields with it as well.
+pub(super) fn has_nul(value: &Value) -> bool {
     match value {
         Value::String(s) => s.contains('\0'),
         Value::Array(items) => items.iter().any(has_nul),

@@ -19,6 +19,14 @@ impl Daemon {
         Self::start_with_env(args, &[])
     }
 
+    /// Starts it on the simulator built as a library and loaded like the
+    /// real one (`--backend rkllm --lib librkllm_sim.so`), then ARGS.
+    pub fn start_dlopen(args: &[&str]) -> Daemon {
+        let lib = sim_cdylib();
+        let lib = lib.to_str().expect("a UTF-8 target path");
+        Self::start(&[&["--backend", "rkllm", "--lib", lib][..], args].concat())
+    }
+
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkllmd"));
         cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args).env_remove("RKLLM_LIB").env("RKLLMD_LOG", "info");

@@ -3,6 +3,7 @@
 
 use super::wire::{ChatCompletionRequest, ChatMessage, ChatRole, Content};
 use crate::api::error::ApiError;
+use crate::api::structured::has_nul;
 use crate::conversation::{self, ChatInput, Message, ToolChoice};
 use serde_json::Value;
 
@@ -211,13 +212,4 @@ fn nul_error(param: &str) -> ApiError {
         param,
         format!("`{param}` contains a NUL character (U+0000), which the runtime cannot take."),
     )
-}
-
-fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
-    }
 }
