@@ -226,13 +226,12 @@ pub(super) fn text_input(loaded: &Loaded, text: String) -> RunInput {
 /// A client's token ids: each must be one the model's tokenizer knows, when
 /// there is one (without, the runtime judges them).
 fn token_input(ids: Vec<i64>, loaded: &Loaded) -> Result<RunInput, ApiError> {
-    let vocab = loaded.prompter.vocab_size().map_or(i64::from(i32::MAX) + 1, |n| n as i64);
-    let ids: Result<Vec<i32>, _> = ids
-        .into_iter()
-        .map(|id| i32::try_from(id).ok().filter(|id| *id >= 0 && i64::from(*id) < vocab).ok_or(id))
-        .collect();
+    let vocab = loaded.prompter.vocab_size();
+    let valid = |id: i32| id >= 0 && vocab.is_none_or(|n| (id as usize) < n);
+    let ids: Result<Vec<i32>, _> =
+        ids.into_iter().map(|id| i32::try_from(id).ok().filter(|id| valid(*id)).ok_or(id)).collect();
     ids.map(RunInput::Tokens).map_err(|bad| {
-        let known = loaded.prompter.vocab_size().map_or(String::new(), |n| format!(" (this model's are 0..{n})"));
+        let known = vocab.map_or(String::new(), |n| format!(" (this model's are 0..{n})"));
         ApiError::invalid_value("input", format!("token id {bad} is not a valid token id{known}."))
     })
 }
