@@ -10,7 +10,7 @@
 //! demand; [`api_settings`] and [`metrics_settings`] give those layers theirs.
 
 use crate::api;
-use crate::config::{Backend, Config, LoraArg, ModelTable};
+use crate::config::{Backend, Config, LoraArg, ModelTable, ReasoningHistory};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings};
@@ -72,6 +72,7 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         sampling: config.sampling,
         disable_runtime_template: false,
         conversation_cache: config.conversation_cache,
+        keep_reasoning: config.reasoning_history == ReasoningHistory::Kept,
         npu: npu.clone(),
         loras: Vec::new(),
         prompt_cache: None,

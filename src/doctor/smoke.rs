@@ -50,6 +50,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         enable_thinking: false,
         tokens: None,
         lora: None,
+        resent: None,
     };
     let mut generation = match engine.submit(job) {
         Ok(g) => g,

@@ -41,6 +41,8 @@ pub struct Generation {
     stop: StopHandle,
     events: Pin<Box<dyn Stream<Item = GenEvent> + Send>>,
     abandoned: Option<oneshot::Receiver<Outcome>>,
+    engine: Arc<Engine>,
+    job: String,
 }
 
 impl Generation {
@@ -58,6 +60,13 @@ impl Generation {
     /// its aborted run returned. Never sent when `Done` was delivered.
     pub fn take_abandoned(&mut self) -> Option<oneshot::Receiver<Outcome>> {
         self.abandoned.take()
+    }
+
+    /// How the client was shown the finished reply (the api's view of it;
+    /// `reasoned`: the reply held reasoning the view leaves out), so that a
+    /// follow-up resending it can reuse the cached reply.
+    pub fn seen_as(&self, view: String, reasoned: bool) {
+        self.engine.reply_seen(&self.job, view, reasoned);
     }
 }
 
@@ -91,6 +100,7 @@ impl Engine {
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
+        let job_id = job.id.clone();
         let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
         let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
@@ -132,7 +142,7 @@ impl Engine {
             }
             yield GenEvent::Done(run.thread_gone());
         });
-        Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned) })
+        Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id })
     }
 }
 
@@ -166,7 +176,7 @@ impl Start {
             }
             None => {
                 let turn = engine.queue.wait_turn(self.place).await;
-                let submitted = submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await;
+                let submitted = submit(&engine, &self.job, self.request, self.limit).await;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
         };
@@ -175,6 +185,11 @@ impl Start {
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
+                if let Some(plan) = plan.as_ref().filter(|p| p.by_view) {
+                    // The cached reply stands for the resent one: the prompt
+                    // the model reads is the cache and what was sent after it.
+                    self.prompt_tokens = u32::try_from(plan.cached + plan.input.len()).ok();
+                }
                 (control, events, plan)
             }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
@@ -210,6 +225,7 @@ impl Start {
             plan,
             generated,
             prompt_cache: self.prompt_cache,
+            job: self.job.id,
         })
     }
 }
@@ -217,17 +233,12 @@ impl Start {
 type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 
 /// Submits a job's own run (`batch` = 1), with the turn held.
-async fn submit(
-    engine: &Arc<Engine>,
-    tokens: Option<&[i32]>,
-    mut request: RunRequest,
-    limit: u32,
-) -> Result<Submitted, EndReason> {
+async fn submit(engine: &Arc<Engine>, job: &Job, mut request: RunRequest, limit: u32) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, request.lora.as_deref(), limit).await;
+    let plan = engine.plan_kv(job.tokens.as_deref(), job.resent.as_ref(), request.lora.as_deref(), limit).await;
     if let Some(plan) = &plan {
         request.input = plan.input();
         request.keep_history = true;
@@ -256,6 +267,8 @@ struct Run {
     generated: Vec<i32>,
     /// What the run should show of the model's prompt cache, if it has one.
     prompt_cache: Option<PromptCacheExpect>,
+    /// The job's id.
+    job: String,
 }
 
 enum Next {
@@ -352,7 +365,7 @@ impl Run {
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let cached_tokens = match &self.plan {
-            Some(plan) => engine.settle_kv(plan, &self.generated).await,
+            Some(plan) => engine.settle_kv(&self.job, plan, &self.generated).await,
             None => {
                 if !self.guard.control.is_batched() {
                     engine.sample_kv_cache();

@@ -21,4 +21,18 @@ pub struct Job {
     pub tokens: Option<Vec<i32>>,
     /// The LoRA adapter to run with (loaded with the model); `None`: the base model.
     pub lora: Option<String>,
+    /// Where the prompt resends the reply of an earlier turn (chat requests
+    /// with a tokenizer and the conversation cache on).
+    pub resent: Option<Resent>,
+}
+
+/// An earlier reply in a prompt, as the client resent it: the ids
+/// `tokens[start..end]` render the assistant message whose view (the api's
+/// name for what a client was shown of a reply) is `view`. The conversation
+/// cache matches it against the reply it generated (`kv.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resent {
+    pub start: usize,
+    pub end: usize,
+    pub view: String,
 }

@@ -21,7 +21,7 @@ pub use backend::{
 };
 pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
-pub use job::Job;
+pub use job::{Job, Resent};
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
@@ -93,6 +93,9 @@ pub struct EngineSettings {
     /// Keep the conversation in the KV cache between runs (`kv.rs`); jobs
     /// without token ids always run stateless.
     pub conversation_cache: bool,
+    /// A cached reply that held reasoning may stand for the same reply
+    /// resent without it (`kv.rs`): the context keeps the reasoning.
+    pub keep_reasoning: bool,
     /// The NPU turn every model's runs share.
     pub npu: Npu,
     /// Loaded with `rkllm_load_lora` right after the model; a job names one by `Job::lora`.
@@ -130,6 +133,7 @@ impl Engine {
             sampling,
             disable_runtime_template,
             conversation_cache,
+            keep_reasoning,
             npu,
             loras,
             prompt_cache,
@@ -177,7 +181,7 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && batch == 1).then(Default::default),
+            kv: (conversation_cache && batch == 1).then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning))),
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
             prompt_cache,
         })

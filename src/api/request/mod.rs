@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::structured::ResponseFormat;
 use super::Loaded;
 use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
-use crate::engine::Job;
+use crate::engine::{Job, Resent};
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
@@ -119,6 +119,7 @@ impl Common {
                 enable_thinking: false,
                 tokens: None,
                 lora: None,
+                resent: None,
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -156,6 +157,7 @@ impl ChatCompletionRequest {
         let limit = model.engine.limits().max_new_tokens;
         let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;
         let mut size = measure(&mut v.job, model, "messages");
+        v.job.resent = resent(&v.job, model, &chat);
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
         if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
@@ -219,6 +221,17 @@ fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
     size
+}
+
+/// Where the prompt resends the conversation's last reply, for the
+/// conversation cache to match by what the client saw (`engine/kv.rs`).
+fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
+    if !model.engine.conversation_cache() {
+        return None;
+    }
+    let ids: Vec<u32> = job.tokens.as_ref()?.iter().map(|&id| id as u32).collect();
+    let found = crate::conversation::resend::locate(&model.prompter, chat, &ids)?;
+    Some(Resent { start: found.start, end: found.end, view: found.view })
 }
 
 /// The same conversation rendered without its tools, to name their share

@@ -171,6 +171,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            resent: None,
         }
     }
 
