@@ -34,20 +34,25 @@ pub(super) struct KvCache {
     /// the base model). An adapter changes the keys and values, so a run
     /// with another one (or none) cannot reuse them.
     lora: Option<String>,
-    /// The reply of the last run, when it ended cleanly.
-    reply: Option<LastReply>,
+    /// The last run, when the cache holds it.
+    last: Option<LastRun>,
     /// A reply that reasoned may stand for the same reply resent without
     /// its reasoning (setting `reasoning_history = kept`).
     keep_reasoning: bool,
 }
 
-/// Where the last run's reply begins in the cache, and how the client saw it.
+/// The last run in the cache: its prompt as the client sent it, where its
+/// reply begins in the cache, and how the client saw that reply. After a
+/// reply matched by its view the cache holds the reply as generated where
+/// the client's prompt holds it as resent, so the client's ids are kept.
 #[derive(Debug)]
-struct LastReply {
+struct LastRun {
     /// The job that generated it.
     job: String,
-    /// Positions before the reply (the prompt that asked for it).
-    start: usize,
+    /// The prompt's ids as the client's request gave them.
+    prompt: Vec<i32>,
+    /// Positions in the cache before the reply.
+    reply_start: usize,
     /// The reply as the client saw it, by the api's reckoning (empty until
     /// the api names it: a reply cut by a stop sequence never matches).
     views: Vec<String>,
@@ -65,6 +70,8 @@ pub(super) struct Plan {
     pub input: Vec<i32>,
     /// The cached reply stands for the resent one (matched by its view).
     pub by_view: bool,
+    /// The prompt's ids as the client's request gave them.
+    pub prompt: Vec<i32>,
 }
 
 /// Why a finished run's cache is not what the engine expected.
@@ -84,39 +91,51 @@ impl KvCache {
     /// `resent` says where the prompt resends an earlier reply.
     pub fn plan(&self, ids: &[i32], resent: Option<&Resent>, lora: Option<&str>, max_new: u32, context: u32) -> Plan {
         let fits = |cached: usize, sent: usize| cached + sent + max_new as usize <= context as usize;
+        let plan = |clear, cached, from: usize, by_view| Plan {
+            clear,
+            cached,
+            input: ids[from..].to_vec(),
+            by_view,
+            prompt: ids.to_vec(),
+        };
         let cached = self.tokens.as_deref().filter(|_| self.lora.as_deref() == lora);
         if let Some(cached) = cached {
             // At least one new token: a run needs input.
-            if cached.len() < ids.len() && ids.starts_with(cached) && fits(cached.len(), ids.len() - cached.len()) {
-                return Plan {
-                    clear: false,
-                    cached: cached.len(),
-                    input: ids[cached.len()..].to_vec(),
-                    by_view: false,
-                };
+            let after = self.resent_as_generated(cached, ids);
+            if let Some(from) = after.filter(|&from| from < ids.len() && fits(cached.len(), ids.len() - from)) {
+                return plan(false, cached.len(), from, false);
             }
-            if let Some(end) = self.stands_for(cached, ids, resent) {
-                if end < ids.len() && fits(cached.len(), ids.len() - end) {
-                    return Plan { clear: false, cached: cached.len(), input: ids[end..].to_vec(), by_view: true };
-                }
+            let after = self.stands_for(ids, resent);
+            if let Some(from) = after.filter(|&from| from < ids.len() && fits(cached.len(), ids.len() - from)) {
+                return plan(false, cached.len(), from, true);
             }
         }
-        let clear = self.tokens.as_ref().is_none_or(|t| !t.is_empty());
-        Plan { clear, cached: 0, input: ids.to_vec(), by_view: false }
+        plan(self.tokens.as_ref().is_none_or(|t| !t.is_empty()), 0, 0, false)
+    }
+
+    /// Where the cache's content ends in `ids` when the client resent it
+    /// all: the last prompt as it sent it, then the reply as generated.
+    fn resent_as_generated(&self, cached: &[i32], ids: &[i32]) -> Option<usize> {
+        let (prompt, reply) = match &self.last {
+            Some(last) => (last.prompt.as_slice(), &cached[last.reply_start..]),
+            None => (&[][..], cached),
+        };
+        let rest = ids.strip_prefix(prompt)?;
+        rest.starts_with(reply).then_some(prompt.len() + reply.len())
     }
 
     /// Where the resent reply ends in `ids` when the cached reply stands for
-    /// it: the prompt before it is the cached one (up to where the resent
-    /// message begins, which may be before the cached reply: a generation
-    /// prompt the template does not repeat in history, e.g. an empty
-    /// `<think></think>`) and the client saw the same reply.
-    fn stands_for(&self, cached: &[i32], ids: &[i32], resent: Option<&Resent>) -> Option<usize> {
-        let (reply, resent) = (self.reply.as_ref()?, resent?);
-        let same_before = resent.start <= reply.start
+    /// it: the prompt before it is the last one as the client sent it (up to
+    /// where the resent message begins, which may be before the reply did:
+    /// a generation prompt the template does not repeat in history, e.g. an
+    /// empty `<think></think>`) and the client saw the same reply.
+    fn stands_for(&self, ids: &[i32], resent: Option<&Resent>) -> Option<usize> {
+        let (last, resent) = (self.last.as_ref()?, resent?);
+        let same_before = resent.start <= last.prompt.len()
             && resent.start <= resent.end
             && resent.end <= ids.len()
-            && ids[..resent.start] == cached[..resent.start];
-        (same_before && reply.views.contains(&resent.view)).then_some(resent.end)
+            && ids[..resent.start] == last.prompt[..resent.start];
+        (same_before && last.views.contains(&resent.view)).then_some(resent.end)
     }
 
     /// The api's name for how the client saw the reply of `job`; `reasoned`:
@@ -127,14 +146,15 @@ impl KvCache {
             // must not stay in the context.
             return;
         }
-        if let Some(reply) = self.reply.as_mut().filter(|r| r.job == job) {
-            reply.views.push(view);
+        if let Some(last) = self.last.as_mut().filter(|r| r.job == job) {
+            last.views.push(view);
         }
     }
 
     /// The cache was cleared (`rkllm_clear_kv_cache` succeeded).
     pub fn cleared(&mut self) {
         self.tokens = Some(Vec::new());
+        self.last = None;
     }
 
     /// The planned run is about to fill the (empty or reused) cache with `lora`.
@@ -146,7 +166,7 @@ impl KvCache {
     /// clear failed, a check disagreed).
     pub fn forget(&mut self) {
         self.tokens = None;
-        self.reply = None;
+        self.last = None;
     }
 
     /// A run of `plan` ended having generated `generated` ids; `reported` is
@@ -159,18 +179,19 @@ impl KvCache {
         generated: &[i32],
         reported: Option<usize>,
     ) -> Result<usize, Disagreement> {
-        self.reply = None;
+        self.last = None;
         let Some(mut tokens) = self.tokens.take().filter(|t| t.len() == plan.cached) else {
             return Err(Disagreement { expected: plan.cached + plan.input.len() + generated.len(), reported });
         };
         tokens.extend_from_slice(&plan.input);
-        let start = tokens.len();
+        let reply_start = tokens.len();
         tokens.extend_from_slice(generated);
         if reported != Some(tokens.len()) {
             return Err(Disagreement { expected: tokens.len(), reported });
         }
         let size = tokens.len();
-        self.reply = Some(LastReply { job: job.to_owned(), start, views: Vec::new() });
+        let prompt = plan.prompt.clone();
+        self.last = Some(LastRun { job: job.to_owned(), prompt, reply_start, views: Vec::new() });
         self.tokens = Some(tokens);
         Ok(size)
     }
@@ -280,25 +301,25 @@ impl Engine {
 mod tests {
     use super::*;
 
+    fn shape(plan: &Plan) -> (bool, usize, Vec<i32>, bool) {
+        (plan.clear, plan.cached, plan.input.clone(), plan.by_view)
+    }
+
     #[test]
     fn a_follow_up_reuses_the_exact_prefix_and_anything_else_starts_clean() {
         let mut kv = KvCache::default();
         let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
-        assert_eq!(
-            first,
-            Plan { clear: true, cached: 0, input: vec![1, 2, 3], by_view: false },
-            "unknown at start: clear"
-        );
+        assert_eq!(shape(&first), (true, 0, vec![1, 2, 3], false), "unknown at start: clear");
         kv.cleared();
         assert_eq!(kv.after_run("j", &first, &[7, 8], Some(5)), Ok(5));
 
         let follow = kv.plan(&[1, 2, 3, 7, 8, 9], None, None, 10, 100);
-        assert_eq!(follow, Plan { clear: false, cached: 5, input: vec![9], by_view: false });
+        assert_eq!(shape(&follow), (false, 5, vec![9], false));
         assert_eq!(kv.after_run("j", &follow, &[4], Some(7)), Ok(7));
 
         // An edited earlier turn: no prefix, clear and send everything.
         let edited = kv.plan(&[1, 2, 6, 7, 8, 9, 4, 5], None, None, 10, 100);
-        assert_eq!(edited, Plan { clear: true, cached: 0, input: vec![1, 2, 6, 7, 8, 9, 4, 5], by_view: false });
+        assert_eq!(shape(&edited), (true, 0, vec![1, 2, 6, 7, 8, 9, 4, 5], false));
         // The same prompt again has no new token: start clean.
         assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], None, None, 10, 100).clear);
         // Cached + new + max_tokens over the context: start clean.
@@ -328,11 +349,7 @@ mod tests {
         kv.filled_with(None);
         assert_eq!(kv.after_run("j", &base, &[3], Some(3)), Ok(3));
         let adapter = kv.plan(&[1, 2, 3, 4], None, Some("style"), 10, 100);
-        assert_eq!(
-            adapter,
-            Plan { clear: true, cached: 0, input: vec![1, 2, 3, 4], by_view: false },
-            "base-model positions"
-        );
+        assert_eq!(shape(&adapter), (true, 0, vec![1, 2, 3, 4], false), "base-model positions");
         kv.cleared();
         kv.filled_with(Some("style"));
         assert_eq!(kv.after_run("j", &adapter, &[5], Some(5)), Ok(5));
@@ -354,7 +371,7 @@ mod tests {
         let ids = [1, 2, 3, 70, 9, 4];
         let resent = |start, view: &str| Resent { start, end: 4, view: view.into() };
         let hit = kv.plan(&ids, Some(&resent(3, "seven eight")), None, 10, 100);
-        assert_eq!(hit, Plan { clear: false, cached: 5, input: vec![9, 4], by_view: true });
+        assert_eq!(shape(&hit), (false, 5, vec![9, 4], true));
         // The resent message may begin before the reply did (a generation
         // prompt the history does not repeat), never after it.
         assert!(
@@ -366,12 +383,16 @@ mod tests {
         assert!(kv.plan(&[1, 2, 3, 70], Some(&resent(3, "seven eight")), None, 10, 100).clear, "nothing new");
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), None, 94, 100).clear, "over the context");
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), Some("style"), 10, 100).clear, "another adapter");
-        // After the hit the next reply is the one that can be stood for.
+        // After the hit the next reply is the one that can be stood for,
+        // after the prompt as the client sent it (its reply [70], not [7 8]).
         assert_eq!(kv.after_run("b", &hit, &[5], Some(8)), Ok(8));
+        let third = |reply: &[i32]| [&ids[..], reply, &[2]].concat();
+        let by_view = |view: &str| Resent { start: 6, end: 7, view: view.into() };
+        assert!(kv.plan(&third(&[60]), Some(&by_view("seven eight")), None, 10, 100).clear);
         assert!(
             kv.plan(
                 &[1, 2, 3, 7, 8, 9, 4, 60, 2],
-                Some(&Resent { start: 7, end: 8, view: "seven eight".into() }),
+                Some(&Resent { start: 7, end: 8, view: "five".into() }),
                 None,
                 10,
                 100
@@ -379,14 +400,9 @@ mod tests {
             .clear
         );
         kv.seen("b", "five".into(), false);
-        let next = kv.plan(
-            &[1, 2, 3, 7, 8, 9, 4, 60, 2],
-            Some(&Resent { start: 7, end: 8, view: "five".into() }),
-            None,
-            10,
-            100,
-        );
-        assert_eq!(next, Plan { clear: false, cached: 8, input: vec![2], by_view: true });
+        assert_eq!(shape(&kv.plan(&third(&[60]), Some(&by_view("five")), None, 10, 100)), (false, 8, vec![2], true));
+        // The reply resent exactly as generated needs no view.
+        assert_eq!(shape(&kv.plan(&third(&[5]), None, None, 10, 100)), (false, 8, vec![2], false));
     }
 
     #[test]
