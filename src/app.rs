@@ -13,7 +13,9 @@ use crate::api;
 use crate::config::{Backend, Config, LoraArg, ModelTable, ReasoningHistory};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
-use crate::engine::{EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings};
+use crate::engine::{
+    EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
+};
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
 use std::sync::Arc;
@@ -76,6 +78,11 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         npu: npu.clone(),
         loras: Vec::new(),
         prompt_cache: None,
+        saved: (config.conversation_cache_mb > 0 && config.conversation_cache_count > 0).then(|| SavedSettings {
+            dir: config.conversation_cache_dir.clone(),
+            max_bytes: config.conversation_cache_mb.saturating_mul(1024 * 1024),
+            max_count: config.conversation_cache_count,
+        }),
     }
 }
 

@@ -121,9 +121,13 @@ async fn a_thinking_reply_resent_without_its_reasoning_is_reused_unless_history_
         assert_eq!(follow.content, "Two.");
         results.push((first, follow));
     }
-    let [(k1, k2), (_, t2), (_, o2)] = &results[..] else { unreachable!() };
+    let [(k1, k2), (t1, t2), (_, o2)] = &results[..] else { unreachable!() };
     assert_whole_reuse(k1, k2);
-    assert_eq!(t2.cached(), 0, "template: the cached reasoning is not reused: {}", t2.usage);
+    assert_eq!(k2.timings["cache"], "resident");
+    // Template: the cached reasoning is not reused; the first prompt, saved
+    // as a file when it ran, is restored and the reply prefilled again.
+    assert_eq!(t2.cached(), t1.prompt(), "{}", t2.usage);
+    assert_eq!(t2.timings["cache"], "restored", "{}", t2.timings);
     assert_eq!(t2.prompt(), o2.prompt(), "template: the prompt is the cache-off daemon's");
     // What keeping costs: the earlier reasoning stays in the context.
     assert!(k2.prompt() > o2.prompt(), "kept {} vs template {}", k2.prompt(), o2.prompt());

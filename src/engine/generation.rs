@@ -118,7 +118,7 @@ impl Engine {
             let mut run = match start.run().await {
                 Ok(run) => run,
                 Err(outcome) => {
-                    yield GenEvent::Done(outcome);
+                    yield GenEvent::Done(Box::new(outcome));
                     return;
                 }
             };
@@ -126,7 +126,7 @@ impl Engine {
                 let event = match run.next_event().await {
                     Next::Event(event) => event,
                     Next::LeftBatch => {
-                        yield GenEvent::Done(run.leave_batch());
+                        yield GenEvent::Done(Box::new(run.leave_batch()));
                         return;
                     }
                     Next::Gone => break,
@@ -135,12 +135,12 @@ impl Engine {
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
                     Step::Finished(finish) => {
-                        yield GenEvent::Done(run.finish(*finish).await);
+                        yield GenEvent::Done(Box::new(run.finish(*finish).await));
                         return;
                     }
                 }
             }
-            yield GenEvent::Done(run.thread_gone());
+            yield GenEvent::Done(Box::new(run.thread_gone()));
         });
         Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id })
     }
@@ -185,9 +185,9 @@ impl Start {
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
-                if let Some(plan) = plan.as_ref().filter(|p| p.by_view) {
-                    // The cached reply stands for the resent one: the prompt
-                    // the model reads is the cache and what was sent after it.
+                if let Some(plan) = &plan {
+                    // The prompt the model reads: the cache and what was sent
+                    // after it (a cached reply may stand for the resent one).
                     self.prompt_tokens = u32::try_from(plan.cached + plan.input.len()).ok();
                 }
                 (control, events, plan)
@@ -238,10 +238,11 @@ async fn submit(engine: &Arc<Engine>, job: &Job, mut request: RunRequest, limit:
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(job.tokens.as_deref(), job.resent.as_ref(), request.lora.as_deref(), limit).await;
+    let plan = engine.plan_kv(job, request.lora.as_deref(), limit).await;
     if let Some(plan) = &plan {
         request.input = plan.input();
         request.keep_history = true;
+        request.save_prompt_cache = plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned());
     }
     match engine.model.submit(request, tx) {
         Ok(control) => Ok((SlotControl::single(control), events, plan)),
@@ -364,13 +365,17 @@ impl Run {
         }
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
-        let cached_tokens = match &self.plan {
-            Some(plan) => engine.settle_kv(&self.job, plan, &self.generated).await,
+        let perf = finish.perf.map(RuntimePerf::from);
+        let (cached_tokens, cache) = match &self.plan {
+            Some(plan) => {
+                let (reused, found) = engine.settle_kv(&self.job, plan, &self.generated, perf.as_ref()).await;
+                (reused, Some(found))
+            }
             None => {
                 if !self.guard.control.is_batched() {
                     engine.sample_kv_cache();
                 }
-                0
+                (0, None)
             }
         };
         // The runtime is free: let the next job in before we report.
@@ -388,7 +393,7 @@ impl Run {
         } else {
             EndReason::Eos
         };
-        let perf = finish.perf.map(RuntimePerf::from);
+        self.guard.timeline.cache = cache.map(|c| (c.as_str(), c.reason()));
         let prompt_cache_n = super::prompt_cache::reused(self.prompt_cache, self.guard.prompt_tokens, perf.as_ref());
         self.guard.timeline.prompt_cache_n = prompt_cache_n;
         Outcome {
@@ -399,6 +404,7 @@ impl Run {
             dropped_tokens: self.guard.dropped,
             prompt_tokens: self.guard.prompt_tokens,
             cached_tokens: cached_tokens + prompt_cache_n.unwrap_or(0),
+            cache,
         }
     }
 

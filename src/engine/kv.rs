@@ -20,9 +20,9 @@
 //! unknown, and the next run starts clean. Never a wrong answer to save time.
 
 use super::job::Resent;
-use super::Engine;
+use super::outcome::MissReason;
+use super::saved::{Restore, Save};
 use rkllm_sys::RunInput;
-use std::sync::{Mutex, MutexGuard};
 
 /// The engine's record of the KV cache (only the job holding the turn reads
 /// or writes it).
@@ -72,6 +72,12 @@ pub(super) struct Plan {
     pub by_view: bool,
     /// The prompt's ids as the client's request gave them.
     pub prompt: Vec<i32>,
+    /// The saved conversation the run restores (`saved.rs`).
+    pub restore: Option<Restore>,
+    /// Where the run saves its prompt.
+    pub save: Option<Save>,
+    /// Why the resident conversation is not reused (when `cached` is 0).
+    pub miss: MissReason,
 }
 
 /// Why a finished run's cache is not what the engine expected.
@@ -91,26 +97,35 @@ impl KvCache {
     /// `resent` says where the prompt resends an earlier reply.
     pub fn plan(&self, ids: &[i32], resent: Option<&Resent>, lora: Option<&str>, max_new: u32, context: u32) -> Plan {
         let fits = |cached: usize, sent: usize| cached + sent + max_new as usize <= context as usize;
-        let plan = |clear, cached, from: usize, by_view| Plan {
+        let plan = |clear, cached, from: usize, by_view, miss| Plan {
             clear,
             cached,
             input: ids[from..].to_vec(),
             by_view,
             prompt: ids.to_vec(),
+            restore: None,
+            save: None,
+            miss,
         };
-        let cached = self.tokens.as_deref().filter(|_| self.lora.as_deref() == lora);
-        if let Some(cached) = cached {
-            // At least one new token: a run needs input.
-            let after = self.resent_as_generated(cached, ids);
-            if let Some(from) = after.filter(|&from| from < ids.len() && fits(cached.len(), ids.len() - from)) {
-                return plan(false, cached.len(), from, false);
-            }
-            let after = self.stands_for(ids, resent);
-            if let Some(from) = after.filter(|&from| from < ids.len() && fits(cached.len(), ids.len() - from)) {
-                return plan(false, cached.len(), from, true);
-            }
+        let clear = self.tokens.as_ref().is_none_or(|t| !t.is_empty());
+        let Some(cached) = self.tokens.as_deref() else { return plan(clear, 0, 0, false, MissReason::Unknown) };
+        if cached.is_empty() {
+            return plan(clear, 0, 0, false, MissReason::Empty);
         }
-        plan(self.tokens.as_ref().is_none_or(|t| !t.is_empty()), 0, 0, false)
+        let continued = [(self.resent_as_generated(cached, ids), false), (self.stands_for(ids, resent), true)];
+        // At least one new token: a run needs input.
+        let continued = continued
+            .into_iter()
+            .filter_map(|(from, by_view)| Some((from?, by_view)))
+            .find(|(from, _)| *from < ids.len());
+        match continued {
+            None => plan(clear, 0, 0, false, MissReason::Other),
+            Some(_) if self.lora.as_deref() != lora => plan(clear, 0, 0, false, MissReason::Adapter),
+            Some((from, by_view)) if fits(cached.len(), ids.len() - from) => {
+                plan(false, cached.len(), from, by_view, MissReason::Empty)
+            }
+            Some(_) => plan(clear, 0, 0, false, MissReason::Context),
+        }
     }
 
     /// Where the cache's content ends in `ids` when the client resent it
@@ -157,8 +172,18 @@ impl KvCache {
         self.last = None;
     }
 
+    /// The ids of the last run's prompt as the cache holds them.
+    pub fn last_prompt(&self) -> Option<&[i32]> {
+        Some(&self.tokens.as_deref()?[..self.last.as_ref()?.reply_start])
+    }
+
+    /// The LoRA adapter the cached positions were computed with.
+    pub fn lora(&self) -> Option<&str> {
+        self.lora.as_deref()
+    }
+
     /// The planned run is about to fill the (empty or reused) cache with `lora`.
-    fn filled_with(&mut self, lora: Option<&str>) {
+    pub fn filled_with(&mut self, lora: Option<&str>) {
         self.lora = lora.map(str::to_owned);
     }
 
@@ -200,100 +225,6 @@ impl KvCache {
 impl Plan {
     pub fn input(&self) -> RunInput {
         RunInput::Tokens(self.input.clone())
-    }
-}
-
-fn lock(kv: &Mutex<KvCache>) -> MutexGuard<'_, KvCache> {
-    kv.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Engine {
-    /// How the job holding the turn uses the cache: `None` runs it stateless
-    /// (the cache is off, or the job has no token ids, or clearing failed).
-    pub(super) async fn plan_kv(
-        &self,
-        ids: Option<&[i32]>,
-        resent: Option<&Resent>,
-        lora: Option<&str>,
-        max_new: u32,
-    ) -> Option<Plan> {
-        let kv = self.kv.as_ref()?;
-        let Some(ids) = ids else {
-            // A stateless run leaves the cache in a state we do not track.
-            lock(kv).forget();
-            return None;
-        };
-        let plan = lock(kv).plan(ids, resent, lora, max_new, self.limits.max_context_len);
-        if plan.clear {
-            match self.model.clear_kv_cache(false).await {
-                Ok(Ok(())) => lock(kv).cleared(),
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "the runtime thread is gone".into(),
-                    };
-                    tracing::warn!("rkllm_clear_kv_cache failed ({why}); this run is stateless");
-                    lock(kv).forget();
-                    return None;
-                }
-            }
-        }
-        lock(kv).filled_with(lora);
-        Some(plan)
-    }
-
-    /// After a cached run (turn still held): check the cache's size against
-    /// what was sent and generated. Returns the tokens the run reused.
-    pub(super) async fn settle_kv(&self, job: &str, plan: &Plan, generated: &[i32]) -> u32 {
-        let Some(kv) = self.kv.as_ref() else { return 0 };
-        let reported = match self.model.kv_cache_size().await {
-            Ok(Ok(sizes)) => sizes.first().and_then(|&s| usize::try_from(s).ok()),
-            _ => None,
-        };
-        let metrics = &crate::metrics::observer().metrics;
-        if let Some(size) = reported {
-            metrics.set_kv_cache_tokens(size as i64);
-        }
-        match lock(kv).after_run(job, plan, generated, reported) {
-            Ok(_) => {}
-            Err(d) => {
-                tracing::warn!(
-                    expected = d.expected,
-                    reported = ?d.reported,
-                    "the KV cache does not hold what was sent and generated; the next run starts clean"
-                );
-                metrics.kv_cache_mismatch();
-            }
-        }
-        u32::try_from(plan.cached).unwrap_or(u32::MAX)
-    }
-
-    /// How the client was shown the reply of `job` (see [`KvCache::seen`]).
-    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool) {
-        if let Some(kv) = &self.kv {
-            lock(kv).seen(job, view, reasoned);
-        }
-    }
-
-    /// A run ended without its events being read (its client went away).
-    pub(super) fn forget_kv(&self) {
-        if let Some(kv) = &self.kv {
-            lock(kv).forget();
-        }
-    }
-
-    /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and publishes it as a gauge when it comes; nothing waits for it.
-    pub(super) fn sample_kv_cache(&self) {
-        let size = self.model.kv_cache_size();
-        let publish = async move {
-            if let Ok(Ok(sizes)) = size.await {
-                crate::metrics::observer().metrics.set_kv_cache_tokens(sizes.iter().map(|&s| i64::from(s)).sum());
-            }
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(publish);
-        }
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod conversations;
 mod forward;
 mod generation;
 mod guards;
@@ -15,6 +16,7 @@ mod npu;
 mod outcome;
 mod prompt_cache;
 mod queue;
+mod saved;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
@@ -23,9 +25,10 @@ pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
 pub use job::{Job, Resent};
 pub use npu::Npu;
-pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
+pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::QueueState;
+pub use saved::SavedSettings;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -102,6 +105,9 @@ pub struct EngineSettings {
     pub loras: Vec<LoraAdapter>,
     /// A prompt-cache file made if needed and loaded after the adapters (`prompt_cache.rs`).
     pub prompt_cache: Option<PromptCacheSettings>,
+    /// Conversations saved as prompt-cache files beside the resident one
+    /// (`saved.rs`); used with the conversation cache only.
+    pub saved: Option<SavedSettings>,
 }
 
 pub struct Engine {
@@ -118,6 +124,8 @@ pub struct Engine {
     scheduler: Option<batch::Scheduler>,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
+    /// `Some` when conversations are saved as files (with `kv`).
+    saved: Option<std::sync::Mutex<saved::Saved>>,
 }
 
 impl Engine {
@@ -137,6 +145,7 @@ impl Engine {
             npu,
             loras,
             prompt_cache,
+            saved,
         } = settings;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
@@ -173,6 +182,14 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
         };
+        let kv = (conversation_cache && batch == 1).then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
+        let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
+            Ok(saved) => Some(std::sync::Mutex::new(saved)),
+            Err(why) => {
+                tracing::warn!(reason = %why, "conversations are not saved: the directory cannot be made");
+                None
+            }
+        });
         Ok(Engine {
             model,
             closing: AtomicBool::new(false),
@@ -181,7 +198,8 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && batch == 1).then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning))),
+            kv,
+            saved,
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
             prompt_cache,
         })

@@ -51,6 +51,19 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
         metrics.kv_cache_tokens(),
     );
+    let saved = metrics.saved_conversations();
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved",
+        "Conversations saved as prompt-cache files (RAM tier)",
+        saved.map(|s| s.0),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved_bytes",
+        "Bytes of the saved conversations' files (RAM tier)",
+        saved.map(|s| s.1),
+    );
     gauge(
         &mut r,
         "rkllmd_runtime_peak_memory_bytes",
