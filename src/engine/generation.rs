@@ -11,13 +11,14 @@ use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
 use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
-use super::{Engine, EngineError};
+use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
 use rkllm_sys::{BatchInput, Event, Finish, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
@@ -69,10 +70,12 @@ impl Stream for Generation {
 }
 
 impl Engine {
-    /// Queues a job. Refused at once when the queue is full; otherwise the
-    /// returned stream waits for its turn when first polled.
-    pub fn submit(self: &Arc<Self>, job: Job) -> Result<Generation, EngineError> {
-        let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
+    /// Queues a job in the place [`Engine::reserve`] gave; the returned
+    /// stream waits for its turn when first polled. The job is read and
+    /// validated now: this is its `received` instant (timings.md), so the
+    /// preparation before it is not counted as queueing.
+    pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
+        let received = Instant::now();
         let per_run = self.info.abi.per_run_sampling();
         let given = job.sampling.given();
         let limit = job.max_new_tokens.unwrap_or(self.limits.max_new_tokens).min(self.limits.max_new_tokens);
@@ -92,10 +95,11 @@ impl Engine {
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
         let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
-        let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
+        let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
             job,
+            received,
             prompt_tokens,
             request,
             limit,
@@ -132,7 +136,7 @@ impl Engine {
             }
             yield GenEvent::Done(run.thread_gone());
         });
-        Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned) })
+        Generation { ignored_params, stop, events, abandoned: Some(abandoned) }
     }
 }
 
@@ -140,6 +144,7 @@ impl Engine {
 struct Start {
     engine: Arc<Engine>,
     job: Job,
+    received: Instant,
     prompt_tokens: Option<u32>,
     request: RunRequest,
     limit: u32,
@@ -170,7 +175,7 @@ impl Start {
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
         };
-        let mut timeline = Timeline::new(self.job.received);
+        let mut timeline = Timeline::new(self.received);
         let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {

@@ -25,7 +25,7 @@ pub use job::Job;
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
-pub use queue::QueueState;
+pub use queue::{Place, QueueState};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -212,6 +212,13 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
+    }
+    /// A place in the queue, or `QueueFull` at once. Taken before a request
+    /// is prepared (rendered, tokenized), so that a full daemon refuses
+    /// without doing that work, as TGI's permit and Ollama's pending channel
+    /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
+    pub fn reserve(&self) -> Result<Place, EngineError> {
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.

@@ -22,7 +22,7 @@ pub use load::{load, LoadFailure};
 pub use spec::{discover, Found, KeepAlive, ModelSpec};
 
 use crate::conversation::Prompter;
-use crate::engine::{open_runtime, BackendError, Engine, OpenedRuntime, RuntimeSettings};
+use crate::engine::{open_runtime, BackendError, Engine, OpenedRuntime, Place, RuntimeSettings};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -61,6 +61,8 @@ pub enum RegistryError {
     TooLarge { id: String, size: u64, budget: u64 },
     #[error("the load of `{0}` stopped unexpectedly")]
     Interrupted(String),
+    #[error("the request queue of `{0}` is full")]
+    QueueFull(String),
 }
 
 /// What `/v1/models`, `/api/tags` and `/api/ps` show of one model.
@@ -250,30 +252,57 @@ impl Registry {
     /// The model, loaded if it is not; `keep_alive` overrides the daemon's
     /// for this request's release.
     pub async fn acquire(self: &Arc<Self>, id: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, RegistryError> {
+        Ok(self.acquire_with(id, keep_alive, |_| Ok(())).await?.0)
+    }
+
+    /// A lease and a place in the model's queue. A loaded model's queue is
+    /// asked first, under the registry's lock: a full queue refuses at once,
+    /// before any lease (so a refusal is no use of the model and does not
+    /// restart its keep-alive clock) and before the request is prepared.
+    pub async fn acquire_queued(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<(Lease, Place), RegistryError> {
+        self.acquire_with(id, keep_alive, |model| {
+            model.engine.reserve().map_err(|_| RegistryError::QueueFull(model.model_id.clone()))
+        })
+        .await
+    }
+
+    /// A lease, with what `take` takes of the model before the lease is made
+    /// (refusing it when `take` does).
+    async fn acquire_with<T>(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: Option<KeepAlive>,
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Result<(Lease, T), RegistryError> {
         let (spec, adapter) = self.resolve(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
         let spec = spec.clone();
-        let mut lease = self.acquire_model(&spec, keep_alive).await?;
+        let (mut lease, taken) = self.acquire_model(&spec, keep_alive, take).await?;
         lease.adapter = adapter;
-        Ok(lease)
+        Ok((lease, taken))
     }
 
     /// A lease of the base model (`acquire` names the adapter).
-    async fn acquire_model(
+    async fn acquire_model<T>(
         self: &Arc<Self>,
         spec: &Arc<ModelSpec>,
         keep_alive: Option<KeepAlive>,
-    ) -> Result<Lease, RegistryError> {
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Result<(Lease, T), RegistryError> {
         let id = spec.id.as_str();
         let keep_alive = keep_alive.unwrap_or(self.settings.keep_alive);
         let started = Instant::now();
-        if let Some(lease) = self.lease_loaded(id, keep_alive, Duration::ZERO) {
-            return Ok(lease);
+        if let Some(leased) = self.lease_loaded(id, keep_alive, Duration::ZERO, &take) {
+            return leased;
         }
         let Some(lock) = self.load_locks.get(id) else { return Err(RegistryError::NotFound(id.to_owned())) };
         let _loading = lock.lock().await;
         // Loaded by the request ahead of us while we waited.
-        if let Some(lease) = self.lease_loaded(id, keep_alive, started.elapsed()) {
-            return Ok(lease);
+        if let Some(leased) = self.lease_loaded(id, keep_alive, started.elapsed(), &take) {
+            return leased;
         }
         self.make_room(spec).await?;
         let loading = spec.clone();
@@ -296,13 +325,17 @@ impl Registry {
             id.to_owned(),
             Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
         );
-        Ok(Lease {
+        // Another request may have filled the new queue since the insert;
+        // the model stays loaded either way.
+        let taken = take(&loaded)?;
+        let lease = Lease {
             model: Some(loaded),
             registry: self.clone(),
             keep_alive,
             load_duration: started.elapsed(),
             adapter: None,
-        })
+        };
+        Ok((lease, taken))
     }
 
     /// The runtime for these settings, opened once.
@@ -319,17 +352,29 @@ impl Registry {
         Ok(opened)
     }
 
-    fn lease_loaded(self: &Arc<Self>, id: &str, keep_alive: KeepAlive, waited: Duration) -> Option<Lease> {
+    /// A lease of the model if it is loaded, `take` asked first.
+    fn lease_loaded<T>(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: KeepAlive,
+        waited: Duration,
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Option<Result<(Lease, T), RegistryError>> {
         let mut state = self.state();
         let slot = state.loaded.get_mut(id)?;
+        let taken = match take(&slot.model) {
+            Ok(taken) => taken,
+            Err(e) => return Some(Err(e)),
+        };
         slot.last_used = Instant::now();
-        Some(Lease {
+        let lease = Lease {
             model: Some(slot.model.clone()),
             registry: self.clone(),
             keep_alive,
             load_duration: waited,
             adapter: None,
-        })
+        };
+        Some(Ok((lease, taken)))
     }
 
     /// Unloads least recently used idle models until `spec` fits, then
