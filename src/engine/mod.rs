@@ -13,6 +13,7 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod plan;
 mod prompt_cache;
 mod queue;
 
