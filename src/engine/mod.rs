@@ -214,6 +214,11 @@ impl Engine {
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
     }
+    /// Whether any queue place is held: a job waits, runs, or its aborted
+    /// run is being drained (the registry's test of "idle", with its leases).
+    pub fn in_use(&self) -> bool {
+        self.queue.in_use()
+    }
     /// A place in the queue, or `QueueFull` at once. Taken before a request
     /// is prepared (rendered, tokenized), so that a full daemon refuses
     /// without doing that work, as TGI's permit and Ollama's pending channel

@@ -88,12 +88,17 @@ struct Slot {
     last_used: Instant,
     /// Deadline once idle; `None` = forever.
     expires: Option<Instant>,
+    /// Leases out now: counted when one is made and when it is handed back,
+    /// both under the registry's lock (never read off the `Arc`, whose
+    /// count any new clone would change).
+    leases: usize,
 }
 
 impl Slot {
-    /// Nobody but the registry (and `extra` holders the caller knows of) holds it.
-    fn idle(&self, extra: usize) -> bool {
-        Arc::strong_count(&self.model) <= 1 + extra && Arc::strong_count(&self.model.engine) == 1
+    /// No lease is out and the engine holds no queue place (nothing waits,
+    /// runs, or is being drained after an abort; `Engine::in_use`).
+    fn idle(&self) -> bool {
+        self.leases == 0 && !self.model.engine.in_use()
     }
 }
 
@@ -232,10 +237,7 @@ impl Registry {
                 loaded: state.loaded.get(&spec.id).map(|slot| LoadedStatus {
                     model: slot.model.clone(),
                     since: slot.since,
-                    expires: slot
-                        .expires
-                        .filter(|_| slot.idle(0))
-                        .map(|at| now.1 + at.saturating_duration_since(now.0)),
+                    expires: slot.expires.filter(|_| slot.idle()).map(|at| now.1 + at.saturating_duration_since(now.0)),
                 }),
             })
             .collect()
@@ -323,7 +325,7 @@ impl Registry {
         tracing::info!(model = %id, load_ms = started.elapsed().as_millis() as u64, "model loaded");
         state.loaded.insert(
             id.to_owned(),
-            Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
+            Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None, leases: 1 },
         );
         // Another request may have filled the new queue since the insert;
         // the model stays loaded either way.
@@ -367,6 +369,7 @@ impl Registry {
             Err(e) => return Some(Err(e)),
         };
         slot.last_used = Instant::now();
+        slot.leases += 1;
         let lease = Lease {
             model: Some(slot.model.clone()),
             registry: self.clone(),
@@ -383,6 +386,7 @@ impl Registry {
         if let Some(budget) = self.settings.memory_budget_bytes.filter(|&b| spec.size_bytes > b) {
             return Err(RegistryError::TooLarge { id: spec.id.clone(), size: spec.size_bytes, budget });
         }
+        let mut said = false;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -394,7 +398,12 @@ impl Registry {
                         state.reserved.push((spec.id.clone(), spec.size_bytes));
                         victims
                     }
-                    None => Vec::new(),
+                    None => {
+                        if !std::mem::replace(&mut said, true) {
+                            tracing::info!(model = %spec.id, "loading waits for room: the loaded models are in use");
+                        }
+                        Vec::new()
+                    }
                 }
             };
             let reserved = self.state().reserved.iter().any(|(r, _)| *r == spec.id);
@@ -424,7 +433,7 @@ impl Registry {
                 && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
         };
         let mut idle: Vec<(&String, Instant)> =
-            state.loaded.iter().filter(|(_, s)| s.idle(0)).map(|(id, s)| (id, s.last_used)).collect();
+            state.loaded.iter().filter(|(_, s)| s.idle()).map(|(id, s)| (id, s.last_used)).collect();
         idle.sort_by_key(|(_, used)| *used);
         let mut chosen = Vec::new();
         for (id, _) in idle {
@@ -452,8 +461,8 @@ impl Registry {
             };
             slot.last_used = now;
             slot.expires = keep_alive.deadline(now);
-            // Counting the reference handed back here, dropped below.
-            if keep_alive.is_zero() && slot.idle(1) {
+            slot.leases = slot.leases.saturating_sub(1);
+            if keep_alive.is_zero() && slot.idle() {
                 state.loaded.remove(&model.model_id).map(|s| s.model)
             } else {
                 None
@@ -479,7 +488,7 @@ impl Registry {
             let mut state = self.state();
             let Some(slot) = state.loaded.get_mut(id) else { return Ok(false) };
             slot.expires = Some(Instant::now());
-            if slot.idle(0) {
+            if slot.idle() {
                 state.loaded.remove(id).map(|s| s.model)
             } else {
                 None
@@ -507,7 +516,7 @@ impl Registry {
                 let expired: Vec<String> = state
                     .loaded
                     .iter()
-                    .filter(|(_, s)| s.expires.is_some_and(|at| at <= now) && s.idle(0))
+                    .filter(|(_, s)| s.expires.is_some_and(|at| at <= now) && s.idle())
                     .map(|(id, _)| id.clone())
                     .collect();
                 let models: Vec<_> = expired.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect();
@@ -528,12 +537,50 @@ impl Registry {
     }
 }
 
-/// Drops the registry's last reference on a blocking thread: the runtime
-/// thread is joined and `rkllm_destroy` called before this returns.
+/// How long an unload waits for the last transient holders of the model
+/// (a status snapshot, a finished generation's stream) before it says so.
+const HELD_WARN: Duration = Duration::from_secs(5);
+
+/// Destroys the model on a blocking thread: the runtime thread is joined
+/// and `rkllm_destroy` called before this returns. The model was chosen
+/// because no lease and no queue place holds it; anything that still holds
+/// a reference lets go within moments (a status snapshot, a finished
+/// stream), and the destroy waits for that here rather than happening
+/// wherever the last reference drops (an async task, which it would block).
+/// A holder that does not let go is a bug, said once as a WARN.
 async fn unload(model: Arc<Loaded>) {
     let id = model.model_id.clone();
     let started = Instant::now();
-    if tokio::task::spawn_blocking(move || drop(model)).await.is_err() {
+    let destroy = move || {
+        let mut warned = false;
+        let mut held = model;
+        let loaded = loop {
+            match Arc::try_unwrap(held) {
+                Ok(loaded) => break loaded,
+                Err(again) => held = again,
+            }
+            if !warned && started.elapsed() > HELD_WARN {
+                tracing::warn!(model = %held.model_id, "unloading waits: something still holds the model although no lease or queue place does");
+                warned = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let Loaded { mut engine, .. } = loaded;
+        loop {
+            match Arc::try_unwrap(engine) {
+                Ok(engine) => return drop(engine),
+                Err(again) => engine = again,
+            }
+            if !warned && started.elapsed() > HELD_WARN {
+                tracing::warn!(
+                    "unloading waits: something still holds the engine although no lease or queue place does"
+                );
+                warned = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    if tokio::task::spawn_blocking(destroy).await.is_err() {
         tracing::error!(model = %id, "unloading the model panicked");
     }
     tracing::info!(model = %id, unload_ms = started.elapsed().as_millis() as u64, "model unloaded");
