@@ -18,9 +18,10 @@
 //! only once every slot has been left — `rkllm_abort` ends the whole run.
 
 use super::outcome::EndReason;
+use super::plan::RunPlan;
 use super::queue::{Permit, Place};
 use super::Engine;
-use rkllm_sys::{BatchInput, BatchRequest, Event, RunControl, RunInput, SamplingParams};
+use rkllm_sys::{BatchInput, BatchRequest, Event, RunControl, RunInput};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -73,12 +74,7 @@ pub(super) struct Slot {
 
 /// A job waiting for a batch.
 struct Waiting {
-    input: BatchInput,
-    /// The sampling the job's run needs (`None`: the init values).
-    sampling: Option<SamplingParams>,
-    /// The LoRA adapter (`None`: the base model): one per run, like sampling.
-    lora: Option<String>,
-    limit: u32,
+    plan: Arc<RunPlan>,
     place: Place,
     slot: oneshot::Sender<Result<Slot, EndReason>>,
 }
@@ -109,10 +105,7 @@ impl Engine {
         self: &Arc<Self>,
         scheduler: &Scheduler,
         place: Place,
-        input: BatchInput,
-        sampling: Option<SamplingParams>,
-        lora: Option<String>,
-        limit: u32,
+        plan: Arc<RunPlan>,
     ) -> Result<Slot, EndReason> {
         let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(jobs) = pending {
@@ -120,7 +113,7 @@ impl Engine {
         }
         let (slot, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the batch scheduler stopped".into());
-        scheduler.jobs.send(Waiting { input, sampling, lora, limit, place, slot }).map_err(|_| gone())?;
+        scheduler.jobs.send(Waiting { plan, place, slot }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
 
@@ -132,10 +125,10 @@ impl Engine {
             }
             return;
         }
-        let per_run = self.info.abi.per_run_sampling();
-        let limit = group.iter().map(|j| j.limit).max().unwrap_or(1);
-        let sampling = group[0].sampling.filter(|s| per_run && *s != self.defaults);
-        let lora = group[0].lora.clone();
+        // The group shares sampling and adapter (`take_group`); the run goes
+        // on to the longest limit, each slot ending its reply at its own.
+        let first = group[0].plan.clone();
+        let max_new_tokens = group.iter().filter_map(|j| j.plan.max_new_tokens).max();
         let jobs = group.len();
         let mut inputs = Vec::with_capacity(size);
         let mut channels = Vec::with_capacity(size);
@@ -144,7 +137,7 @@ impl Engine {
         let mut replies = Vec::with_capacity(jobs);
         for job in group {
             let (tx, rx) = mpsc::unbounded_channel();
-            inputs.push(job.input);
+            inputs.push(job.plan.batch_input());
             channels.push(Some(tx));
             receivers.push(rx);
             places.push(job.place);
@@ -154,7 +147,8 @@ impl Engine {
         inputs.resize(size, filler);
         channels.resize(size, None);
         let turn = self.queue.start(permit, places);
-        let request = BatchRequest { slots: inputs, max_new_tokens: per_run.then_some(limit as i32), sampling, lora };
+        let request =
+            BatchRequest { slots: inputs, max_new_tokens, sampling: first.sampling, lora: first.lora.clone() };
         let (control, done) = match self.model.submit_batch(request, channels) {
             Ok(submitted) => submitted,
             Err(e) => {
@@ -219,7 +213,7 @@ fn take_group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
     let mut group = vec![first];
     let mut rest = VecDeque::with_capacity(waiting.len());
     while let Some(job) = waiting.pop_front() {
-        if group.len() < size && job.sampling == group[0].sampling && job.lora == group[0].lora {
+        if group.len() < size && job.plan.shares_run_with(&group[0].plan) {
             group.push(job);
         } else {
             rest.push_back(job);
@@ -235,10 +229,27 @@ mod tests {
     use super::*;
 
     fn job(queue: &Queue, top_k: i32) -> (Waiting, oneshot::Receiver<Result<Slot, EndReason>>) {
+        lora_job(queue, top_k, None)
+    }
+
+    fn lora_job(
+        queue: &Queue,
+        top_k: i32,
+        lora: Option<&str>,
+    ) -> (Waiting, oneshot::Receiver<Result<Slot, EndReason>>) {
         let (slot, rx) = oneshot::channel();
-        let sampling = Some(SamplingParams { top_k, ..SamplingParams::RKLLM_DEFAULTS });
-        let input = BatchInput { input: RunInput::Prompt(format!("k{top_k}")), enable_thinking: false };
-        (Waiting { input, sampling, lora: None, limit: 8, place: queue.try_enter().expect("room"), slot }, rx)
+        let job = crate::engine::Job {
+            id: "j".into(),
+            prompt: format!("k{top_k}"),
+            max_new_tokens: Some(8),
+            sampling: crate::sampling::SamplingOverrides { top_k: Some(top_k), ..Default::default() },
+            enable_thinking: false,
+            tokens: None,
+            lora: lora.map(str::to_owned),
+            resent: None,
+        };
+        let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
+        (Waiting { plan: Arc::new(plan), place: queue.try_enter().expect("room"), slot }, rx)
     }
 
     #[test]
@@ -248,12 +259,12 @@ mod tests {
         let mut waiting: VecDeque<_> = [None, Some("a"), None, Some("a"), Some("b")]
             .into_iter()
             .map(|lora| {
-                let (w, rx) = job(&queue, 1);
+                let (w, rx) = lora_job(&queue, 1, lora);
                 receivers.push(rx);
-                Waiting { lora: lora.map(str::to_owned), ..w }
+                w
             })
             .collect();
-        let adapters = |g: &[Waiting]| g.iter().map(|j| j.lora.clone()).collect::<Vec<_>>();
+        let adapters = |g: &[Waiting]| g.iter().map(|j| j.plan.lora.clone()).collect::<Vec<_>>();
         assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![None, None]);
         assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("a".to_owned()); 2]);
         assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("b".to_owned())]);
@@ -263,7 +274,7 @@ mod tests {
     fn groups_share_sampling_keep_arrival_order_and_size() {
         let queue = Queue::new(16, crate::engine::Npu::default());
         let mut receivers = Vec::new();
-        let mut waiting: VecDeque<_> = [1, 2, 1, 1, 2, 1, 1]
+        let mut waiting: VecDeque<_> = [3, 2, 3, 3, 2, 3, 3]
             .into_iter()
             .map(|k| {
                 let (w, rx) = job(&queue, k);
@@ -271,13 +282,13 @@ mod tests {
                 w
             })
             .collect();
-        let top_k = |g: &[Waiting]| g.iter().map(|j| j.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
+        let top_k = |g: &[Waiting]| g.iter().map(|j| j.plan.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
         let first = take_group(&mut waiting, 4);
-        assert_eq!(top_k(&first), vec![Some(1); 4], "the oldest job's sampling, up to the batch size");
-        let prompts: Vec<_> = first.iter().map(|j| j.input.input.clone()).collect();
-        assert_eq!(prompts[3], RunInput::Prompt("k1".into()));
+        assert_eq!(top_k(&first), vec![Some(3); 4], "the oldest job's sampling, up to the batch size");
+        let prompts: Vec<_> = first.iter().map(|j| j.plan.prompt.clone()).collect();
+        assert_eq!(prompts[3], "k3");
         assert_eq!(top_k(&take_group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
-        assert_eq!(top_k(&take_group(&mut waiting, 4)), vec![Some(1)], "a lone job is not held back");
+        assert_eq!(top_k(&take_group(&mut waiting, 4)), vec![Some(3)], "a lone job is not held back");
         assert!(take_group(&mut waiting, 4).is_empty());
     }
 }

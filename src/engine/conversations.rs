@@ -5,10 +5,11 @@
 //! (loaded), else a clean start. Every run saves its prompt when files are
 //! kept, and every reuse is checked against the runtime afterwards.
 
+use super::job::Resent;
 use super::kv::Plan;
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Saved};
-use super::{Engine, Job};
+use super::Engine;
 use crate::metrics::RuntimePerf;
 use std::sync::{Mutex, MutexGuard};
 
@@ -20,15 +21,21 @@ impl Engine {
     /// How the job holding the turn uses the caches: `None` runs it
     /// stateless (the cache is off, or the job has no token ids, or
     /// clearing failed).
-    pub(super) async fn plan_kv(&self, job: &Job, lora: Option<&str>, max_new: u32) -> Option<Plan> {
+    pub(super) async fn plan_kv(
+        &self,
+        tokens: Option<&[i32]>,
+        resent: Option<&Resent>,
+        lora: Option<&str>,
+        max_new: u32,
+    ) -> Option<Plan> {
         let kv = self.kv.as_ref()?;
-        let Some(ids) = job.tokens.as_deref() else {
+        let Some(ids) = tokens else {
             // A stateless run leaves the cache in a state we do not track.
             self.forget_kv();
             return None;
         };
         let context = self.limits.max_context_len as usize;
-        let mut plan = lock(kv).plan(ids, job.resent.as_ref(), lora, max_new, context as u32);
+        let mut plan = lock(kv).plan(ids, resent, lora, max_new, context as u32);
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
             if plan.cached == 0 {

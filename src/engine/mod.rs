@@ -14,6 +14,7 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod plan;
 mod prompt_cache;
 mod queue;
 mod saved;
@@ -27,7 +28,7 @@ pub use job::{Job, Resent};
 pub use npu::Npu;
 pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
-pub use queue::QueueState;
+pub use queue::{Place, QueueState};
 pub use saved::SavedSettings;
 
 use crate::sampling::SamplingOverrides;
@@ -234,6 +235,18 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
+    }
+    /// Whether any queue place is held: a job waits, runs, or its aborted
+    /// run is being drained (the registry's test of "idle", with its leases).
+    pub fn in_use(&self) -> bool {
+        self.queue.in_use()
+    }
+    /// A place in the queue, or `QueueFull` at once. Taken before a request
+    /// is prepared (rendered, tokenized), so that a full daemon refuses
+    /// without doing that work, as TGI's permit and Ollama's pending channel
+    /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
+    pub fn reserve(&self) -> Result<Place, EngineError> {
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.

@@ -116,6 +116,11 @@ impl Queue {
     pub fn is_full(&self) -> bool {
         self.capacity.available_permits() == 0
     }
+
+    /// Some place is held (waiting, running, or draining an aborted run).
+    pub fn in_use(&self) -> bool {
+        self.capacity.available_permits() < self.depth + 1
+    }
 }
 
 #[cfg(test)]
