@@ -175,6 +175,11 @@ impl Saved {
     /// the entry. Keeps the file if the runtime wrote it.
     pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, returned: bool) {
         self.pending = None;
+        if self.is_off() {
+            // Switched off by this very run (its restore did not deliver).
+            remove(&save.file);
+            return;
+        }
         let bytes = match std::fs::metadata(&save.file) {
             Ok(m) => m.len(),
             Err(e) => {

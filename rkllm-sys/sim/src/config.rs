@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 13] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,8 @@ pub const KEYS: [&str; 11] = [
     "hang_after",
     "kv_size_skew",
     "eos_in_cache",
+    "cache_lies",
+    "cache_file_ms",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -45,6 +47,10 @@ pub(crate) struct SimConfig {
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
     pub eos_in_cache: bool,
+    /// A loaded prompt cache spares no prefill (a fault).
+    pub cache_lies: bool,
+    /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
+    pub cache_file_ms: f64,
 }
 
 #[derive(Debug)]
@@ -90,12 +96,23 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
             None => 0,
         },
-        eos_in_cache: match value("eos_in_cache").as_deref().map(str::trim) {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
-        },
+        eos_in_cache: switch(&value, "eos_in_cache")?,
+        cache_lies: switch(&value, "cache_lies")?,
+        cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
     })
+}
+
+/// Saving or loading a prompt-cache file: Qwen2.5-1.5B's KV is ~28 KiB per
+/// token (shared/rkllm-runtime.md), 1000 tokens ≈ 28 MiB, read or written
+/// on tmpfs at a few GB/s: ~10 ms.
+const DEFAULT_CACHE_FILE_MS: f64 = 10.0;
+
+fn switch(value: &impl Fn(&str) -> Option<String>, key: &str) -> Result<bool, ConfigError> {
+    match value(key).as_deref().map(str::trim) {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(invalid(key, v, "0 or 1")),
+    }
 }
 
 /// `key=value&key=value`; values are taken literally (no percent-decoding),
