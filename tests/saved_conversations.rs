@@ -129,3 +129,36 @@ async fn a_file_that_spares_no_prefill_switches_the_files_off_loudly() {
     assert_eq!(metric(&m, "rkllmd_conversation_cache_off_total"), Some(1.0), "{m}");
     assert_eq!(metric(&m, "rkllmd_conversations_saved"), Some(0.0), "{m}");
 }
+
+/// `prompt_cache_key` and `X-Session-Id` name a conversation: a named one
+/// whose earlier turn was edited is a miss that says so, and its new state
+/// replaces the old one's file rather than taking another.
+#[tokio::test]
+async fn a_named_conversation_with_an_edited_turn_is_an_edited_miss() {
+    let d = start(SPEC, &[]);
+    let body = |messages: &[Value]| json!({"model": MODEL, "messages": messages});
+    let url = format!("{}/v1/chat/completions", d.url);
+    let mut first = body(&opening("A"));
+    first["prompt_cache_key"] = json!("chat-1");
+    let r: Value = d.client().post(&url).json(&first).send().await.unwrap().json().await.unwrap();
+    let a = r["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+    chat(&d, &opening("B")).await;
+    let mut edited = follow_up("A", &a);
+    edited[0] = json!({"role": "user", "content": "Conversation A, edited"});
+    let r = d.client().post(&url).header("X-Session-Id", "chat-1").json(&body(&edited)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r: Value = r.json().await.unwrap();
+    assert_eq!((&r["timings"]["cache"], &r["timings"]["cache_miss"]), (&json!("miss"), &json!("edited")), "{r}");
+    let m = metrics(&d).await;
+    assert_eq!(metric(&m, "rkllmd_conversations_saved"), Some(2.0), "the edit replaced chat-1's file: {m}");
+    // Unnamed, the same edit is just another prompt.
+    let (_, _, t) = chat(&d, &follow_up("A", &a)).await;
+    assert_eq!(t["cache_miss"], "other", "{t}");
+
+    let mut long = body(&opening("C"));
+    long["prompt_cache_key"] = json!("k".repeat(257));
+    let r = d.client().post(&url).json(&long).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let r: Value = r.json().await.unwrap();
+    assert_eq!(r["error"]["param"], "prompt_cache_key", "{r}");
+}

@@ -5,7 +5,7 @@
 //! (loaded), else a clean start. Every run saves its prompt when files are
 //! kept, and every reuse is checked against the runtime afterwards.
 
-use super::job::Resent;
+use super::job::CacheHints;
 use super::kv::Plan;
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Saved};
@@ -24,7 +24,7 @@ impl Engine {
     pub(super) async fn plan_kv(
         &self,
         tokens: Option<&[i32]>,
-        resent: Option<&Resent>,
+        hints: &CacheHints,
         lora: Option<&str>,
         max_new: u32,
     ) -> Option<Plan> {
@@ -35,7 +35,8 @@ impl Engine {
             return None;
         };
         let context = self.limits.max_context_len as usize;
-        let mut plan = lock(kv).plan(ids, resent, lora, max_new, context as u32);
+        let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
+        plan.key = hints.conversation.clone();
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
             if plan.cached == 0 {
@@ -48,6 +49,16 @@ impl Engine {
                         plan.restore = Some(restore);
                     }
                 }
+            }
+            if let Some(key) = plan.key.as_deref().filter(|_| plan.cached == 0 && plan.restore.is_none()) {
+                // The client names a conversation the cache holds, but the
+                // prompt does not continue it: an earlier turn was edited.
+                // Its new state replaces the old one's file.
+                let named = lock(saved).keyed(key);
+                if named.is_some() || lock(kv).last_key() == Some(key) {
+                    plan.miss = MissReason::Edited;
+                }
+                continues = continues.or(named);
             }
             if plan.restore.is_none() && lock(saved).loaded.is_some() {
                 // A loaded file would spare a later prompt that happens to
@@ -148,7 +159,7 @@ impl Engine {
             match kept {
                 Some((held, lora)) => {
                     let returned = !matches!(found, CacheUse::Miss(_));
-                    saved.saved(save, &held, &plan.prompt, lora.as_deref(), returned);
+                    saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref(), returned);
                 }
                 None => saved.abandoned(save),
             }

@@ -6,7 +6,7 @@
 
 use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
-use super::job::{Job, Resent};
+use super::job::{CacheHints, Job};
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
@@ -87,7 +87,7 @@ impl Engine {
     pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
         let received = Instant::now();
         let tokens = job.tokens.clone();
-        let (job_id, resent) = (job.id.clone(), job.resent.clone());
+        let (job_id, hints) = (job.id.clone(), job.cache.clone());
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();
@@ -99,7 +99,7 @@ impl Engine {
             engine: self.clone(),
             plan,
             tokens,
-            resent,
+            hints,
             job: job_id.clone(),
             received,
             prompt_tokens,
@@ -146,8 +146,8 @@ struct Start {
     plan: Arc<RunPlan>,
     /// The prompt's ids (the conversation cache may send them instead of the text).
     tokens: Option<Vec<i32>>,
-    /// Where the prompt resends the last reply (for the conversation cache).
-    resent: Option<Resent>,
+    /// What the conversation cache matches besides the ids.
+    hints: CacheHints,
     /// The job's id.
     job: String,
     received: Instant,
@@ -171,7 +171,7 @@ impl Start {
             }
             None => {
                 let turn = engine.queue.wait_turn(self.place).await;
-                let submitted = submit(&engine, self.tokens.as_deref(), self.resent.as_ref(), &self.plan).await;
+                let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan).await;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
         };
@@ -232,14 +232,14 @@ type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 async fn submit(
     engine: &Arc<Engine>,
     tokens: Option<&[i32]>,
-    resent: Option<&Resent>,
+    hints: &CacheHints,
     run: &RunPlan,
 ) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, resent, run.lora.as_deref(), run.limit).await;
+    let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
     let request = match &plan {
         Some(plan) => RunRequest {
             save_prompt_cache: plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned()),

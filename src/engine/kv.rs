@@ -56,6 +56,8 @@ struct LastRun {
     /// The reply as the client saw it, by the api's reckoning (empty until
     /// the api names it: a reply cut by a stop sequence never matches).
     views: Vec<String>,
+    /// The client's name for the conversation.
+    key: Option<String>,
 }
 
 /// How one run uses the cache.
@@ -78,6 +80,8 @@ pub(super) struct Plan {
     pub save: Option<Save>,
     /// Why the resident conversation is not reused (when `cached` is 0).
     pub miss: MissReason,
+    /// The client's name for the conversation.
+    pub key: Option<String>,
 }
 
 /// Why a finished run's cache is not what the engine expected.
@@ -106,6 +110,7 @@ impl KvCache {
             restore: None,
             save: None,
             miss,
+            key: None,
         };
         let clear = self.tokens.as_ref().is_none_or(|t| !t.is_empty());
         let Some(cached) = self.tokens.as_deref() else { return plan(clear, 0, 0, false, MissReason::Unknown) };
@@ -177,6 +182,11 @@ impl KvCache {
         Some(&self.tokens.as_deref()?[..self.last.as_ref()?.reply_start])
     }
 
+    /// The client's name for the conversation the cache holds.
+    pub fn last_key(&self) -> Option<&str> {
+        self.last.as_ref()?.key.as_deref()
+    }
+
     /// The LoRA adapter the cached positions were computed with.
     pub fn lora(&self) -> Option<&str> {
         self.lora.as_deref()
@@ -216,7 +226,8 @@ impl KvCache {
         }
         let size = tokens.len();
         let prompt = plan.prompt.clone();
-        self.last = Some(LastRun { job: job.to_owned(), prompt, reply_start, views: Vec::new() });
+        let key = plan.key.clone();
+        self.last = Some(LastRun { job: job.to_owned(), prompt, reply_start, views: Vec::new(), key });
         self.tokens = Some(tokens);
         Ok(size)
     }

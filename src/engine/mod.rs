@@ -24,7 +24,7 @@ pub use backend::{
 };
 pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
-pub use job::{Job, Resent};
+pub use job::{CacheHints, Job, Resent};
 pub use npu::Npu;
 pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};

@@ -60,6 +60,9 @@ pub enum MissReason {
     /// The cache and the saved conversations hold other prompts (another
     /// conversation, or this one with an earlier turn edited).
     Other,
+    /// The conversation the client named (`prompt_cache_key`, `X-Session-Id`)
+    /// is cached, but the prompt does not continue it (an edited turn).
+    Edited,
     /// It continues the cached conversation but would overflow the context.
     Context,
     /// The cached positions were computed with another LoRA adapter.
@@ -90,6 +93,7 @@ impl MissReason {
         match self {
             MissReason::Empty => "empty",
             MissReason::Other => "other",
+            MissReason::Edited => "edited",
             MissReason::Context => "context",
             MissReason::Adapter => "adapter",
             MissReason::Unknown => "unknown",

@@ -59,7 +59,7 @@ impl RunPlan {
             enable_thinking: false,
             tokens: None,
             lora: None,
-            resent: None,
+            cache: Default::default(),
         };
         RunPlan::new(abi, SamplingParams::RKLLM_DEFAULTS, limit, job)
     }
@@ -111,7 +111,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
-            resent: None,
+            cache: Default::default(),
         }
     }
 

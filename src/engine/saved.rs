@@ -46,6 +46,8 @@ struct Entry {
     used: u64,
     /// Times the conversation came back (resident or restored).
     returns: u32,
+    /// The client's name for the conversation.
+    key: Option<String>,
 }
 
 /// A restore the next run makes.
@@ -152,6 +154,11 @@ impl Saved {
         Some(Save { entry, file })
     }
 
+    /// The saved conversation the client named `key`.
+    pub fn keyed(&self, key: &str) -> Option<u64> {
+        self.entries.iter().find(|e| e.key.as_deref() == Some(key)).map(|e| e.id)
+    }
+
     pub fn resident(&self) -> Option<u64> {
         self.resident
     }
@@ -173,7 +180,15 @@ impl Saved {
     /// A run that saved to `save` ended with the cache holding `held` ids
     /// for the client's `client` ids (its prompt); `returned`: it continued
     /// the entry. Keeps the file if the runtime wrote it.
-    pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, returned: bool) {
+    pub fn saved(
+        &mut self,
+        save: &Save,
+        held: &[i32],
+        client: &[i32],
+        lora: Option<&str>,
+        key: Option<&str>,
+        returned: bool,
+    ) {
         self.pending = None;
         if self.is_off() {
             // Switched off by this very run (its restore did not deliver).
@@ -202,6 +217,7 @@ impl Saved {
             bytes,
             used: self.clock,
             returns,
+            key: key.map(str::to_owned),
         });
         self.resident = Some(save.entry);
         self.evict();
@@ -301,7 +317,7 @@ mod tests {
     fn run(s: &mut Saved, continues: Option<u64>, held: &[i32], bytes: usize) -> u64 {
         let save = s.save(continues).unwrap();
         std::fs::write(&save.file, vec![0u8; bytes]).unwrap();
-        s.saved(&save, held, held, None, continues.is_some());
+        s.saved(&save, held, held, None, None, continues.is_some());
         save.entry
     }
 
@@ -346,7 +362,7 @@ mod tests {
         let mut s = saved(dir.path(), 8, 1 << 20);
         run(&mut s, None, &[1], 10);
         let save = s.save(None).unwrap();
-        s.saved(&save, &[2], &[2], None, false);
+        s.saved(&save, &[2], &[2], None, None, false);
         assert!(s.is_off());
         assert_eq!(s.held(), (0, 0));
         assert_eq!(s.save(None), None);

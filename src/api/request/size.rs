@@ -170,7 +170,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
-            resent: None,
+            cache: Default::default(),
         }
     }
 
