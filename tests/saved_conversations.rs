@@ -96,6 +96,13 @@ async fn over_a_small_budget_the_least_recently_used_conversation_goes() {
     let m = metrics(&d).await;
     assert!(metric(&m, "rkllmd_conversation_evictions_total").is_some_and(|n| n >= 1.0), "{m}");
     assert_eq!(metric(&m, "rkllmd_conversations_saved"), Some(2.0), "{m}");
+    // /v1/models and Ollama's /api/ps show them.
+    let (_, models) = d.get_json("/v1/models").await;
+    let card = &models["data"][0]["conversations"];
+    assert_eq!((&card["warm"], &card["saved"]), (&json!(2), &json!(2)), "{models}");
+    assert!(card["saved_bytes"].as_u64().unwrap() > 0 && card["resident_tokens"].as_u64().unwrap() > 0, "{card}");
+    let (_, ps) = d.get_json("/api/ps").await;
+    assert_eq!(ps["models"][0]["conversations"], *card, "{ps}");
 }
 
 /// Through the dlopen'ed simulator, whose prompt cache loads but spares

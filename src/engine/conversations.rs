@@ -13,6 +13,18 @@ use super::Engine;
 use crate::metrics::RuntimePerf;
 use std::sync::{Mutex, MutexGuard};
 
+/// The conversations a model keeps warm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmConversations {
+    /// Conversations whose state is kept (resident or saved, each once).
+    pub warm: usize,
+    /// Prompt tokens of the conversation the KV cache holds (0: none).
+    pub resident_tokens: usize,
+    /// Conversations saved as prompt-cache files, and their bytes.
+    pub saved: usize,
+    pub saved_bytes: u64,
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -215,9 +227,18 @@ impl Engine {
         }
     }
 
-    /// Saved conversations: how many and their bytes (0 without files).
-    pub fn saved_conversations(&self) -> (usize, u64) {
-        self.saved.as_ref().map_or((0, 0), |s| lock(s).held())
+    /// The conversations kept warm now; `None` with the cache off.
+    pub fn warm_conversations(&self) -> Option<WarmConversations> {
+        let kv = self.kv.as_ref()?;
+        // Between runs only: a run holding the lock is brief (planning, settling).
+        let resident_tokens = lock(kv).last_prompt().map_or(0, <[i32]>::len);
+        let ((saved, saved_bytes), resident_saved) = self.saved.as_ref().map_or(((0, 0), false), |s| {
+            let s = lock(s);
+            (s.held(), s.resident().is_some())
+        });
+        // The resident conversation's latest prompt is one of the files, when saved.
+        let warm = saved + usize::from(resident_tokens > 0 && !resident_saved);
+        Some(WarmConversations { warm, resident_tokens, saved, saved_bytes })
     }
 
     /// Asks the runtime thread for the KV cache's size (it answers between

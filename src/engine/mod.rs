@@ -22,6 +22,7 @@ mod saved;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use conversations::WarmConversations;
 pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
 pub use job::{CacheHints, Job, Resent};
