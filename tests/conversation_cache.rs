@@ -61,11 +61,13 @@ async fn follow_up_turns_prefill_only_what_is_new_and_replies_match_the_cache_of
         assert_eq!(timings["cache_n"], cached_tokens);
         if i == 0 {
             assert_eq!(cached_tokens, 0, "the first turn has nothing cached");
+            assert_eq!((&timings["cache"], &timings["cache_miss"]), (&json!("miss"), &json!("empty")), "{timings}");
         } else {
             // The cache holds the previous prompt and every generated token.
             let (_, prev, _) = &cached[i - 1];
             let expected = prev["prompt_tokens"].as_i64().unwrap() + prev["completion_tokens"].as_i64().unwrap();
             assert_eq!(cached_tokens, expected, "turn {i}: {usage}");
+            assert_eq!(timings["cache"], "resident", "turn {i}: {timings}");
         }
         // The runtime prefilled only the rest.
         assert_eq!(

@@ -39,6 +39,9 @@ pub(super) struct KvCache {
     /// A reply that reasoned may stand for the same reply resent without
     /// its reasoning (setting `reasoning_history = kept`).
     keep_reasoning: bool,
+    /// Something ran or was forgotten since the model loaded (an unknown
+    /// cache before that is the fresh one: a miss is `empty`, not `unknown`).
+    used: bool,
 }
 
 /// The last run in the cache: its prompt as the client sent it, where its
@@ -113,7 +116,10 @@ impl KvCache {
             key: None,
         };
         let clear = self.tokens.as_ref().is_none_or(|t| !t.is_empty());
-        let Some(cached) = self.tokens.as_deref() else { return plan(clear, 0, 0, false, MissReason::Unknown) };
+        let Some(cached) = self.tokens.as_deref() else {
+            let why = if self.used { MissReason::Unknown } else { MissReason::Empty };
+            return plan(clear, 0, 0, false, why);
+        };
         if cached.is_empty() {
             return plan(clear, 0, 0, false, MissReason::Empty);
         }
@@ -200,6 +206,7 @@ impl KvCache {
     /// Nothing is known about the cache any more (a run was abandoned, a
     /// clear failed, a check disagreed).
     pub fn forget(&mut self) {
+        self.used = true;
         self.tokens = None;
         self.last = None;
     }
@@ -215,6 +222,7 @@ impl KvCache {
         reported: Option<usize>,
     ) -> Result<usize, Disagreement> {
         self.last = None;
+        self.used = true;
         let Some(mut tokens) = self.tokens.take().filter(|t| t.len() == plan.cached) else {
             return Err(Disagreement { expected: plan.cached + plan.input.len() + generated.len(), reported });
         };
