@@ -249,3 +249,50 @@ async fn batch_one_is_todays_path_and_batch_is_checked() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("1..=8"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Clients that send their next request as soon as their reply ends.
+async fn closed_loop(api: &Api, rounds: usize) -> Vec<Vec<Value>> {
+    let clients: Vec<_> = REPLIES
+        .iter()
+        .map(|(key, _)| {
+            let (api, key) = (api.clone(), key.to_string());
+            tokio::spawn(async move {
+                let mut timings = Vec::new();
+                for round in 0..rounds {
+                    let (_, finish, t) = streamed(&api, &format!("{key}, round {round}"), json!({})).await;
+                    assert_eq!(finish, "stop");
+                    timings.push(t);
+                }
+                timings
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for client in clients {
+        all.push(client.await.unwrap());
+    }
+    all
+}
+
+#[tokio::test]
+async fn closed_loop_clients_gather_into_full_batches() {
+    let (d, _script) = daemon(false, "", &["--batch-gather-ms", "200"]);
+    let rounds = 4;
+    let timings = closed_loop(&Api::of(&d), rounds).await;
+    // The first round splits (the first request starts alone, at once);
+    // after a run the next one waits for the clients whose replies just
+    // ended, so from then on all four share every run.
+    for (client, t) in timings.iter().enumerate() {
+        assert_eq!(t[rounds - 1]["batch_n"], 4, "client {client}'s last request ran in a full batch: {t:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_on_an_idle_daemon_does_not_wait_for_a_batch_to_gather() {
+    let (d, _script) = daemon(false, "", &["--batch-gather-ms", "1000"]);
+    let (text, _, timings) = streamed(&Api::of(&d), "ALPHA", json!({})).await;
+    assert_eq!(text, REPLIES[0].1);
+    assert_eq!(timings["batch_n"], 1);
+    let queue_ms = timings["queue_ms"].as_f64().unwrap();
+    assert!(queue_ms < 500.0, "a lone request starts at once, not after the 1 s gathering time: {timings}");
+}
