@@ -10,11 +10,12 @@
 //!   `max_passed_over` others that arrived after it.
 //! * **Gathering** (`batch` > 1). A batched run cannot take a job once it
 //!   started, so after a run ends the scheduler waits up to `gather` for
-//!   more jobs before starting the next one with empty slots: clients that
-//!   send again as soon as their reply ends (closed loop) then share runs
-//!   instead of splitting into groups that never merge. The wait happens
-//!   only within `gather` of the last run's end — a request on an idle
-//!   daemon starts at once — and ends as soon as the batch is full.
+//!   the clients of that run to send again (closed loop) before starting
+//!   the next one with empty slots: they then share runs instead of
+//!   splitting into groups that never merge. It waits for as many as it
+//!   expects — those waiting plus the last run's jobs, at most a full batch
+//!   — so a lone client (expected alone) never waits, and nothing waits
+//!   after an idle spell (no run within `gather`).
 
 use super::batch::Slot;
 use super::outcome::EndReason;
@@ -107,8 +108,8 @@ impl Engine {
 async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, settings: ScheduleSettings) {
     let size = usize::from(settings.batch);
     let mut waiting = VecDeque::new();
-    // When the last run ended: gathering happens only shortly after one.
-    let mut last_end: Option<Instant> = None;
+    // Until when, and for how many jobs, the next batch gathers.
+    let mut gathering: Option<(Instant, usize)> = None;
     loop {
         if waiting.is_empty() {
             match jobs.recv().await {
@@ -117,8 +118,8 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             }
         }
         if size > 1 {
-            if let Some(until) = last_end.map(|end| end + settings.gather).filter(|until| *until > Instant::now()) {
-                gather(&mut jobs, &mut waiting, size, until).await;
+            if let Some((until, expected)) = gathering.take().filter(|(until, _)| *until > Instant::now()) {
+                gather(&mut jobs, &mut waiting, expected, until).await;
             }
         }
         let Some(engine) = engine.upgrade() else { return };
@@ -147,8 +148,16 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             let _ = first.reply.send(Ok(Assigned::Alone(turn)));
         } else {
             let group = take_group(first, &mut waiting, size);
+            let ran = group.len();
             engine.run_batch(permit, group, size).await;
-            last_end = Some(Instant::now());
+            while let Ok(job) = jobs.try_recv() {
+                waiting.push_back(job);
+            }
+            // Every job of the run may come back, and those waiting are here;
+            // a client that came back early is counted twice, which costs at
+            // most `gather` (a lone client is counted once: it never waits).
+            let expected = (waiting.len() + ran).min(size);
+            gathering = Some((Instant::now() + settings.gather, expected));
         }
     }
 }
@@ -161,9 +170,14 @@ async fn any_left(waiting: &mut VecDeque<Waiting>) {
     futures_util::future::select_all(waiting.iter_mut().map(|job| Box::pin(job.reply.closed()))).await;
 }
 
-/// Waits until `waiting` has `size` jobs or `until` passes.
-async fn gather(jobs: &mut UnboundedReceiver<Waiting>, waiting: &mut VecDeque<Waiting>, size: usize, until: Instant) {
-    while waiting.len() < size {
+/// Waits until `waiting` has `expected` jobs or `until` passes.
+async fn gather(
+    jobs: &mut UnboundedReceiver<Waiting>,
+    waiting: &mut VecDeque<Waiting>,
+    expected: usize,
+    until: Instant,
+) {
+    while waiting.len() < expected {
         match tokio::time::timeout_at(until, jobs.recv()).await {
             Ok(Some(job)) => waiting.push_back(job),
             Ok(None) | Err(_) => return,
