@@ -17,13 +17,14 @@
 //! only once every slot has been left — `rkllm_abort` ends the whole run.
 
 use super::outcome::EndReason;
-use super::queue::Permit;
-use super::schedule::{Assigned, Waiting};
+use super::plan::RunPlan;
+use super::queue::{Permit, Place, Turn};
 use super::Engine;
-use rkllm_sys::{BatchInput, BatchRequest, Event, RunControl, RunInput};
+use rkllm_sys::{BatchInput, BatchRequest, Event, Finish, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
+use tokio::sync::oneshot;
 
 /// The text of a slot no job fills: one token, so it adds next to nothing to
 /// the prefill (its reply is decoded by the runtime and never read).
@@ -69,32 +70,42 @@ pub(super) struct Slot {
     pub jobs: u32,
 }
 
+/// A batched run under way: its turn is held until the runtime returned.
+pub(super) struct BatchRun {
+    done: oneshot::Receiver<Finish>,
+    turn: Turn,
+    jobs: usize,
+    size: usize,
+}
+
 impl Engine {
-    /// Starts one batched run for `group` and waits until `rkllm_run` returned.
-    pub(super) async fn run_batch(&self, permit: Permit, group: Vec<Waiting>, size: usize) {
+    /// Starts one batched run for `group` (plans and their queue places):
+    /// each job's slot, in order, and the run to be ended with
+    /// [`Engine::end_batch`] once the slots are handed out.
+    pub(super) fn start_batch(
+        &self,
+        permit: Permit,
+        group: Vec<(Arc<RunPlan>, Place)>,
+        size: usize,
+    ) -> Result<(Vec<Slot>, BatchRun), EndReason> {
         if self.is_closing() {
-            for job in group {
-                let _ = job.reply.send(Err(EndReason::ShuttingDown));
-            }
-            return;
+            return Err(EndReason::ShuttingDown);
         }
-        // The group shares sampling and adapter (`take_group`); the run goes
+        // The group shares sampling and adapter (`schedule.rs`); the run goes
         // on to the longest limit, each slot ending its reply at its own.
-        let first = group[0].plan.clone();
-        let max_new_tokens = group.iter().filter_map(|j| j.plan.max_new_tokens).max();
+        let first = group[0].0.clone();
+        let max_new_tokens = group.iter().filter_map(|(plan, _)| plan.max_new_tokens).max();
         let jobs = group.len();
         let mut inputs = Vec::with_capacity(size);
         let mut channels = Vec::with_capacity(size);
         let mut receivers = Vec::with_capacity(jobs);
         let mut places = Vec::with_capacity(jobs);
-        let mut replies = Vec::with_capacity(jobs);
-        for job in group {
+        for (plan, place) in group {
             let (tx, rx) = mpsc::unbounded_channel();
-            inputs.push(job.plan.batch_input());
+            inputs.push(plan.batch_input());
             channels.push(Some(tx));
             receivers.push(rx);
-            places.push(job.place);
-            replies.push(job.reply);
+            places.push(place);
         }
         let filler = BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false };
         inputs.resize(size, filler);
@@ -102,24 +113,22 @@ impl Engine {
         let turn = self.queue.start(permit, places);
         let request =
             BatchRequest { slots: inputs, max_new_tokens, sampling: first.sampling, lora: first.lora.clone() };
-        let (control, done) = match self.model.submit_batch(request, channels) {
-            Ok(submitted) => submitted,
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(EndReason::RuntimeError(e.to_string())));
-                }
-                return;
-            }
-        };
+        let (control, done) =
+            self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
         let wanted = Arc::new(AtomicUsize::new(jobs));
-        for (reply, events) in replies.into_iter().zip(receivers) {
-            let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
-            let slot = Slot { control, events, jobs: jobs as u32 };
-            if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
-                // Its client left while the batch was being put together.
-                slot.control.abort();
-            }
-        }
+        let slots = receivers
+            .into_iter()
+            .map(|events| {
+                let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
+                Slot { control, events, jobs: jobs as u32 }
+            })
+            .collect();
+        Ok((slots, BatchRun { done, turn, jobs, size }))
+    }
+
+    /// Waits until the batched run's `rkllm_run` returned, then frees its turn.
+    pub(super) async fn end_batch(&self, run: BatchRun) {
+        let BatchRun { done, turn, jobs, size } = run;
         if let Ok(finish) = done.await {
             for surprise in &finish.surprises {
                 tracing::error!(

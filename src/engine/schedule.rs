@@ -149,7 +149,23 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
         } else {
             let group = take_group(first, &mut waiting, size);
             let ran = group.len();
-            engine.run_batch(permit, group, size).await;
+            let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reply, (j.plan, j.place))).unzip();
+            match engine.start_batch(permit, members, size) {
+                Ok((slots, run)) => {
+                    for (reply, slot) in replies.into_iter().zip(slots) {
+                        if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
+                            // Its client left while the batch was being put together.
+                            slot.control.abort();
+                        }
+                    }
+                    engine.end_batch(run).await;
+                }
+                Err(reason) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(reason.clone()));
+                    }
+                }
+            }
             while let Ok(job) = jobs.try_recv() {
                 waiting.push_back(job);
             }
