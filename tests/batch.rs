@@ -302,3 +302,15 @@ async fn a_lone_client_never_waits_for_a_batch_to_gather() {
         assert!(queue_ms < 500.0, "a lone request starts at once, not after the 1 s gathering time: {timings}");
     }
 }
+
+#[tokio::test]
+async fn a_runtime_whose_abort_does_not_end_a_batch_is_reported() {
+    // A lone job's run is aborted when its reply ends early (here at a stop
+    // sequence), which is what ends its filler slots' decoding; this runtime
+    // ignores the abort.
+    let (d, _script) = daemon(false, "&batch_abort_ignored=1", &[]);
+    let (text, finish, _) = streamed(&Api::of(&d), "BRAVO", json!({"stop": ["with"]})).await;
+    assert_eq!((text.as_str(), finish.as_str()), ("Bravo speaking, ", "stop"));
+    assert!(d.wait_log("steps after rkllm_abort"), "the fillers decoding on is reported: {}", d.log());
+    assert!(d.log().contains("contradicts rkllmd's reading of the manual"), "{}", d.log());
+}
