@@ -276,7 +276,16 @@ async fn closed_loop(api: &Api, rounds: usize) -> Vec<Vec<Value>> {
 
 #[tokio::test]
 async fn closed_loop_clients_gather_into_full_batches() {
-    let (d, _script) = daemon(false, "", &["--batch-gather-ms", "200"]);
+    closed_loop_gathers(false).await;
+}
+
+#[tokio::test]
+async fn through_dlopen_closed_loop_clients_gather_into_full_batches() {
+    closed_loop_gathers(true).await;
+}
+
+async fn closed_loop_gathers(dlopen: bool) {
+    let (d, _script) = daemon(dlopen, "", &["--batch-gather-ms", "200"]);
     let rounds = 4;
     let timings = closed_loop(&Api::of(&d), rounds).await;
     // The first request starts alone, at once, and the others queue behind
