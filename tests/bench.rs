@@ -170,10 +170,16 @@ async fn levels_sample_the_server_and_write_every_output() {
     // Two distribution panels with a curve per level, and the throughput line.
     assert_eq!(svg.matches("<polyline").count(), 5, "{svg}");
     assert!(svg.contains("concurrency 4"));
+    // A category axis has no numbered ticks (it once drew one at x = NaN).
+    assert!(!svg.contains("NaN"), "{svg}");
+    assert!(md.contains("simulated runtime"), "the simulator is named as such: {md}");
     let html = std::fs::read_to_string(path("r.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("TTFT ms"));
-    // The server's /v1/system, as JSON in the page.
-    assert!(html.contains("<h2>Server (GET /v1/system)</h2>\n<pre>{"), "{html}");
+    assert!(html.contains("<svg") && !html.contains("NaN"));
+    // HTML tables, not terminal text: each figure a row, the server's /v1/system field by field.
+    assert!(!html.contains("<pre>"), "{html}");
+    assert!(html.contains("<tr><td>TTFT ms</td><td class=\"n\">8</td>"), "{html}");
+    assert!(html.contains("<tr><td>runtime.backend</td><td>sim</td></tr>"), "{html}");
+    assert!(html.contains("<tr><td>simulated</td><td>true</td></tr>") && html.contains("class=\"warn\""), "{html}");
 }
 
 /// A server that gets everything wrong: the role chunk at accept time, a

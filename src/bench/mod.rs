@@ -8,6 +8,7 @@ mod chart;
 mod client;
 mod crosscheck;
 mod finding;
+mod html;
 mod markdown;
 mod measure;
 mod procstat;
@@ -198,7 +199,7 @@ fn write_outputs(args: &BenchArgs, report: &Report) -> Result<(), String> {
         write(path, chart::svg(report))?;
     }
     if let Some(path) = &args.html {
-        write(path, chart::html(report))?;
+        write(path, html::render(report))?;
     }
     Ok(())
 }
