@@ -5,7 +5,7 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
-use super::record::Counting;
+use super::record::{Counting, NamesModel};
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
@@ -57,6 +57,12 @@ pub struct EmbeddingRequest {
 pub enum Vector {
     Float(Vec<f32>),
     Base64(String),
+}
+
+impl NamesModel for EmbeddingRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

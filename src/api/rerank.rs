@@ -7,7 +7,7 @@ use super::embeddings::{check_inputs, text_input};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
-use super::record::Counting;
+use super::record::{Counting, NamesModel};
 use super::request::prepare;
 use super::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
@@ -49,6 +49,12 @@ pub struct RerankRequest {
     /// Extension: the reranker's task instruction (Qwen3-Reranker's `<Instruct>`).
     #[serde(default)]
     pub instruction: Option<String>,
+}
+
+impl NamesModel for RerankRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
