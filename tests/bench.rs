@@ -342,3 +342,21 @@ async fn failed_requests_are_counted_by_kind() {
     let ok = bench(args(&["--url", &d.url, "--requests", "2", "--api-key", "k1"])).await;
     assert_eq!(ok["levels"][0]["succeeded"], 2);
 }
+
+/// bench reads none of the daemon's settings: a missing config file or a bad
+/// `RKLLMD_PORT` in the environment does not stop it; and a server that is
+/// not there is reported with the cause, "connection refused".
+#[test]
+fn bench_ignores_the_daemon_configuration_and_names_a_refused_connection() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // dropped: nobody listens
+    let output = Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["bench", "--url", &format!("http://{closed}"), "--requests", "1"])
+        .env("RKLLMD_CONFIG", "/nope/rkllmd.toml")
+        .env("RKLLMD_PORT", "abc")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "a run that failed, not a configuration error (2): {stderr}");
+    assert!(!stderr.contains("/nope") && !stderr.contains("--port"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("connection refused"), "{stderr}");
+}

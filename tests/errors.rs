@@ -191,3 +191,27 @@ async fn print_config_shows_precedence_file_env_flag() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("colour"));
 }
+
+/// Two models with one id: `--print-config` refuses the configuration as
+/// `serve` does, with the same words and the configuration's exit status.
+#[test]
+fn print_config_checks_the_registered_models_as_start_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "[[models]]\nid = \"m\"\npath = \"sim:instant\"\n\n[[models]]\nid = \"m\"\npath = \"sim:qwen2-0.5b\"\n",
+    )
+    .unwrap();
+    for print in [true, false] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"));
+        command.args(["--config", file.to_str().unwrap(), "--port", "0"]);
+        if print {
+            command.arg("--print-config");
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "print {print}: {stderr}");
+        assert!(stderr.contains("two models have the id `m`: sim:instant and sim:qwen2-0.5b"), "{stderr}");
+    }
+}
