@@ -36,7 +36,8 @@ use std::time::Duration;
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
-    #[error("loading the model failed: {0}")]
+    // The registry says which model's load failed (`RegistryError::Load`).
+    #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
     Adapter { name: String, source: rkllm_sys::ModelError },
