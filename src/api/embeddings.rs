@@ -5,14 +5,15 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
-use super::record::{Counting, NamesModel};
+use super::named::NamesModel;
+use super::record::Counting;
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
 use crate::engine::EndReason;
+use crate::engine::{Capture, RunInput};
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
-use rkllm_sys::{Capture, RunInput};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 use utoipa::ToSchema;

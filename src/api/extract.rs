@@ -3,7 +3,8 @@
 //! the wrong type → 400 naming the field (`param`).
 
 use super::error::ApiError;
-use super::record::{Counting, NamesModel};
+use super::named::NamesModel;
+use super::record::Counting;
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};

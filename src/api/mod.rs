@@ -12,6 +12,7 @@ mod forward;
 mod health;
 mod metrics;
 mod models;
+mod named;
 mod ollama;
 mod record;
 mod reply;

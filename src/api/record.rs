@@ -9,6 +9,7 @@
 //! An embedding or rerank request ([`ForwardRecord`]) is recorded when its
 //! answer is known, or at once when the client goes away first.
 
+use super::named::NamesModel;
 use super::status::{self, Ending};
 use crate::engine::{EndReason, Generation, Outcome};
 use crate::metrics::{Finished, Kind, RuntimePerf, Timeline};
@@ -29,11 +30,6 @@ pub struct Counting(Arc<CountingState>);
 struct CountingState {
     taken_over: AtomicBool,
     model: OnceLock<String>,
-}
-
-/// A request body that names a model (every counted request's does).
-pub trait NamesModel {
-    fn model(&self) -> &str;
 }
 
 impl Counting {

@@ -19,7 +19,7 @@ mod queue;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
-pub use forward::{Forward, ForwardJob};
+pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
 pub use job::Job;
 pub use npu::Npu;
@@ -102,6 +102,14 @@ pub struct EngineSettings {
     pub prompt_cache: Option<PromptCacheSettings>,
 }
 
+impl EngineSettings {
+    /// What a run samples with unless a request says otherwise: the
+    /// `[sampling]` table over RKLLM's defaults.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling.apply(SamplingParams::RKLLM_DEFAULTS)
+    }
+}
+
 pub struct Engine {
     model: Model,
     /// Set at shutdown: queued jobs end without running.
@@ -122,20 +130,20 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let defaults = settings.sampling_defaults();
         let EngineSettings {
             model_path,
             limits,
             queue_depth,
             batch,
             base_domain_id,
-            sampling,
+            sampling: _,
             disable_runtime_template,
             conversation_cache,
             npu,
             loras,
             prompt_cache,
         } = settings;
-        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,

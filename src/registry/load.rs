@@ -99,7 +99,7 @@ pub fn log_loaded(loaded: &Loaded, took: std::time::Duration) {
         path = %info.model_path,
         max_context_len = limits.max_context_len,
         max_new_tokens = limits.max_new_tokens,
-        sampling = format!("top_k={} top_p={} temperature={} repeat_penalty={} frequency_penalty={} presence_penalty={} mirostat={} mirostat_tau={} mirostat_eta={}", s.top_k, s.top_p, s.temperature, s.repeat_penalty, s.frequency_penalty, s.presence_penalty, s.mirostat, s.mirostat_tau, s.mirostat_eta),
+        sampling = crate::sampling::named(&s).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         "model loaded"
     );
 }

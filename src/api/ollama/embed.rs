@@ -9,10 +9,10 @@ use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::prepare;
 use crate::api::{AppState, Loaded};
+use crate::engine::RunInput;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::{Extension, Json};
-use rkllm_sys::RunInput;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 

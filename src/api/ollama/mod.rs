@@ -14,7 +14,8 @@ mod wire;
 
 use super::error::ApiError;
 use super::metrics::CountedRoutes;
-use super::record::{Counting, NamesModel};
+use super::named::NamesModel;
+use super::record::Counting;
 use super::request::prepare;
 use super::respond::start;
 use super::AppState;

@@ -1,7 +1,7 @@
 //! Ollama's request and response bodies, with Ollama's field names and units
 //! (durations in nanoseconds, times as RFC 3339).
 
-use crate::api::record::NamesModel;
+use crate::api::named::NamesModel;
 use crate::api::request::SamplingFields;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};

@@ -1,6 +1,6 @@
 //! The request bodies as clients send them (serde + OpenAPI schema).
 
-use crate::api::record::NamesModel;
+use crate::api::named::NamesModel;
 use crate::sampling::SamplingOverrides;
 use serde::Deserialize;
 use serde_json::{Map, Value};
