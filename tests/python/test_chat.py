@@ -50,7 +50,7 @@ def test_non_stream(client):
 
     # The extension field survives the SDK's parsing ...
     assert c.model_extra is not None and "timings" in c.model_extra, "timings missing from the parsed completion"
-    # ... and on the wire it obeys shared/timings.md.
+    # ... and on the wire it obeys docs/timings.md.
     body = json.loads(raw.text)
     assert body["choices"][0].get("logprobs", None) is None
     check_usage(body["usage"], completion_tokens=REPLY_TOKENS)
