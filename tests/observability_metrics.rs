@@ -468,3 +468,21 @@ async fn a_refusal_is_counted_under_the_model_it_named() {
     assert_eq!(refused("", "404"), Some(1.0), "an unknown name is no label");
     assert_eq!(value(&s, "rkllmd_requests_total", &[("model", "gamma")]), None);
 }
+
+/// Each model has its own KV cache: the gauge is their sum, not the last
+/// run's model's (the same question to two identical models fills both alike).
+#[tokio::test]
+async fn the_kv_cache_gauge_sums_the_loaded_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let tables = "[[models]]\nid = \"alpha\"\npath = \"sim:instant?reply_tokens=6\"\n\n\
+                  [[models]]\nid = \"beta\"\npath = \"sim:instant?reply_tokens=6\"\n";
+    std::fs::write(&config, tables).unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap(), "--max-loaded-models", "2"]);
+    assert_eq!(d.post("/v1/chat/completions", chat("alpha", "the same question")).await.status(), 200);
+    let one = value(&scrape_at(&d.url).await, "rkllmd_kv_cache_tokens", &[]).unwrap();
+    assert!(one > 0.0, "{one}");
+    assert_eq!(d.post("/v1/chat/completions", chat("beta", "the same question")).await.status(), 200);
+    let both = value(&scrape_at(&d.url).await, "rkllmd_kv_cache_tokens", &[]).unwrap();
+    assert_eq!(both, 2.0 * one, "alpha's cache still holds its {one} tokens");
+}

@@ -26,18 +26,20 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     let system = SystemInfo::gather(&state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
-    let queue = state.models().ok().map(|r| {
-        r.loaded()
-            .iter()
-            .map(|m| m.engine.queue_state())
-            .fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
+    let loaded = state.models().ok().map(|r| r.loaded());
+    let queue = loaded.as_ref().map(|models| {
+        models.iter().map(|m| m.engine.queue_state()).fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
     });
+    // Each model's own KV cache: the sum of those that have reported one.
+    let kv_cache_tokens = loaded
+        .as_ref()
+        .and_then(|models| models.iter().filter_map(|m| m.engine.kv_cache_tokens()).reduce(|a, b| a + b));
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
         cpu_seconds: system.cpu.process_seconds,
     };
-    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process };
+    let live = Live { queue, kv_cache_tokens, info: system.info_labels(), telemetry: &snapshot, process };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),

@@ -120,6 +120,10 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
+    /// Positions in this model's KV cache after its last run, as the runtime
+    /// said (`rkllm_get_kv_cache_size`); -1 until it said. The api reads it
+    /// for `/metrics` (each model its own, summed there).
+    kv_tokens: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// `Some` with `batch` > 1.
     scheduler: Option<batch::Scheduler>,
     /// `Some` when the model has a prompt-cache file (loaded).
@@ -187,6 +191,7 @@ impl Engine {
             limits,
             // Batched runs keep no history.
             kv: (conversation_cache && batch == 1).then(Default::default),
+            kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
             prompt_cache,
         })
@@ -194,6 +199,10 @@ impl Engine {
 
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+    /// Tokens in the KV cache after the last run, once the runtime said.
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {
