@@ -231,11 +231,12 @@ fn the_daemon_binary_exports_no_rkllm_symbols() {
 fn auto_with_a_real_model_file_and_no_library_fails_instead_of_simulating_it() {
     let model = tempfile::NamedTempFile::new().unwrap();
     // RKLLM_LIB is used as given: a library installed on this machine is not found instead.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
-        .args(["--port", "0", "--model", model.path().to_str().unwrap()])
-        .env("RKLLM_LIB", "/nonexistent/librkllmrt.so")
-        .output()
-        .unwrap();
+    let out = run_to_exit(
+        std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+            .args(["--port", "0", "--model", model.path().to_str().unwrap()])
+            .env("RKLLM_LIB", "/nonexistent/librkllmrt.so"),
+        std::time::Duration::from_secs(30),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

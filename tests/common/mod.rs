@@ -268,3 +268,21 @@ pub fn python_venv() -> PathBuf {
     }
     venv
 }
+
+/// Runs `rkllmd ARGS…` that must exit on its own (a start that fails), and
+/// returns its output; one still running after `within` is killed and the
+/// test fails — a start that was meant to fail and serves instead would
+/// otherwise hang the test.
+pub fn run_to_exit(command: &mut Command, within: Duration) -> std::process::Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn rkllmd");
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("still running after {within:?}: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
