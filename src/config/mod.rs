@@ -162,7 +162,8 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_TIMINGS_LOG")]
     pub timings_log: Option<PathBuf>,
     /// Serve /metrics on this address (e.g. 127.0.0.1:9090) instead of the main listener.
-    #[arg(long, env = "RKLLMD_METRICS_ADDR")]
+    #[arg(long, env = "RKLLMD_METRICS_ADDR", value_parser = parse_socket)]
+    #[serde(deserialize_with = "socket_from_toml")]
     pub metrics_addr: Option<SocketAddr>,
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
@@ -270,6 +271,21 @@ fn parse_host(text: &str) -> Result<IpAddr, String> {
 fn host_from_toml<'de, D: serde::Deserializer<'de>>(de: D) -> Result<IpAddr, D::Error> {
     let text = String::deserialize(de)?;
     parse_host(&text).map_err(serde::de::Error::custom)
+}
+
+/// An IP address and port, or a refusal that says what to give instead.
+fn parse_socket(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "`{text}` is not an IP address with a port; give e.g. 127.0.0.1:9090 (this machine only, what \
+             `localhost` means) or 0.0.0.0:9090 (every IPv4 interface)"
+        )
+    })
+}
+
+fn socket_from_toml<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = Option::<String>::deserialize(de)?;
+    text.as_deref().map(parse_socket).transpose().map_err(serde::de::Error::custom)
 }
 
 /// The sampling fields are `f32`: widened to TOML's `f64` they would print

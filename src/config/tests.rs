@@ -128,4 +128,12 @@ fn a_host_name_is_refused_with_the_addresses_to_give() {
     let file = write("host = \"localhost\"\n");
     let err = assemble(&["--config", file.path().to_str().unwrap()]).unwrap_err().to_string();
     assert!(err.contains("`localhost` is not an IP address; give 127.0.0.1"), "{err}");
+    let line = Line::try_parse_from(["rkllmd", "--metrics-addr", "localhost:9090"]).err().unwrap().to_string();
+    assert!(line.contains("give e.g. 127.0.0.1:9090"), "{line}");
+    let file = write("metrics_addr = \"localhost:9090\"\n");
+    let err = assemble(&["--config", file.path().to_str().unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("give e.g. 127.0.0.1:9090"), "{err}");
+    let file = write("metrics_addr = \"127.0.0.1:9090\"\n");
+    let c = assemble(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
 }
