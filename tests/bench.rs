@@ -41,10 +41,14 @@ async fn figures_match_the_simulated_pacing() {
         bench(args(&["--url", &d.url, "--requests", "3", "--prompt-tokens", "40", "--output-tokens", "64"])).await;
 
     assert_eq!(report["model"], "sim-qwen2-0.5b", "default model = first id of /v1/models");
-    // /v1/system comes with the observability work: embedded when served, else a note says why not.
+    // rkllmd serves /v1/system: embedded as sent, and it says the runtime is the simulator.
     let system = &report["server_system"];
-    let note = report["server_system_note"].as_str().unwrap_or("");
-    assert!(system.is_object() && note.is_empty() || system.is_null() && note.contains("HTTP 404"), "{system} {note}");
+    assert!(report["server_system_note"].is_null(), "{}", report["server_system_note"]);
+    assert_eq!(
+        (system["runtime"]["backend"].as_str(), system["simulated"].as_bool()),
+        (Some("sim"), Some(true)),
+        "{system}"
+    );
     assert_eq!(kinds(&report), Vec::<String>::new(), "rkllmd's streams break no rule: {}", report["findings"]);
     let requests = report["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 3, "the warm-up request is not measured");
