@@ -144,7 +144,7 @@ impl Engine {
         };
         let metrics = &crate::metrics::observer().metrics;
         if let Some(size) = reported {
-            metrics.set_kv_cache_tokens(size as i64);
+            self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
         }
         let (reused, found) = match &plan.restore {
             Some(restore) => self.check_restore(plan, restore, perf),
@@ -241,13 +241,22 @@ impl Engine {
         Some(WarmConversations { warm, resident_tokens, saved, saved_bytes })
     }
 
+    /// Whether a job of these ids, run with `lora`, extends the conversation
+    /// the KV cache holds: the one question the scheduler asks of the cache
+    /// (`schedule.rs` lets such a job go first, its prefill mostly done).
+    pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
+        let (Some(kv), Some(ids)) = (self.kv.as_ref(), ids) else { return false };
+        lock(kv).plan(ids, None, lora, 0, u32::MAX).cached > 0
+    }
+
     /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and publishes it as a gauge when it comes; nothing waits for it.
+    /// runs) and keeps it for `/metrics` when it comes; nothing waits for it.
     pub(super) fn sample_kv_cache(&self) {
         let size = self.model.kv_cache_size();
+        let kv_tokens = self.kv_tokens.clone();
         let publish = async move {
             if let Ok(Ok(sizes)) = size.await {
-                crate::metrics::observer().metrics.set_kv_cache_tokens(sizes.iter().map(|&s| i64::from(s)).sum());
+                kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), std::sync::atomic::Ordering::Relaxed);
             }
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

@@ -12,6 +12,7 @@ use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
+use super::schedule::Assigned;
 use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
@@ -86,7 +87,7 @@ impl Engine {
     /// preparation before it is not counted as queueing.
     pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
         let received = Instant::now();
-        let tokens = job.tokens.clone();
+        let tokens: Option<Arc<[i32]>> = job.tokens.as_deref().map(Arc::from);
         let (job_id, hints) = (job.id.clone(), job.cache.clone());
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
@@ -145,7 +146,7 @@ struct Start {
     engine: Arc<Engine>,
     plan: Arc<RunPlan>,
     /// The prompt's ids (the conversation cache may send them instead of the text).
-    tokens: Option<Vec<i32>>,
+    tokens: Option<Arc<[i32]>>,
     /// What the conversation cache matches besides the ids.
     hints: CacheHints,
     /// The job's id.
@@ -164,16 +165,14 @@ impl Start {
     async fn run(mut self) -> Result<Run, Outcome> {
         let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
         let engine = self.engine.clone();
-        let (submitted, turn) = match &engine.scheduler {
-            Some(scheduler) => {
-                let slot = engine.batch_slot(scheduler, self.place, self.plan.clone()).await;
-                (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
-            }
-            None => {
-                let turn = engine.queue.wait_turn(self.place).await;
+        let assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()).await;
+        let (submitted, turn) = match assigned {
+            Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
+            Ok(Assigned::Alone(turn)) => {
                 let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan).await;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
+            Err(reason) => (Err(reason), None),
         };
         let mut timeline = Timeline::new(self.received);
         let abandoned = self.waiting.start();

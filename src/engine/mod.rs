@@ -18,12 +18,13 @@ mod plan;
 mod prompt_cache;
 mod queue;
 mod saved;
+mod schedule;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
 pub use conversations::WarmConversations;
-pub use forward::{Forward, ForwardJob};
+pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
 pub use job::{CacheHints, Job, Resent};
 pub use npu::Npu;
@@ -31,6 +32,7 @@ pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
 pub use saved::SavedSettings;
+pub use schedule::ScheduleSettings;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -41,7 +43,8 @@ use std::time::Duration;
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
-    #[error("loading the model failed: {0}")]
+    // The registry says which model's load failed (`RegistryError::Load`).
+    #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
     Adapter { name: String, source: rkllm_sys::ModelError },
@@ -87,8 +90,10 @@ pub struct EngineSettings {
     pub limits: Limits,
     /// Requests that may wait while one runs.
     pub queue_depth: usize,
-    /// Sequences per run (`n_batch`); above 1 every run is batched (`batch.rs`).
-    pub batch: u8,
+    /// Sequences per run (`n_batch`, above 1 every run is batched:
+    /// `batch.rs`), the batch's gathering time and the bound on locality
+    /// (`schedule.rs`).
+    pub schedule: ScheduleSettings,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -112,6 +117,14 @@ pub struct EngineSettings {
     pub saved: Option<SavedSettings>,
 }
 
+impl EngineSettings {
+    /// What a run samples with unless a request says otherwise: the
+    /// `[sampling]` table over RKLLM's defaults.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling.apply(SamplingParams::RKLLM_DEFAULTS)
+    }
+}
+
 pub struct Engine {
     model: Model,
     /// Set at shutdown: queued jobs end without running.
@@ -122,8 +135,12 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
-    /// `Some` with `batch` > 1.
-    scheduler: Option<batch::Scheduler>,
+    /// Positions in this model's KV cache after its last run, as the runtime
+    /// said (`rkllm_get_kv_cache_size`); -1 until it said. The api reads it
+    /// for `/metrics` (each model its own, summed there).
+    kv_tokens: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Picks every generation's turn (`schedule.rs`).
+    scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
     /// `Some` when conversations are saved as files (with `kv`).
@@ -134,13 +151,14 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let defaults = settings.sampling_defaults();
         let EngineSettings {
             model_path,
             limits,
             queue_depth,
-            batch,
+            schedule,
             base_domain_id,
-            sampling,
+            sampling: _,
             disable_runtime_template,
             conversation_cache,
             keep_reasoning,
@@ -149,13 +167,12 @@ impl Engine {
             prompt_cache,
             saved,
         } = settings;
-        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
-            n_batch: batch,
+            n_batch: schedule.batch,
             ..InitConfig::new(model_path.clone())
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
@@ -184,7 +201,8 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
         };
-        let kv = (conversation_cache && batch == 1).then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
+        let kv = (conversation_cache && schedule.batch == 1)
+            .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
         let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
             Ok(saved) => Some(std::sync::Mutex::new(saved)),
             Err(why) => {
@@ -202,13 +220,18 @@ impl Engine {
             // Batched runs keep no history.
             kv,
             saved,
-            scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
+            kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
+            scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
         })
     }
 
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+    /// Tokens in the KV cache after the last run, once the runtime said.
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {
@@ -226,7 +249,7 @@ impl Engine {
     }
     /// Sequences per run (1: unbatched).
     pub fn batch(&self) -> usize {
-        self.scheduler.as_ref().map_or(1, batch::Scheduler::size)
+        self.scheduler.size()
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults

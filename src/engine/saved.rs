@@ -221,12 +221,6 @@ impl Saved {
         });
         self.resident = Some(save.entry);
         self.evict();
-        self.publish();
-    }
-
-    fn publish(&self) {
-        let (count, bytes) = self.held();
-        crate::metrics::observer().metrics.set_saved_conversations(count, bytes);
     }
 
     /// A run that was to save did not end cleanly: its file is not kept.
@@ -268,7 +262,6 @@ impl Saved {
         }
         self.resident = None;
         self.off = Some(why);
-        self.publish();
     }
 }
 

@@ -69,11 +69,7 @@ pub struct Metrics {
     conversation_cache: Family<CacheLabels, Counter>,
     conversation_cache_off: Counter,
     conversation_evictions: Counter,
-    /// Saved conversations and their bytes after the last change; −1 until then.
-    saved_conversations: AtomicI64,
-    saved_bytes: AtomicI64,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
-    kv_cache_tokens: AtomicI64,
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
 }
@@ -106,9 +102,6 @@ impl Metrics {
             conversation_cache: Family::default(),
             conversation_cache_off: Counter::default(),
             conversation_evictions: Counter::default(),
-            saved_conversations: AtomicI64::new(-1),
-            saved_bytes: AtomicI64::new(-1),
-            kv_cache_tokens: AtomicI64::new(-1),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -260,25 +253,6 @@ impl Metrics {
 
     pub fn conversation_evicted(&self) {
         self.conversation_evictions.inc();
-    }
-
-    pub fn set_saved_conversations(&self, count: usize, bytes: u64) {
-        self.saved_conversations.store(count as i64, Ordering::Relaxed);
-        self.saved_bytes.store(bytes as i64, Ordering::Relaxed);
-    }
-
-    /// Saved conversations and their bytes, once a model saved any.
-    pub fn saved_conversations(&self) -> Option<(i64, i64)> {
-        let count = self.saved_conversations.load(Ordering::Relaxed);
-        (count >= 0).then(|| (count, self.saved_bytes.load(Ordering::Relaxed)))
-    }
-
-    pub fn set_kv_cache_tokens(&self, tokens: i64) {
-        self.kv_cache_tokens.store(tokens, Ordering::Relaxed);
-    }
-
-    pub fn kv_cache_tokens(&self) -> Option<i64> {
-        Some(self.kv_cache_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
 
     pub fn runtime_peak_memory_bytes(&self) -> Option<i64> {

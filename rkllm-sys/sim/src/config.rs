@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 13] = [
+pub const KEYS: [&str; 14] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 13] = [
     "hang_after",
     "kv_size_skew",
     "eos_in_cache",
+    "batch_abort_ignored",
     "cache_lies",
     "cache_file_ms",
 ];
@@ -47,6 +48,8 @@ pub(crate) struct SimConfig {
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
     pub eos_in_cache: bool,
+    /// A fault: a batched run ignores `rkllm_abort` and decodes every slot to its end.
+    pub batch_abort_ignored: bool,
     /// A loaded prompt cache spares no prefill (a fault).
     pub cache_lies: bool,
     /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
@@ -97,6 +100,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             None => 0,
         },
         eos_in_cache: switch(&value, "eos_in_cache")?,
+        batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
         cache_lies: switch(&value, "cache_lies")?,
         cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
     })
