@@ -169,10 +169,7 @@ impl Engine {
             let mut saved = lock(saved);
             let was_on = !saved.is_off();
             match kept {
-                Some((held, lora)) => {
-                    let returned = !matches!(found, CacheUse::Miss(_));
-                    saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref(), returned);
-                }
+                Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
                 None => saved.abandoned(save),
             }
             if was_on && saved.is_off() {

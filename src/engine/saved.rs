@@ -18,8 +18,11 @@
 //! whether a loaded cache combines with `keep_history` (rknn-llm #399).
 //!
 //! Budget: the files may add up to `max_bytes` and number `max_count`; past
-//! either, the least recently used go, those never returned to first (a
-//! one-off request such as a title task is not a conversation).
+//! either, the least recently used go. (Putting one-off requests such as
+//! title tasks first was tried: with more live conversations than the count,
+//! conversations that had come back once stayed forever while every new
+//! one was evicted before its second turn — 0 of 40 follow-ups cached with
+//! 8 conversations after a run of 4.)
 
 use std::path::{Path, PathBuf};
 
@@ -44,8 +47,6 @@ struct Entry {
     bytes: u64,
     /// A use counter value: the larger, the more recent.
     used: u64,
-    /// Times the conversation came back (resident or restored).
-    returns: u32,
     /// The client's name for the conversation.
     key: Option<String>,
 }
@@ -178,17 +179,9 @@ impl Saved {
     }
 
     /// A run that saved to `save` ended with the cache holding `held` ids
-    /// for the client's `client` ids (its prompt); `returned`: it continued
-    /// the entry. Keeps the file if the runtime wrote it.
-    pub fn saved(
-        &mut self,
-        save: &Save,
-        held: &[i32],
-        client: &[i32],
-        lora: Option<&str>,
-        key: Option<&str>,
-        returned: bool,
-    ) {
+    /// for the client's `client` ids (its prompt). Keeps the file if the
+    /// runtime wrote it.
+    pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, key: Option<&str>) {
         self.pending = None;
         if self.is_off() {
             // Switched off by this very run (its restore did not deliver).
@@ -204,7 +197,6 @@ impl Saved {
         };
         self.clock += 1;
         let old = self.entries.iter().position(|e| e.id == save.entry).map(|i| self.entries.remove(i));
-        let returns = old.as_ref().map_or(0, |e| e.returns) + u32::from(returned);
         if let Some(old) = old {
             remove(&old.file);
         }
@@ -216,7 +208,6 @@ impl Saved {
             lora: lora.map(str::to_owned),
             bytes,
             used: self.clock,
-            returns,
             key: key.map(str::to_owned),
         });
         self.resident = Some(save.entry);
@@ -231,7 +222,7 @@ impl Saved {
     }
 
     /// The least recently used files go until the budget holds; never the
-    /// one just saved, and one-offs before conversations that came back.
+    /// one just saved.
     fn evict(&mut self) {
         let over = |s: &Self| {
             let (count, bytes) = s.held();
@@ -243,7 +234,7 @@ impl Saved {
                 .iter()
                 .enumerate()
                 .filter(|(_, e)| Some(e.id) != self.resident)
-                .min_by_key(|(_, e)| (e.returns > 0, e.used))
+                .min_by_key(|(_, e)| e.used)
                 .map(|(i, _)| i);
             let Some(i) = victim else { break };
             let gone = self.entries.remove(i);
@@ -310,7 +301,7 @@ mod tests {
     fn run(s: &mut Saved, continues: Option<u64>, held: &[i32], bytes: usize) -> u64 {
         let save = s.save(continues).unwrap();
         std::fs::write(&save.file, vec![0u8; bytes]).unwrap();
-        s.saved(&save, held, held, None, None, continues.is_some());
+        s.saved(&save, held, held, None, None);
         save.entry
     }
 
@@ -331,16 +322,16 @@ mod tests {
     }
 
     #[test]
-    fn over_budget_one_offs_go_before_conversations_that_came_back() {
+    fn over_budget_the_least_recently_used_go() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = saved(dir.path(), 2, 1 << 20);
         let chat = run(&mut s, None, &[1], 10);
+        let other = run(&mut s, None, &[7], 10);
         run(&mut s, Some(chat), &[1, 2], 10);
-        let title = run(&mut s, None, &[7], 10);
-        let tags = run(&mut s, None, &[8], 10);
+        let third = run(&mut s, None, &[8], 10);
         assert_eq!(s.evictions, 1);
         let left: Vec<u64> = s.entries.iter().map(|e| e.id).collect();
-        assert!(left.contains(&chat) && left.contains(&tags) && !left.contains(&title), "{left:?}");
+        assert!(left.contains(&chat) && left.contains(&third) && !left.contains(&other), "{left:?}");
         // Bytes count as well.
         let mut s = saved(&dir.path().join("b"), 8, 25);
         run(&mut s, None, &[1], 10);
@@ -355,7 +346,7 @@ mod tests {
         let mut s = saved(dir.path(), 8, 1 << 20);
         run(&mut s, None, &[1], 10);
         let save = s.save(None).unwrap();
-        s.saved(&save, &[2], &[2], None, None, false);
+        s.saved(&save, &[2], &[2], None, None);
         assert!(s.is_off());
         assert_eq!(s.held(), (0, 0));
         assert_eq!(s.save(None), None);
