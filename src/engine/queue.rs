@@ -11,7 +11,7 @@
 //! until the run returns.
 
 use super::npu::{Npu, NpuTurn};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -23,11 +23,17 @@ pub struct Queue {
     running: Arc<AtomicUsize>,
     /// Tokens generated so far by the running job (0 while it prefills).
     progress: Arc<AtomicU32>,
+    /// The next place's `order`.
+    taken: AtomicU64,
 }
 
-/// A place in the queue (taken at submission).
+/// A place in the queue (taken at submission, before the request is
+/// prepared). `order` is when it was taken: the request's place in line,
+/// which the scheduler keeps even when a later request's preparation ends
+/// first.
 pub struct Place {
     _capacity: OwnedSemaphorePermit,
+    pub(super) order: u64,
 }
 
 /// The right to run (taken when the job's turn comes). Holds the places of
@@ -72,12 +78,14 @@ impl Queue {
             depth,
             running: Arc::new(AtomicUsize::new(0)),
             progress: Arc::new(AtomicU32::new(0)),
+            taken: AtomicU64::new(0),
         }
     }
 
     /// A place, or `None` when `depth` requests already wait behind a running one.
     pub fn try_enter(&self) -> Option<Place> {
-        self.capacity.clone().try_acquire_owned().ok().map(|p| Place { _capacity: p })
+        let capacity = self.capacity.clone().try_acquire_owned().ok()?;
+        Some(Place { _capacity: capacity, order: self.taken.fetch_add(1, Ordering::Relaxed) })
     }
 
     /// Waits for the turn, in arrival order, then for the NPU.

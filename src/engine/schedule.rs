@@ -113,7 +113,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
     loop {
         if waiting.is_empty() {
             match jobs.recv().await {
-                Some(job) => waiting.push_back(job),
+                Some(job) => join(&mut waiting, job),
                 None => return,
             }
         }
@@ -133,11 +133,13 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
                 job = jobs.recv() => job,
                 () = any_left(&mut waiting) => None,
             };
-            waiting.extend(arrived);
+            if let Some(job) = arrived {
+                join(&mut waiting, job);
+            }
             waiting.retain(|job| !job.reply.is_closed());
         };
         while let Ok(job) = jobs.try_recv() {
-            waiting.push_back(job);
+            join(&mut waiting, job);
         }
         waiting.retain(|job| !job.reply.is_closed());
         let warm = |job: &Waiting| engine.is_warm(job.tokens.as_deref(), job.plan.lora.as_deref());
@@ -167,7 +169,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
                 }
             }
             while let Ok(job) = jobs.try_recv() {
-                waiting.push_back(job);
+                join(&mut waiting, job);
             }
             // Every job of the run may come back, and those waiting are here;
             // a client that came back early is counted twice, which costs at
@@ -176,6 +178,14 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             gathering = Some((Instant::now() + settings.gather, expected));
         }
     }
+}
+
+/// A job joins the line at its queue place, not at its arrival here: a
+/// request whose preparation (rendering, tokenizing) took longer than a later
+/// one's keeps its place.
+fn join(waiting: &mut VecDeque<Waiting>, job: Waiting) {
+    let at = waiting.partition_point(|w| w.place.order < job.place.order);
+    waiting.insert(at, job);
 }
 
 /// Resolves when the client of some waiting job has gone.
@@ -195,7 +205,7 @@ async fn gather(
 ) {
     while waiting.len() < expected {
         match tokio::time::timeout_at(until, jobs.recv()).await {
-            Ok(Some(job)) => waiting.push_back(job),
+            Ok(Some(job)) => join(waiting, job),
             Ok(None) | Err(_) => return,
         }
     }
