@@ -193,7 +193,20 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
-    app.with_state(state)
+    app.layer(axum::middleware::from_fn(instance_header)).with_state(state)
+}
+
+/// Which board answered: on every response, errors and refusals included,
+/// so that behind a balancer a client (or its logs) can tell the boards apart.
+const INSTANCE: HeaderName = HeaderName::from_static("x-rkllmd-instance");
+
+async fn instance_header(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let mut response = next.run(req).await;
+    // Config validation and `app::host_name` keep the name to visible ASCII.
+    if let Ok(value) = HeaderValue::from_str(crate::metrics::observer().instance()) {
+        response.headers_mut().insert(INSTANCE, value);
+    }
+    response
 }
 
 /// A body whose `Content-Length` is over the limit is refused before any of

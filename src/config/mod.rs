@@ -163,6 +163,9 @@ pub struct Config {
     /// Serve /metrics on this address (e.g. 127.0.0.1:9090) instead of the main listener.
     #[arg(long, env = "RKLLMD_METRICS_ADDR")]
     pub metrics_addr: Option<SocketAddr>,
+    /// This daemon's name in the X-Rkllmd-Instance response header, the request log and `timings.instance` (default: the host name).
+    #[arg(long, env = "RKLLMD_INSTANCE")]
+    pub instance: Option<String>,
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
     pub telemetry_root: PathBuf,

@@ -28,6 +28,8 @@ pub struct Settings {
     pub telemetry_root: PathBuf,
     /// Append one JSON line per finished request here.
     pub timings_log: Option<PathBuf>,
+    /// Which board this is: `timings.instance`, the request log, the response header.
+    pub instance: String,
 }
 
 pub struct Observer {
@@ -36,6 +38,7 @@ pub struct Observer {
     timings_log: Option<request_log::TimingsLog>,
     /// The served model id, once loaded (the `model` label).
     model: OnceLock<String>,
+    instance: String,
 }
 
 static OBSERVER: OnceLock<Observer> = OnceLock::new();
@@ -48,24 +51,31 @@ pub fn init(settings: &Settings) -> Result<(), String> {
         telemetry: telemetry::Sampler::new(&settings.telemetry_root),
         timings_log: settings.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
         model: OnceLock::new(),
+        instance: settings.instance.clone(),
     };
     OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
 }
 
-/// The process's observer (a default one — root `/`, no timings log — if
-/// [`init`] was not called, as in unit tests).
+/// The process's observer (a default one — root `/`, no timings log,
+/// instance "test" — if [`init`] was not called, as in unit tests).
 pub fn observer() -> &'static Observer {
     OBSERVER.get_or_init(|| Observer {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new("/"),
         timings_log: None,
         model: OnceLock::new(),
+        instance: "test".to_owned(),
     })
 }
 
 impl Observer {
     pub fn set_model(&self, model_id: &str) {
         let _ = self.model.set(model_id.to_owned());
+    }
+
+    /// This daemon's instance name (which board answered).
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// The served model id, or "" before the model is loaded.
