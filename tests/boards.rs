@@ -62,3 +62,103 @@ async fn the_instance_defaults_to_the_host_name() {
 fn an_instance_name_a_header_cannot_carry_is_refused() {
     assert_config_errors(&[&["--instance", ""], &["--instance", "two words"], &["--instance", "tab\there"]]);
 }
+
+/// One sample of `/metrics`: series name, labels, value.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: std::collections::BTreeMap<String, String>,
+    value: f64,
+}
+
+/// `/metrics`' samples. Read here rather than by prometheus-parse, which
+/// skips names with colons (vLLM's and llama.cpp's).
+async fn scrape(d: &Daemon) -> Vec<Sample> {
+    let text = reqwest::get(format!("{}/metrics", d.url)).await.unwrap().text().await.unwrap();
+    // Go's text parser (expfmt, what routers' scrapers use) refuses an unknown
+    // TYPE, and with it the whole scrape; OpenMetrics' `info` is one.
+    let types = text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().nth(1));
+    for t in types {
+        assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&t), "TYPE {t}");
+    }
+    let sample = |line: &str| {
+        let (series, value) = line.rsplit_once(' ')?;
+        let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+        let labels = labels.strip_suffix('}')?;
+        let labels = labels
+            .split("\",")
+            .filter(|kv| !kv.is_empty())
+            .filter_map(|kv| kv.split_once("=\""))
+            .map(|(k, v)| (k.to_owned(), v.trim_end_matches('"').to_owned()))
+            .collect();
+        Some(Sample { name: name.to_owned(), labels, value: value.parse().ok()? })
+    };
+    text.lines().filter(|l| !l.starts_with('#')).map(|l| sample(l).unwrap_or_else(|| panic!("{l}"))).collect()
+}
+
+fn sample(s: &[Sample], name: &str) -> Option<f64> {
+    s.iter().find(|x| x.name == name).map(|x| x.value)
+}
+
+#[tokio::test]
+async fn routers_read_the_queue_and_kv_cache_under_vllm_and_llama_cpp_names() {
+    let d = Daemon::start(&["--model", "sim:qwen2.5-1.5b?reply_tokens=12", "--model-id", "m"]);
+    let s = scrape(&d).await;
+    assert_eq!(sample(&s, "vllm:num_requests_running"), Some(0.0));
+    assert_eq!(sample(&s, "vllm:kv_cache_usage_perc"), None, "unknown before the first run: absent, not 0");
+    assert_eq!(sample(&s, "vllm:lora_requests_info"), None, "no adapters: no LoRA series, as vLLM");
+
+    // One running, one waiting.
+    let url = d.url.clone();
+    let send = |content: &'static str| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&chat("m", content)).send().await
+        })
+    };
+    let first = send("first");
+    d.wait_generating().await;
+    let second = send("second");
+    d.wait_queue(|running, waiting| running == 1 && waiting == 1).await;
+    let s = scrape(&d).await;
+    for (alias, own) in [
+        ("vllm:num_requests_running", "rkllmd_requests_running"),
+        ("vllm:num_requests_waiting", "rkllmd_requests_waiting"),
+        ("llamacpp:requests_processing", "rkllmd_requests_running"),
+        ("llamacpp:requests_deferred", "rkllmd_requests_waiting"),
+    ] {
+        assert_eq!(sample(&s, alias), sample(&s, own), "{alias} = {own}");
+    }
+    assert_eq!(
+        (sample(&s, "vllm:num_requests_running"), sample(&s, "vllm:num_requests_waiting")),
+        (Some(1.0), Some(1.0))
+    );
+    for r in [first, second] {
+        assert_eq!(r.await.unwrap().unwrap().status(), 200);
+    }
+
+    let s = scrape(&d).await;
+    let tokens = sample(&s, "rkllmd_kv_cache_tokens").expect("sampled after the run");
+    let usage = sample(&s, "rkllmd_kv_cache_usage_ratio").unwrap();
+    assert!(tokens > 12.0 && (usage - tokens / 4096.0).abs() < 1e-9, "tokens {tokens} over the 4096 context: {usage}");
+    for alias in ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "llamacpp:kv_cache_usage_ratio"] {
+        assert_eq!(sample(&s, alias), Some(usage), "{alias}");
+    }
+    assert_eq!(sample(&s, "llamacpp:kv_cache_tokens"), Some(tokens));
+    assert_eq!(sample(&s, "llamacpp:prompt_tokens_total"), sample(&s, "rkllmd_prompt_tokens_total"));
+    assert_eq!(sample(&s, "llamacpp:tokens_predicted_total"), Some(24.0));
+}
+
+#[tokio::test]
+async fn routers_see_the_lora_adapters_as_loaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("style.rkllm");
+    std::fs::write(&path, "adapter").unwrap();
+    let lora = format!("style={}", path.display());
+    let d = Daemon::start(&["--model", "sim:instant", "--model-id", "base", "--lora", &lora]);
+    let s = scrape(&d).await;
+    let info = s.iter().find(|x| x.name == "vllm:lora_requests_info").expect("the LoRA series");
+    let label = |k: &str| info.labels.get(k).map(String::as_str);
+    assert_eq!(label("running_lora_adapters"), Some("base:style"), "the id clients name: {info:?}");
+    assert_eq!((label("waiting_lora_adapters"), label("max_lora")), (Some(""), Some("1")));
+}

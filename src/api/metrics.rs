@@ -9,6 +9,7 @@ use super::AppState;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::scrape::{self, Live};
 use crate::metrics::Kind;
+use crate::registry::adapter_id;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
@@ -22,18 +23,26 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     let system = SystemInfo::gather(&state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
-    let queue = state.models().ok().map(|r| {
-        r.loaded()
-            .iter()
-            .map(|m| m.engine.queue_state())
-            .fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
+    let loaded = state.models().ok().map(|r| r.loaded());
+    let queue = loaded.as_ref().map(|loaded| {
+        loaded.iter().map(|m| m.engine.queue_state()).fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
     });
+    let context_len = match loaded.as_deref() {
+        Some([one]) => Some(one.engine.limits().max_context_len),
+        _ => None,
+    };
+    let adapters: Vec<String> = loaded
+        .iter()
+        .flatten()
+        .flat_map(|m| m.engine.adapter_names().map(|a| adapter_id(&m.model_id, a)).collect::<Vec<_>>())
+        .collect();
+    let adapters = (!adapters.is_empty()).then_some(adapters);
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
         cpu_seconds: system.cpu.process_seconds,
     };
-    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process };
+    let live = Live { queue, context_len, adapters, info: system.info_labels(), telemetry: &snapshot, process };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),

@@ -115,6 +115,8 @@ pub struct Engine {
     scheduler: Option<batch::Scheduler>,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
+    /// The names of the LoRA adapters loaded with the model.
+    adapters: Vec<String>,
 }
 
 impl Engine {
@@ -180,6 +182,7 @@ impl Engine {
             kv: (conversation_cache && batch == 1).then(Default::default),
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
             prompt_cache,
+            adapters: loras.into_iter().map(|l| l.name).collect(),
         })
     }
 
@@ -192,6 +195,10 @@ impl Engine {
     }
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// The LoRA adapters loaded with the model, by name.
+    pub fn adapter_names(&self) -> impl Iterator<Item = &str> {
+        self.adapters.iter().map(String::as_str)
     }
     pub fn conversation_cache(&self) -> bool {
         self.kv.is_some()

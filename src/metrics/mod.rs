@@ -6,6 +6,7 @@
 //! request once ([`finish_request`]); the same [`Timings`] feed the final
 //! chunk, the log line, the timings log and the histograms.
 
+pub mod aliases;
 pub mod board;
 pub mod init_log;
 pub mod process;

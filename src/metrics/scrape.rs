@@ -10,7 +10,6 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -18,6 +17,10 @@ use std::sync::atomic::AtomicU64;
 pub struct Live<'a> {
     /// Requests running and waiting (once the model is loaded).
     pub queue: Option<(usize, usize)>,
+    /// The loaded model's context length, when exactly one model is loaded.
+    pub context_len: Option<u32>,
+    /// The served ids (`BASE:NAME`) of the loaded models' LoRA adapters; `None`: none loaded.
+    pub adapters: Option<Vec<String>>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
@@ -51,6 +54,13 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
         metrics.kv_cache_tokens(),
     );
+    if let Some(usage) = super::aliases::kv_cache_usage(metrics, live) {
+        r.register(
+            "rkllmd_kv_cache_usage_ratio",
+            "rkllmd_kv_cache_tokens over the loaded model's context length, 0-1 (one model loaded)",
+            ConstGauge::<f64>::new(usage),
+        );
+    }
     gauge(
         &mut r,
         "rkllmd_runtime_peak_memory_bytes",
@@ -94,8 +104,14 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         r.register("rkllmd_system_load_average", "System load average (/proc/loadavg)", family);
     }
     if !live.info.is_empty() {
-        r.register("rkllmd_runtime", "Runtime and NPU driver versions", Info::new(live.info.clone()));
+        // A gauge of 1 with the labels, not OpenMetrics' `info` type: the
+        // Prometheus text parser that routers' scrapers use (Go's expfmt)
+        // refuses a `# TYPE … info` line, and with it the whole scrape.
+        let family = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        family.get_or_create(&live.info).set(1);
+        r.register("rkllmd_runtime_info", "Runtime and NPU driver versions (labels; value 1)", family);
     }
+    super::aliases::register(&mut r, metrics, live);
     r
 }
 
@@ -108,7 +124,14 @@ mod tests {
     fn a_missing_source_is_a_missing_series() {
         let m = Metrics::new();
         let empty = Snapshot::default();
-        let live = Live { queue: None, info: vec![], telemetry: &empty, process: ProcessStats::default() };
+        let live = Live {
+            queue: None,
+            context_len: None,
+            adapters: None,
+            info: vec![],
+            telemetry: &empty,
+            process: ProcessStats::default(),
+        };
         let text = render(&m, &live).unwrap();
         for absent in
             ["npu_load", "npu_frequency", "temperature", "rkllmd_kv_cache_tokens", "requests_running", "runtime_info"]
@@ -124,6 +147,8 @@ mod tests {
         };
         let live = Live {
             queue: Some((1, 3)),
+            context_len: None,
+            adapters: None,
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),
