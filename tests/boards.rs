@@ -162,3 +162,96 @@ async fn routers_see_the_lora_adapters_as_loaded() {
     assert_eq!(label("running_lora_adapters"), Some("base:style"), "the id clients name: {info:?}");
     assert_eq!((label("waiting_lora_adapters"), label("max_lora")), (Some(""), Some("1")));
 }
+
+fn stream_body(content: &str) -> Value {
+    json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": content}]})
+}
+
+/// Sends a stream request; gives the response and how long its head took.
+async fn stream_head(d: &Daemon, content: &str) -> (reqwest::Response, std::time::Duration) {
+    let sent = std::time::Instant::now();
+    let r = d.post("/v1/chat/completions", stream_body(content)).await;
+    (r, sent.elapsed())
+}
+
+/// The queue time the stream's last chunk reports.
+async fn queue_ms(r: reqwest::Response) -> f64 {
+    let (events, _) = read_sse(r).await;
+    events[events.len() - 2].json()["timings"]["queue_ms"].as_f64().unwrap()
+}
+
+#[tokio::test]
+async fn a_queued_streams_head_waits_for_its_run_within_the_bound() {
+    // ~1.5 s per reply on the simulator's paced profile.
+    let model = "sim:qwen2.5-1.5b?reply_tokens=20";
+    for (head_wait, held) in [("30", true), ("0", false)] {
+        let d = Daemon::start(&["--model", model, "--model-id", "m", "--head-wait-secs", head_wait]);
+        let blocker = d.post("/v1/chat/completions", stream_body("first"));
+        let (blocker, _) = tokio::join!(blocker, d.wait_generating());
+        let (queued, head) = stream_head(&d, "second").await;
+        assert_eq!(queued.status(), 200);
+        let (_, queue_ms) = tokio::join!(read_sse(blocker), queue_ms(queued));
+        let head_ms = head.as_secs_f64() * 1000.0;
+        assert!(queue_ms > 500.0, "the second request waited: {queue_ms} ms");
+        if held {
+            assert!(
+                head_ms + 5.0 >= queue_ms,
+                "the head came when the run started: {head_ms} ms, queued {queue_ms} ms"
+            );
+        } else {
+            assert!(head_ms < queue_ms / 2.0, "head_wait_secs = 0: at once ({head_ms} ms, queued {queue_ms} ms)");
+        }
+    }
+}
+
+#[tokio::test]
+async fn past_the_bound_the_head_goes_out_and_the_stream_runs() {
+    let d = Daemon::start(&["--model", "sim:qwen2.5-1.5b?reply_tokens=30", "--model-id", "m", "--head-wait-secs", "1"]);
+    let blocker = d.post("/v1/chat/completions", stream_body("first"));
+    let (blocker, _) = tokio::join!(blocker, d.wait_generating());
+    let (queued, head) = stream_head(&d, "second").await;
+    let (_, queue_ms) = tokio::join!(read_sse(blocker), queue_ms(queued));
+    let head_ms = head.as_secs_f64() * 1000.0;
+    assert!(
+        (1000.0..queue_ms).contains(&head_ms),
+        "head after the 1-s bound, before the run: {head_ms} ms (queued {queue_ms})"
+    );
+}
+
+#[tokio::test]
+async fn a_stream_still_queued_when_the_daemon_stops_gets_a_status_a_proxy_retries() {
+    let d = Daemon::start(&[
+        "--model",
+        "sim:qwen2.5-1.5b?reply_tokens=200",
+        "--model-id",
+        "m",
+        "--shutdown-grace-secs",
+        "1",
+        "--instance",
+        "board-3",
+    ]);
+    let running = d.post("/v1/chat/completions", stream_body("first"));
+    let (running, _) = tokio::join!(running, d.wait_generating());
+    let url = d.url.clone();
+    let queued = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&stream_body("second"))
+            .send()
+            .await
+            .unwrap()
+    });
+    d.wait_queue(|running, waiting| running == 1 && waiting == 1).await;
+    let pid = d.pid();
+    let stopped = std::thread::spawn(move || d.terminate());
+    let queued = queued.await.unwrap();
+    assert_eq!(queued.status(), 503, "not a 200 with an error event inside");
+    assert_eq!(queued.headers()["retry-after"], "2");
+    assert_eq!(queued.headers()[INSTANCE], "board-3");
+    let body: Value = queued.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "shutting_down", "{body}");
+    // The running one had its head: it ends with an error event the client sees.
+    let (events, _) = read_sse(running).await;
+    assert!(events.iter().any(|e| e.data.contains("shutting_down")), "pid {pid}: {events:?}");
+    assert!(stopped.join().unwrap().success());
+}

@@ -61,6 +61,8 @@ pub struct Settings {
     pub body_limit_bytes: usize,
     /// Between keep-alive comments on a quiet stream.
     pub keepalive: std::time::Duration,
+    /// How long a queued stream's response head waits for its run to start.
+    pub head_wait: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
     /// `/metrics` is served here (not on a listener of its own).
@@ -140,7 +142,7 @@ pub fn registry_error(e: &RegistryError) -> ApiError {
     match e {
         RegistryError::NotFound(id) => ApiError::model_not_found(id),
         RegistryError::Load { .. } | RegistryError::Interrupted(_) => ApiError::model_load_failed(e.to_string()),
-        RegistryError::TooLarge { .. } => ApiError::model_load_failed(e.to_string()),
+        RegistryError::TooLarge { .. } => ApiError::model_too_large(e.to_string()),
     }
 }
 

@@ -108,6 +108,9 @@ pub struct Config {
     /// Seconds between keep-alive comments on a quiet stream.
     #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
     pub keepalive_secs: u64,
+    /// Seconds a queued stream's response head waits for its run to start, so that a request that never ran still gets a status a proxy can retry elsewhere (0: the head goes out at once).
+    #[arg(long, env = "RKLLMD_HEAD_WAIT_SECS", default_value_t = 30)]
+    pub head_wait_secs: u64,
     /// Base time allowed from admission to the first token.
     #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_SECS", default_value_t = 120)]
     pub first_token_timeout_secs: u64,

@@ -122,6 +122,7 @@ impl Engine {
                     Next::Gone => break,
                 };
                 match run.step(event) {
+                    Step::Started => yield GenEvent::Started,
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
                     Step::Finished(finish) => {
@@ -268,6 +269,7 @@ enum Next {
 }
 
 enum Step {
+    Started,
     Token(String),
     Skip,
     Finished(Box<Finish>),
@@ -304,7 +306,7 @@ impl Run {
             Event::Started { at } => {
                 self.guard.timeline.admitted = Some(at);
                 self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
-                Step::Skip
+                Step::Started
             }
             Event::Token(token) => {
                 if self.plan.is_some() {

@@ -15,7 +15,7 @@ mod wire;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::start;
+use super::respond::{hold_head, start, HeadWait};
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -129,5 +129,11 @@ async fn answer(
         return Ok(axum::Json(done).into_response());
     };
     let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
-    Ok(if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
+    if !v.stream {
+        return Ok(reply::collect(pieces, frame).await);
+    }
+    match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
+        Ok(pieces) => Ok(reply::stream(pieces, frame)),
+        Err(e) => Err(e.into()),
+    }
 }
