@@ -22,9 +22,11 @@ const BOARD: [&str; 4] = ["--model", "sim:qwen2.5-1.5b?reply_tokens=16", "--queu
 const SHIPPED: [&str; 3] = ["192.168.1.31:8080", "192.168.1.32:8080", "192.168.1.33:8080"];
 
 fn boards() -> Vec<Daemon> {
-    (1..=3)
-        .map(|n| Daemon::start(&[&BOARD[..], &["--model-id", "m", "--instance", &format!("board{n}")]].concat()))
-        .collect()
+    boards_of(&BOARD)
+}
+
+fn boards_of(args: &[&str]) -> Vec<Daemon> {
+    (1..=3).map(|n| Daemon::start(&[args, &["--model-id", "m", "--instance", &format!("board{n}")]].concat())).collect()
 }
 
 fn host_port(d: &Daemon) -> String {
@@ -113,18 +115,25 @@ impl Drop for Proxy {
 }
 
 fn haproxy(dir: &Path, boards: &[Daemon]) -> Proxy {
+    haproxy_with("haproxy.cfg", dir, boards)
+}
+
+fn haproxy_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
     let port = free_port();
     let config = dir.join("haproxy.cfg");
-    std::fs::write(&config, shipped("haproxy.cfg", boards, &[("bind :8080", format!("bind 127.0.0.1:{port}"))]))
-        .unwrap();
+    std::fs::write(&config, shipped(file, boards, &[("bind :8080", format!("bind 127.0.0.1:{port}"))])).unwrap();
     let mut cmd = Command::new(debian_binary("haproxy"));
     cmd.arg("-db").arg("-f").arg(&config);
     Proxy::spawn(cmd, port)
 }
 
 fn nginx(dir: &Path, boards: &[Daemon]) -> Proxy {
+    nginx_with("nginx.conf", dir, boards)
+}
+
+fn nginx_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
     let port = free_port();
-    let site = shipped("nginx.conf", boards, &[("listen 80;", format!("listen 127.0.0.1:{port};"))]);
+    let site = shipped(file, boards, &[("listen 80;", format!("listen 127.0.0.1:{port};"))]);
     std::fs::write(dir.join("rkllmd.conf"), site).unwrap();
     // The http {} around the shipped server block, everything in `dir`, one
     // process in the foreground.
@@ -302,4 +311,44 @@ async fn nginx_retries_a_full_boards_429_and_no_new_request_fails() {
     // whose 429s count as failures (see nginx.conf).
     let (_, all) = kill_under_load(&proxy, &boards, 5, Duration::from_secs(3)).await;
     eprintln!("nginx: {} requests, {} cut by the kill", all.len(), all.iter().filter(|o| o.end.is_err()).count());
+}
+
+/// The board a conversation's request reached (non-stream, `X-Session-Id`).
+async fn board_of(client: &reqwest::Client, url: &str, session: &str) -> String {
+    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hello"}]});
+    let r = client
+        .post(format!("{url}/v1/chat/completions"))
+        .header("x-session-id", session)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.headers()["x-rkllmd-instance"].to_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_affinity_configs_keep_each_conversation_on_one_board() {
+    let boards = boards_of(&["--model", "sim:instant?reply_tokens=4", "--queue-depth", "2"]);
+    for file in ["haproxy-affinity.cfg", "nginx-affinity.conf"] {
+        let dir = tempfile::tempdir().unwrap();
+        let proxy = if file.starts_with("haproxy") {
+            haproxy_with(file, dir.path(), &boards)
+        } else {
+            nginx_with(file, dir.path(), &boards)
+        };
+        let client = reqwest::Client::new();
+        let sessions: Vec<String> = (0..8).map(|i| format!("conversation-{i}")).collect();
+        let mut first = Vec::new();
+        for s in &sessions {
+            first.push(board_of(&client, &proxy.url, s).await);
+        }
+        for (s, board) in sessions.iter().zip(&first) {
+            for _ in 0..2 {
+                assert_eq!(&board_of(&client, &proxy.url, s).await, board, "{file}: {s} moved");
+            }
+        }
+        let used: std::collections::BTreeSet<&String> = first.iter().collect();
+        assert!(used.len() >= 2, "{file}: 8 conversations all on {used:?}");
+    }
 }
