@@ -5,8 +5,6 @@
 //! series of the same scrape (docs/api.md, "Metrics under other servers'
 //! names"); absent exactly when that value is unknown.
 
-use super::registry::Metrics;
-use super::scrape::Live;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
@@ -14,13 +12,16 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
-/// The KV cache's fill, 0–1: tokens in it after the last run over the
-/// loaded model's context length. Only with one model loaded — the tokens
-/// are the last run's, of whichever model ran it.
-pub fn kv_cache_usage(metrics: &Metrics, live: &Live) -> Option<f64> {
-    let tokens = metrics.kv_cache_tokens()?;
-    let context = live.context_len.filter(|&c| c > 0)?;
-    Some((tokens as f64 / f64::from(context)).clamp(0.0, 1.0))
+/// The values the aliases repeat, as `scrape.rs` read them for this scrape.
+pub struct Load<'a> {
+    /// Requests running and waiting (once a model is loaded).
+    pub queue: Option<(usize, usize)>,
+    pub kv_cache_tokens: Option<i64>,
+    pub kv_cache_usage: Option<f64>,
+    /// The loaded adapters' served ids; `None`: none loaded.
+    pub adapters: Option<&'a [String]>,
+    /// Prompt and generated tokens so far.
+    pub token_totals: (u64, u64),
 }
 
 /// vLLM's `vllm:lora_requests_info` labels, as the endpoint picker reads them.
@@ -31,22 +32,22 @@ struct LoraLabels {
     max_lora: String,
 }
 
-pub fn register(r: &mut Registry, metrics: &Metrics, live: &Live) {
+pub fn register(r: &mut Registry, load: &Load) {
     let gauge = |r: &mut Registry, name: &str, help: &str, value: Option<f64>| {
         if let Some(v) = value {
             r.register(name, help, ConstGauge::<f64>::new(v));
         }
     };
-    let (running, waiting) = live.queue.map(|(r, w)| (r as f64, w as f64)).unzip();
-    let usage = kv_cache_usage(metrics, live);
-    let tokens = metrics.kv_cache_tokens().map(|t| t as f64);
+    let (running, waiting) = load.queue.map(|(r, w)| (r as f64, w as f64)).unzip();
+    let usage = load.kv_cache_usage;
+    let tokens = load.kv_cache_tokens.map(|t| t as f64);
 
     gauge(r, "vllm:num_requests_running", "Alias of rkllmd_requests_running", running);
     gauge(r, "vllm:num_requests_waiting", "Alias of rkllmd_requests_waiting", waiting);
     gauge(r, "vllm:kv_cache_usage_perc", "Alias of rkllmd_kv_cache_usage_ratio (0-1)", usage);
     // vLLM's name before 0.10, which endpoint pickers of that time read.
     gauge(r, "vllm:gpu_cache_usage_perc", "Alias of rkllmd_kv_cache_usage_ratio (0-1)", usage);
-    if let Some(adapters) = &live.adapters {
+    if let Some(adapters) = load.adapters {
         // Every adapter is loaded with its model and stays resident: all of
         // them can serve at once, none waits to be loaded. The value is the
         // scrape's time, as vLLM's (the picker takes the newest series).
@@ -65,7 +66,7 @@ pub fn register(r: &mut Registry, metrics: &Metrics, live: &Live) {
     gauge(r, "llamacpp:requests_deferred", "Alias of rkllmd_requests_waiting", waiting);
     gauge(r, "llamacpp:kv_cache_usage_ratio", "Alias of rkllmd_kv_cache_usage_ratio", usage);
     gauge(r, "llamacpp:kv_cache_tokens", "Alias of rkllmd_kv_cache_tokens", tokens);
-    let (prompt, predicted) = metrics.token_totals();
+    let (prompt, predicted) = load.token_totals;
     r.register("llamacpp:prompt_tokens", "Alias of rkllmd_prompt_tokens_total", ConstCounter::new(prompt));
     r.register("llamacpp:tokens_predicted", "Alias of rkllmd_generation_tokens_total", ConstCounter::new(predicted));
 }

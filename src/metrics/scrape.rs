@@ -54,7 +54,8 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
         metrics.kv_cache_tokens(),
     );
-    if let Some(usage) = super::aliases::kv_cache_usage(metrics, live) {
+    let kv_cache_usage = kv_cache_usage(metrics, live);
+    if let Some(usage) = kv_cache_usage {
         r.register(
             "rkllmd_kv_cache_usage_ratio",
             "rkllmd_kv_cache_tokens over the loaded model's context length, 0-1 (one model loaded)",
@@ -111,8 +112,24 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         family.get_or_create(&live.info).set(1);
         r.register("rkllmd_runtime_info", "Runtime and NPU driver versions (labels; value 1)", family);
     }
-    super::aliases::register(&mut r, metrics, live);
+    let load = super::aliases::Load {
+        queue: live.queue,
+        kv_cache_tokens: metrics.kv_cache_tokens(),
+        kv_cache_usage,
+        adapters: live.adapters.as_deref(),
+        token_totals: metrics.token_totals(),
+    };
+    super::aliases::register(&mut r, &load);
     r
+}
+
+/// The KV cache's fill, 0–1: tokens in it after the last run over the
+/// loaded model's context length. Only with one model loaded — the tokens
+/// are the last run's, of whichever model ran it.
+fn kv_cache_usage(metrics: &Metrics, live: &Live) -> Option<f64> {
+    let tokens = metrics.kv_cache_tokens()?;
+    let context = live.context_len.filter(|&c| c > 0)?;
+    Some((tokens as f64 / f64::from(context)).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
