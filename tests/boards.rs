@@ -241,7 +241,12 @@ async fn a_stream_still_queued_when_the_daemon_stops_gets_a_status_a_proxy_retri
             .await
             .unwrap()
     });
-    d.wait_queue(|running, waiting| running == 1 && waiting == 1).await;
+    let url = d.url.clone();
+    let ollama = tokio::spawn(async move {
+        let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "third"}]});
+        reqwest::Client::new().post(format!("{url}/api/chat")).json(&body).send().await.unwrap()
+    });
+    d.wait_queue(|running, waiting| running == 1 && waiting == 2).await;
     let pid = d.pid();
     let stopped = std::thread::spawn(move || d.terminate());
     let queued = queued.await.unwrap();
@@ -250,6 +255,9 @@ async fn a_stream_still_queued_when_the_daemon_stops_gets_a_status_a_proxy_retri
     assert_eq!(queued.headers()[INSTANCE], "board-3");
     let body: Value = queued.json().await.unwrap();
     assert_eq!(body["error"]["code"], "shutting_down", "{body}");
+    let ollama = ollama.await.unwrap();
+    assert_eq!(ollama.status(), 503, "Ollama's stream too");
+    assert!(ollama.text().await.unwrap().contains("shutting down"));
     // The running one had its head: it ends with an error event the client sees.
     let (events, _) = read_sse(running).await;
     assert!(events.iter().any(|e| e.data.contains("shutting_down")), "pid {pid}: {events:?}");
