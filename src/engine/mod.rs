@@ -13,19 +13,22 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod plan;
 mod prompt_cache;
 mod queue;
+mod schedule;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
-pub use forward::{Forward, ForwardJob};
+pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
 pub use job::Job;
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
-pub use queue::QueueState;
+pub use queue::{Place, QueueState};
+pub use schedule::ScheduleSettings;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -36,7 +39,8 @@ use std::time::Duration;
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
-    #[error("loading the model failed: {0}")]
+    // The registry says which model's load failed (`RegistryError::Load`).
+    #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
     Adapter { name: String, source: rkllm_sys::ModelError },
@@ -82,8 +86,10 @@ pub struct EngineSettings {
     pub limits: Limits,
     /// Requests that may wait while one runs.
     pub queue_depth: usize,
-    /// Sequences per run (`n_batch`); above 1 every run is batched (`batch.rs`).
-    pub batch: u8,
+    /// Sequences per run (`n_batch`, above 1 every run is batched:
+    /// `batch.rs`), the batch's gathering time and the bound on locality
+    /// (`schedule.rs`).
+    pub schedule: ScheduleSettings,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -101,6 +107,14 @@ pub struct EngineSettings {
     pub prompt_cache: Option<PromptCacheSettings>,
 }
 
+impl EngineSettings {
+    /// What a run samples with unless a request says otherwise: the
+    /// `[sampling]` table over RKLLM's defaults.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling.apply(SamplingParams::RKLLM_DEFAULTS)
+    }
+}
+
 pub struct Engine {
     model: Model,
     /// Set at shutdown: queued jobs end without running.
@@ -111,8 +125,12 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
-    /// `Some` with `batch` > 1.
-    scheduler: Option<batch::Scheduler>,
+    /// Positions in this model's KV cache after its last run, as the runtime
+    /// said (`rkllm_get_kv_cache_size`); -1 until it said. The api reads it
+    /// for `/metrics` (each model its own, summed there).
+    kv_tokens: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Picks every generation's turn (`schedule.rs`).
+    scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
     /// The names of the LoRA adapters loaded with the model.
@@ -123,26 +141,26 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let defaults = settings.sampling_defaults();
         let EngineSettings {
             model_path,
             limits,
             queue_depth,
-            batch,
+            schedule,
             base_domain_id,
-            sampling,
+            sampling: _,
             disable_runtime_template,
             conversation_cache,
             npu,
             loras,
             prompt_cache,
         } = settings;
-        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
-            n_batch: batch,
+            n_batch: schedule.batch,
             ..InitConfig::new(model_path.clone())
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
@@ -179,8 +197,9 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && batch == 1).then(Default::default),
-            scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
+            kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
+            scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             adapters: loras.into_iter().map(|l| l.name).collect(),
         })
@@ -188,6 +207,10 @@ impl Engine {
 
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+    /// Tokens in the KV cache after the last run, once the runtime said.
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {
@@ -209,7 +232,7 @@ impl Engine {
     }
     /// Sequences per run (1: unbatched).
     pub fn batch(&self) -> usize {
-        self.scheduler.as_ref().map_or(1, batch::Scheduler::size)
+        self.scheduler.size()
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults
@@ -219,6 +242,18 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
+    }
+    /// Whether any queue place is held: a job waits, runs, or its aborted
+    /// run is being drained (the registry's test of "idle", with its leases).
+    pub fn in_use(&self) -> bool {
+        self.queue.in_use()
+    }
+    /// A place in the queue, or `QueueFull` at once. Taken before a request
+    /// is prepared (rendered, tokenized), so that a full daemon refuses
+    /// without doing that work, as TGI's permit and Ollama's pending channel
+    /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
+    pub fn reserve(&self) -> Result<Place, EngineError> {
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.

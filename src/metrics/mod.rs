@@ -37,8 +37,6 @@ pub struct Observer {
     pub metrics: registry::Metrics,
     pub telemetry: telemetry::Sampler,
     timings_log: Option<request_log::TimingsLog>,
-    /// The served model id, once loaded (the `model` label).
-    model: OnceLock<String>,
     instance: String,
 }
 
@@ -51,7 +49,6 @@ pub fn init(settings: &Settings) -> Result<(), String> {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new(&settings.telemetry_root),
         timings_log: settings.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
-        model: OnceLock::new(),
         instance: settings.instance.clone(),
     };
     OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
@@ -64,24 +61,14 @@ pub fn observer() -> &'static Observer {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new("/"),
         timings_log: None,
-        model: OnceLock::new(),
         instance: "test".to_owned(),
     })
 }
 
 impl Observer {
-    pub fn set_model(&self, model_id: &str) {
-        let _ = self.model.set(model_id.to_owned());
-    }
-
     /// This daemon's instance name (which board answered).
     pub fn instance(&self) -> &str {
         &self.instance
-    }
-
-    /// The served model id, or "" before the model is loaded.
-    pub fn model(&self) -> &str {
-        self.model.get().map(String::as_str).unwrap_or("")
     }
 }
 

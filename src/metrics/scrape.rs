@@ -21,6 +21,9 @@ pub struct Live<'a> {
     pub context_len: Option<u32>,
     /// The served ids (`BASE:NAME`) of the loaded models' LoRA adapters; `None`: none loaded.
     pub adapters: Option<Vec<String>>,
+    /// Tokens in the loaded models' KV caches after their last runs, summed
+    /// (`None` until a runtime said).
+    pub kv_cache_tokens: Option<i64>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
@@ -51,10 +54,10 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
     gauge(
         &mut r,
         "rkllmd_kv_cache_tokens",
-        "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
-        metrics.kv_cache_tokens(),
+        "Tokens in the loaded models' KV caches after their last runs (rkllm_get_kv_cache_size), summed",
+        live.kv_cache_tokens,
     );
-    let kv_cache_usage = kv_cache_usage(metrics, live);
+    let kv_cache_usage = kv_cache_usage(live);
     if let Some(usage) = kv_cache_usage {
         r.register(
             "rkllmd_kv_cache_usage_ratio",
@@ -114,7 +117,7 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
     }
     let load = super::aliases::Load {
         queue: live.queue,
-        kv_cache_tokens: metrics.kv_cache_tokens(),
+        kv_cache_tokens: live.kv_cache_tokens,
         kv_cache_usage,
         adapters: live.adapters.as_deref(),
         token_totals: metrics.token_totals(),
@@ -124,10 +127,10 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
 }
 
 /// The KV cache's fill, 0–1: tokens in it after the last run over the
-/// loaded model's context length. Only with one model loaded — the tokens
-/// are the last run's, of whichever model ran it.
-fn kv_cache_usage(metrics: &Metrics, live: &Live) -> Option<f64> {
-    let tokens = metrics.kv_cache_tokens()?;
+/// loaded model's context length. Only with one model loaded: the summed
+/// tokens of several models have no one context to be a share of.
+fn kv_cache_usage(live: &Live) -> Option<f64> {
+    let tokens = live.kv_cache_tokens?;
     let context = live.context_len.filter(|&c| c > 0)?;
     Some((tokens as f64 / f64::from(context)).clamp(0.0, 1.0))
 }
@@ -145,6 +148,7 @@ mod tests {
             queue: None,
             context_len: None,
             adapters: None,
+            kv_cache_tokens: None,
             info: vec![],
             telemetry: &empty,
             process: ProcessStats::default(),
@@ -166,6 +170,7 @@ mod tests {
             queue: Some((1, 3)),
             context_len: None,
             adapters: None,
+            kv_cache_tokens: Some(42),
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),
@@ -176,6 +181,7 @@ mod tests {
             "rkllmd_npu_load_ratio{core=\"1\"} 0.25",
             "rkllmd_npu_frequency_hertz 1000000000",
             "rkllmd_requests_waiting 3",
+            "rkllmd_kv_cache_tokens 42",
             "rkllmd_runtime_info{driver_version=\"0.9.8\"} 1",
         ] {
             assert!(text.contains(present), "missing {present}:\n{text}");

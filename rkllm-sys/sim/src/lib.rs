@@ -37,7 +37,7 @@
 //! | key | value | effect |
 //! |---|---|---|
 //! | `time_scale` | number 0–1000, default 1 | multiplies every delay (0: no delays) |
-//! | `reply_tokens` | integer | reply length in generated tokens (default: 16–48, from the prompt's hash) |
+//! | `reply_tokens` | integer | reply length in generated tokens (default: 16–48 from the prompt's hash, then to the end of that sentence: about 16–65) |
 //! | `seed` | integer, default 0 | mixed into the reply's randomness |
 //! | `fail_init` | `npu_memory` (any other value too), `driver`, `platform`, `magic`, `tensors` | init fails with that board failure's line, e.g. `E rkllm: failed to malloc npu memory!` |
 //! | `error_after` | N | after N generated tokens of a reply the callback gets ERROR and `rkllm_run` returns -1 (a reply that ends first finishes normally) |
@@ -47,6 +47,7 @@
 //! | `record` | path | appends one JSON line per call received (see below) |
 //! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
+//! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //!
 //! `fail_init` is the switch that makes `rkllm_init` fail.
 //!

@@ -13,10 +13,13 @@ mod reply;
 mod wire;
 
 use super::error::ApiError;
+use super::metrics::CountedRoutes;
+use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
 use super::respond::{hold_head, start, HeadWait};
 use super::AppState;
+use crate::metrics::Kind;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -53,21 +56,29 @@ impl IntoResponse for OllamaError {
     }
 }
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
+pub fn routes(counted: &mut CountedRoutes) -> Router<AppState> {
+    let router = Router::new()
         .route("/api/version", get(info::version))
         .route("/api/tags", get(info::tags))
         .route("/api/ps", get(info::ps))
-        .route("/api/show", post(info::show))
-        .route("/api/chat", post(chat))
-        .route("/api/generate", post(generate))
-        .route("/api/embed", post(embed::embed))
-        .route("/api/embeddings", post(embed::legacy))
+        .route("/api/show", post(info::show));
+    let router = counted.route(router, Kind::Completion, "/api/chat", post(chat));
+    let router = counted.route(router, Kind::Completion, "/api/generate", post(generate));
+    let router = counted.route(router, Kind::Embedding, "/api/embed", post(embed::embed));
+    counted.route(router, Kind::Embedding, "/api/embeddings", post(embed::legacy))
 }
 
 /// Ollama's server takes any content type: the body is parsed as JSON.
 pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaError> {
     super::extract::parse(body).map_err(OllamaError)
+}
+
+/// A counted request's body, parsed as [`parse`] does; the model it names is told to its counting.
+pub fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
+    body: &Bytes,
+    counting: &Counting,
+) -> Result<T, OllamaError> {
+    super::extract::parse_named(body, Some(counting)).map_err(OllamaError)
 }
 
 async fn chat(
@@ -76,10 +87,9 @@ async fn chat(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: ChatRequest = parse(&body)?;
+    let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model, received))
-        .await
+    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model)).await
 }
 
 async fn generate(
@@ -88,9 +98,9 @@ async fn generate(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: GenerateRequest = parse(&body)?;
+    let req: GenerateRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model, received);
+    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
     answer(&state, &common, Shape::Generate, received, &counting, validate).await
 }
 
@@ -109,7 +119,7 @@ async fn answer(
         return Err(ApiError::invalid_value("model", "model is required").into());
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
-    let model = state.lease(&common.model, keep_alive).await?;
+    let (model, place) = state.lease_queued(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
@@ -128,8 +138,9 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
-    if !v.stream {
+    let streamed = v.stream;
+    let (pieces, _ignored) = start(model, place, v, &id, counting);
+    if !streamed {
         return Ok(reply::collect(pieces, frame).await);
     }
     match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
