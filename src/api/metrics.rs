@@ -44,6 +44,10 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
         .flat_map(|m| m.engine.adapter_names().map(|a| adapter_id(&m.model_id, a)).collect::<Vec<_>>())
         .collect();
     let adapters = (!adapters.is_empty()).then_some(adapters);
+    let saved_conversations = loaded.as_ref().and_then(|models| {
+        let warm = models.iter().filter_map(|m| m.engine.warm_conversations());
+        warm.map(|w| (w.saved as i64, w.saved_bytes as i64)).reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+    });
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
@@ -52,6 +56,7 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     let live = Live {
         queue,
         kv_cache_tokens,
+        saved_conversations,
         context_len,
         adapters,
         info: system.info_labels(),

@@ -24,6 +24,9 @@ pub struct Live<'a> {
     /// Tokens in the loaded models' KV caches after their last runs, summed
     /// (`None` until a runtime said).
     pub kv_cache_tokens: Option<i64>,
+    /// Conversations the loaded models saved as prompt-cache files, and
+    /// their bytes, summed (`None`: no model keeps conversations).
+    pub saved_conversations: Option<(i64, i64)>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
@@ -65,6 +68,19 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
             ConstGauge::<f64>::new(usage),
         );
     }
+    let saved = live.saved_conversations;
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved",
+        "Conversations saved as prompt-cache files (RAM tier)",
+        saved.map(|s| s.0),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved_bytes",
+        "Bytes of the saved conversations' files (RAM tier)",
+        saved.map(|s| s.1),
+    );
     gauge(
         &mut r,
         "rkllmd_runtime_peak_memory_bytes",
@@ -149,6 +165,7 @@ mod tests {
             context_len: None,
             adapters: None,
             kv_cache_tokens: None,
+            saved_conversations: None,
             info: vec![],
             telemetry: &empty,
             process: ProcessStats::default(),
@@ -171,6 +188,7 @@ mod tests {
             context_len: None,
             adapters: None,
             kv_cache_tokens: Some(42),
+            saved_conversations: Some((2, 100)),
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),
