@@ -111,7 +111,28 @@ fn prompt_cache(
 }
 
 pub fn metrics_settings(config: &Config) -> metrics::Settings {
-    metrics::Settings { telemetry_root: config.telemetry_root.clone(), timings_log: config.timings_log.clone() }
+    metrics::Settings {
+        telemetry_root: config.telemetry_root.clone(),
+        timings_log: config.timings_log.clone(),
+        instance: config.instance.clone().unwrap_or_else(host_name),
+    }
+}
+
+/// The host name (gethostname(2)), as the default instance name. Anything
+/// a header value cannot hold becomes `-` (validate.rs holds a configured
+/// name to the same rule); "localhost" if the call fails.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; the result is NUL-terminated
+    // unless truncated, which the search for NUL below covers.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name: String = buf[..len].iter().map(|&b| if b.is_ascii_graphic() { b as char } else { '-' }).collect();
+    if ok && !name.is_empty() {
+        name
+    } else {
+        "localhost".to_owned()
+    }
 }
 
 pub fn api_settings(config: &Config) -> api::Settings {
@@ -120,6 +141,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
         cors_origins: config.cors_origins.clone(),
         body_limit_bytes: config.body_limit_bytes,
         keepalive: Duration::from_secs(config.keepalive_secs),
+        head_wait: Duration::from_secs(config.head_wait_secs),
         reasoning: config.reasoning,
         metrics_on_main_listener: config.metrics_addr.is_none(),
         max_new_tokens: config.max_new_tokens,

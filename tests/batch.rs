@@ -55,6 +55,12 @@ impl Api {
         self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap()
     }
 
+    /// Sends `body` on a task of its own; the response once its head came.
+    fn post_later(&self, body: Value) -> tokio::task::JoinHandle<reqwest::Response> {
+        let api = self.clone();
+        tokio::spawn(async move { api.post(body).await })
+    }
+
     /// Streams `content` on a task of its own.
     fn spawn(&self, content: &str, extra: Value) -> tokio::task::JoinHandle<(String, String, Value)> {
         let (api, content) = (self.clone(), content.to_owned());
@@ -152,9 +158,11 @@ async fn a_client_leaving_mid_batch_is_dropped_and_the_others_finish() {
     let blocker = occupy(&d).await;
     let api = Api::of(&d);
     let stays = api.spawn("BRAVO", json!({}));
-    let mut leaves = api.post(stream("DELTA", json!({}))).await;
+    // A queued stream's head comes when its run starts (api.md, "Streaming").
+    let leaves = api.post_later(stream("DELTA", json!({})));
     d.wait_queue(|_, waiting| waiting == 2).await;
     blocker.await.unwrap();
+    let mut leaves = leaves.await.unwrap();
     // The leaving client reads its first token of the shared run, then goes.
     first_content(&mut leaves).await;
     drop(leaves);
@@ -170,12 +178,13 @@ async fn when_every_client_leaves_the_batch_is_aborted() {
     let (d, _script) = daemon(false, &format!("&record={}", record.path().display()), &[]);
     let blocker = occupy(&d).await;
     let api = Api::of(&d);
-    let mut clients = Vec::new();
-    for key in ["BRAVO", "DELTA"] {
-        clients.push(api.post(stream(key, json!({}))).await);
-    }
+    let heads: Vec<_> = ["BRAVO", "DELTA"].into_iter().map(|key| api.post_later(stream(key, json!({})))).collect();
     d.wait_queue(|_, waiting| waiting == 2).await;
     blocker.await.unwrap();
+    let mut clients = Vec::new();
+    for head in heads {
+        clients.push(head.await.unwrap());
+    }
     for client in &mut clients {
         first_content(client).await;
     }

@@ -23,7 +23,8 @@ use axum::Extension;
         (status = 400, description = "Invalid request", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 429, description = "Queue full", body = ErrorEnvelope),
-        (status = 500, description = "The model failed to load (`model_load_failed`) or the runtime failed", body = ErrorEnvelope),
+        (status = 500, description = "The runtime failed, or the model is larger than the memory budget", body = ErrorEnvelope),
+        (status = 503, description = "Not run, retryable elsewhere (`Retry-After`): loading, shutting down, the model failed to load, the runtime unavailable", body = ErrorEnvelope),
     ),
     security(("bearer" = []))
 )]

@@ -150,13 +150,33 @@ impl ApiError {
         e
     }
 
-    /// A model that could not be loaded (its file, NPU memory): the daemon serves the others.
+    /// A model that could not be loaded (its file, NPU memory): the daemon
+    /// serves the others. 503 with `Retry-After`: nothing ran, so a proxy may
+    /// send the request to another board.
     pub fn model_load_failed(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).code("model_load_failed");
+        e.retry_after = Some(5);
+        e
+    }
+
+    /// A model larger than the memory budget: no retry on this board helps.
+    pub fn model_too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("model_load_failed")
     }
 
+    /// Not run: the server is stopping (a proxy may retry it elsewhere).
     pub fn shutting_down() -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("shutting_down")
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.")
+            .code("shutting_down");
+        e.retry_after = Some(2);
+        e
+    }
+
+    /// Not run: the runtime could not take the run (its thread is gone).
+    pub fn runtime_unavailable(message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).code("runtime_unavailable");
+        e.retry_after = Some(5);
+        e
     }
 
     pub fn runtime(message: impl Into<String>) -> Self {

@@ -34,6 +34,16 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
     let kv_cache_tokens = loaded
         .as_ref()
         .and_then(|models| models.iter().filter_map(|m| m.engine.kv_cache_tokens()).reduce(|a, b| a + b));
+    let context_len = match loaded.as_deref() {
+        Some([one]) => Some(one.engine.limits().max_context_len),
+        _ => None,
+    };
+    let adapters: Vec<String> = loaded
+        .iter()
+        .flatten()
+        .flat_map(|m| m.engine.adapter_names().map(|a| adapter_id(&m.model_id, a)).collect::<Vec<_>>())
+        .collect();
+    let adapters = (!adapters.is_empty()).then_some(adapters);
     let saved_conversations = loaded.as_ref().and_then(|models| {
         let warm = models.iter().filter_map(|m| m.engine.warm_conversations());
         warm.map(|w| (w.saved as i64, w.saved_bytes as i64)).reduce(|a, b| (a.0 + b.0, a.1 + b.1))
@@ -43,8 +53,16 @@ pub async fn scrape(State(state): State<AppState>) -> Response {
         peak_rss_bytes: system.memory.peak_rss_bytes,
         cpu_seconds: system.cpu.process_seconds,
     };
-    let live =
-        Live { queue, kv_cache_tokens, saved_conversations, info: system.info_labels(), telemetry: &snapshot, process };
+    let live = Live {
+        queue,
+        kv_cache_tokens,
+        saved_conversations,
+        context_len,
+        adapters,
+        info: system.info_labels(),
+        telemetry: &snapshot,
+        process,
+    };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
@@ -211,6 +229,7 @@ mod tests {
             cors_origins: Vec::new(),
             body_limit_bytes: 1 << 20,
             keepalive: std::time::Duration::from_secs(15),
+            head_wait: std::time::Duration::from_secs(30),
             reasoning: crate::conversation::ReasoningMode::Split,
             metrics_on_main_listener: true,
             max_new_tokens: 16,

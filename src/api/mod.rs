@@ -64,6 +64,8 @@ pub struct Settings {
     pub body_limit_bytes: usize,
     /// Between keep-alive comments on a quiet stream.
     pub keepalive: std::time::Duration,
+    /// How long a queued stream's response head waits for its run to start.
+    pub head_wait: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
     /// `/metrics` is served here (not on a listener of its own).
@@ -149,7 +151,7 @@ pub fn registry_error(e: &RegistryError) -> ApiError {
     match e {
         RegistryError::NotFound(id) => ApiError::model_not_found(id),
         RegistryError::Load { .. } | RegistryError::Interrupted(_) => ApiError::model_load_failed(e.to_string()),
-        RegistryError::TooLarge { .. } => ApiError::model_load_failed(e.to_string()),
+        RegistryError::TooLarge { .. } => ApiError::model_too_large(e.to_string()),
         RegistryError::QueueFull(_) => status::refused(&crate::engine::EngineError::QueueFull),
     }
 }
@@ -206,7 +208,20 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
-    app.with_state(state)
+    app.layer(axum::middleware::from_fn(instance_header)).with_state(state)
+}
+
+/// Which board answered: on every response, errors and refusals included,
+/// so that behind a balancer a client (or its logs) can tell the boards apart.
+const INSTANCE: HeaderName = HeaderName::from_static("x-rkllmd-instance");
+
+async fn instance_header(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let mut response = next.run(req).await;
+    // Config validation and `app::host_name` keep the name to visible ASCII.
+    if let Ok(value) = HeaderValue::from_str(crate::metrics::observer().instance()) {
+        response.headers_mut().insert(INSTANCE, value);
+    }
+    response
 }
 
 /// A body whose `Content-Length` is over the limit is refused before any of

@@ -119,7 +119,7 @@ pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Resul
     path = "/v1/models/{id}/load",
     tag = "models",
     params(("id" = String, Path, description = "Model id")),
-    responses((status = 200, body = ModelCard), (status = 404, body = ErrorEnvelope), (status = 500, description = "The load failed", body = ErrorEnvelope)),
+    responses((status = 200, body = ModelCard), (status = 404, body = ErrorEnvelope), (status = 503, description = "The load failed", body = ErrorEnvelope), (status = 500, description = "Larger than the memory budget", body = ErrorEnvelope)),
     security(("bearer" = []))
 )]
 pub async fn load(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {

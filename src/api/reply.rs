@@ -16,6 +16,8 @@ use crate::metrics::Timings;
 use futures_util::{Stream, StreamExt};
 
 pub enum Piece {
+    /// The run started: the request left the queue (before any delta).
+    Started,
     /// What one runtime token added to the reply (may be nothing).
     Delta(Delta),
     /// The generation ended normally; always the last piece.
@@ -49,6 +51,7 @@ pub fn pieces(
         let mut content = String::new();
         while let Some(event) = generation.next().await {
             match event {
+                GenEvent::Started => yield Piece::Started,
                 GenEvent::Token { text } => {
                     if matched {
                         continue;
@@ -84,6 +87,7 @@ pub fn pieces(
                     let facts = Facts {
                         called_tools,
                         before_first_token: outcome.failed_before_first_token(),
+                        never_ran: outcome.never_ran(),
                         prompt: Some(&checks.size),
                         // A reply that calls tools is not the answer yet.
                         format_violation: checks.format.as_ref().filter(|_| !called_tools).and_then(|f| f.check(&content).err()),

@@ -50,21 +50,23 @@ pub async fn respond(
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
     // Without a tokenizer, a prompt that may be longer than the context can
-    // be refused by the runtime before its first token: a stream's headers
-    // wait for the first piece, so that the refusal is a 400 as when the
+    // be refused by the runtime before its first token: a stream's head
+    // waits for the first piece, so that the refusal is a 400 as when the
     // daemon counts the prompt itself (no keep-alive comments meanwhile).
-    let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
+    let wait = if v.checks.size.tokens.is_none() && v.checks.size.may_overflow() {
+        HeadWait::FirstPiece
+    } else {
+        HeadWait::RunStart(state.settings.head_wait)
+    };
     let (streamed, include_usage) = (v.stream, v.include_usage);
     let (pieces, ignored) = start(model, place, v, &meta.id, counting);
-    let mut pieces = Box::pin(pieces);
-    let first = if hold_headers { pieces.next().await } else { None };
-    let mut response = match first {
-        Some(Piece::Failed(e)) => e.into_response(),
-        first if streamed => {
-            let pieces = futures_util::stream::iter(first).chain(pieces);
-            stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response()
+    let mut response = if streamed {
+        match hold_head(pieces, wait).await {
+            Ok(pieces) => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),
+            Err(e) => e.into_response(),
         }
-        _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
+    } else {
+        collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     if !ignored.is_empty() {
@@ -73,6 +75,46 @@ pub async fn respond(
         }
     }
     Ok(response)
+}
+
+/// Until when a stream's response head is held.
+#[derive(Debug, Clone, Copy)]
+pub enum HeadWait {
+    /// The run's start, for at most this long (`head_wait_secs`).
+    RunStart(Duration),
+    /// The first piece of the reply, however long it takes.
+    FirstPiece,
+}
+
+/// Holds a stream's response head until its run starts. A request that ends
+/// before then — still queued when the daemon stops, or refused by the
+/// runtime — is answered with its own status (503 with `Retry-After`), which
+/// a proxy retries on another board, instead of a 200 whose stream carries
+/// only an error; a daemon that dies meanwhile leaves no response at all,
+/// which proxies retry too. Past the bound the head goes out and keep-alive
+/// comments tell the client its request is alive. The timeline is the
+/// engine's: holding the head moves no instant of it.
+pub async fn hold_head(
+    pieces: impl futures_util::Stream<Item = Piece> + Send + 'static,
+    wait: HeadWait,
+) -> Result<impl futures_util::Stream<Item = Piece> + Send + 'static, ApiError> {
+    let mut pieces = Box::pin(pieces);
+    let first = match wait {
+        HeadWait::RunStart(bound) => match tokio::time::timeout(bound, pieces.next()).await {
+            Ok(Some(Piece::Started)) | Err(_) => None,
+            Ok(piece) => piece,
+        },
+        HeadWait::FirstPiece => loop {
+            match pieces.next().await {
+                Some(Piece::Started) => continue,
+                piece => break piece,
+            }
+        },
+    };
+    match first {
+        Some(Piece::Failed(e)) => Err(*e),
+        first => Ok(futures_util::stream::iter(first).chain(pieces)),
+    }
 }
 
 /// Submits a job in its queue place and gives its reply as pieces (holding
@@ -109,6 +151,7 @@ async fn collect(
     let mut reply = Reply::default();
     while let Some(piece) = pieces.next().await {
         match piece {
+            Piece::Started => {}
             Piece::Delta(delta) => reply.absorb(delta),
             Piece::Failed(e) => return Err(*e),
             Piece::Finished(finished) => {
@@ -161,6 +204,8 @@ fn stream(
         let mut first = true;
         while let Some(piece) = pieces.next().await {
             match piece {
+                // Past `head_wait_secs` the head went out before the run started.
+                Piece::Started => {}
                 Piece::Delta(delta) => {
                     yield chunk(&meta, shape, Some(delta), first, None, None, None);
                     first = false;

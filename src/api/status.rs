@@ -40,6 +40,8 @@ pub struct Facts<'a> {
     pub called_tools: bool,
     /// The run started and ended before its first token.
     pub before_first_token: bool,
+    /// The job ended without its run starting (still queued, or refused by the runtime).
+    pub never_ran: bool,
     /// The prompt's size against the context.
     pub prompt: Option<&'a PromptSize>,
     /// Why the reply is not what `response_format` asked for.
@@ -67,6 +69,10 @@ pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
             overflow.map(PromptSize::refused_by_runtime).unwrap_or_else(|| ApiError::runtime("")),
             "context_length",
         ),
+        // Nothing ran: another board can take it.
+        EndReason::RuntimeError(message) if facts.never_ran => {
+            Ending::failed(ApiError::runtime_unavailable(message.clone()), "error")
+        }
         EndReason::RuntimeError(message) => Ending::failed(ApiError::runtime(message.clone()), "error"),
         EndReason::ShuttingDown => Ending::failed(ApiError::shutting_down(), "shutdown"),
         EndReason::Abandoned => Ending { status: CLIENT_CLOSED, finish_reason: "abort", error: None },
@@ -127,6 +133,8 @@ mod tests {
             (503, "shutdown", Some((StatusCode::SERVICE_UNAVAILABLE, "server_error", Some("shutting_down"))))
         );
         assert_eq!(row(EndReason::Abandoned, false), (499, "abort", None));
+        let never_ran = ending(&EndReason::RuntimeError("gone".into()), &Facts { never_ran: true, ..Facts::default() });
+        assert_eq!((never_ran.status, never_ran.error.and_then(|e| e.retry_after)), (503, Some(5)));
         assert_eq!(refused(&EngineError::QueueFull).status, StatusCode::TOO_MANY_REQUESTS);
         let forward = |r: Result<(), &EndReason>| (forward(r).status, forward(r).finish_reason);
         assert_eq!(forward(Ok(())), (200, "stop"));

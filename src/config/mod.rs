@@ -127,6 +127,9 @@ pub struct Config {
     /// Seconds between keep-alive comments on a quiet stream.
     #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
     pub keepalive_secs: u64,
+    /// Seconds a queued stream's response head waits for its run to start, so that a request that never ran still gets a status a proxy can retry elsewhere (0: the head goes out at once).
+    #[arg(long, env = "RKLLMD_HEAD_WAIT_SECS", default_value_t = 30)]
+    pub head_wait_secs: u64,
     /// Base time allowed from admission to the first token.
     #[arg(long, env = "RKLLMD_FIRST_TOKEN_TIMEOUT_SECS", default_value_t = 120)]
     pub first_token_timeout_secs: u64,
@@ -195,6 +198,9 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_METRICS_ADDR", value_parser = parse_socket)]
     #[serde(deserialize_with = "socket_from_toml")]
     pub metrics_addr: Option<SocketAddr>,
+    /// This daemon's name in the X-Rkllmd-Instance response header, the request log and `timings.instance` (default: the host name).
+    #[arg(long, env = "RKLLMD_INSTANCE")]
+    pub instance: Option<String>,
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
     pub telemetry_root: PathBuf,

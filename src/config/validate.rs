@@ -39,6 +39,12 @@ impl Config {
         if let Some(k) = &self.keep_alive {
             crate::registry::KeepAlive::parse(k).map_err(ConfigError::Invalid)?;
         }
+        if let Some(name) = &self.instance {
+            // It is sent as a header value and logged as is: visible ASCII, no spaces.
+            if name.is_empty() || name.len() > 253 || !name.bytes().all(|b| b.is_ascii_graphic()) {
+                return invalid(format!("instance {name:?} must be 1-253 visible ASCII characters without spaces"));
+            }
+        }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }

@@ -59,7 +59,11 @@ pub async fn run(config: &Config, report: &mut Report) {
         }
     };
     let asked = Instant::now();
-    let check = match generation.next().await {
+    let mut event = generation.next().await;
+    if matches!(event, Some(GenEvent::Started)) {
+        event = generation.next().await;
+    }
+    let check = match event {
         Some(GenEvent::Token { .. }) => {
             Check::ok(TITLE, format!("first token after {:.0} ms", asked.elapsed().as_secs_f64() * 1000.0))
         }
@@ -68,7 +72,9 @@ pub async fn run(config: &Config, report: &mut Report) {
             format!("the run ended without a token: {:?}", outcome.reason),
             "run rkllmd with RKLLMD_LOG=debug and read the runtime's lines",
         ),
-        None => Check::fail(TITLE, "the run ended without a result".into(), "report this with the log"),
+        Some(GenEvent::Started) | None => {
+            Check::fail(TITLE, "the run ended without a result".into(), "report this with the log")
+        }
     };
     report.push(check);
 }

@@ -127,6 +127,7 @@ impl Engine {
                     Next::Gone => break,
                 };
                 match run.step(event) {
+                    Step::Started => yield GenEvent::Started,
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
                     Step::Finished(finish) => {
@@ -286,6 +287,7 @@ enum Next {
 }
 
 enum Step {
+    Started,
     Token(String),
     Skip,
     Finished(Box<Finish>),
@@ -327,7 +329,7 @@ impl Run {
             Event::Started { at } => {
                 self.guard.timeline.admitted = Some(at);
                 self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
-                Step::Skip
+                Step::Started
             }
             Event::Token(token) => {
                 if self.plan.is_some() {

@@ -143,6 +143,8 @@ pub struct Engine {
     scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
+    /// The names of the LoRA adapters loaded with the model.
+    adapters: Vec<String>,
     /// `Some` when conversations are saved as files (with `kv`).
     saved: Option<std::sync::Mutex<saved::Saved>>,
 }
@@ -223,6 +225,7 @@ impl Engine {
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
+            adapters: loras.into_iter().map(|l| l.name).collect(),
         })
     }
 
@@ -239,6 +242,10 @@ impl Engine {
     }
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+    /// The LoRA adapters loaded with the model, by name.
+    pub fn adapter_names(&self) -> impl Iterator<Item = &str> {
+        self.adapters.iter().map(String::as_str)
     }
     pub fn conversation_cache(&self) -> bool {
         self.kv.is_some()

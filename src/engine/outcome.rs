@@ -128,6 +128,12 @@ impl Outcome {
         self.timeline.admitted.is_some() && self.timeline.first_token.is_none()
     }
 
+    /// The job ended before its run started: still queued, or refused by
+    /// the runtime (nothing of it ran).
+    pub fn never_ran(&self) -> bool {
+        self.timeline.admitted.is_none()
+    }
+
     /// An end without a run (or without its figures).
     pub(super) fn without_run(reason: EndReason, mut timeline: Timeline, prompt_tokens: Option<u32>) -> Outcome {
         timeline.finished.get_or_insert_with(std::time::Instant::now);
@@ -146,6 +152,9 @@ impl Outcome {
 
 #[derive(Debug, Clone)]
 pub enum GenEvent {
+    /// The run started (the job left the queue; `rkllm_run` was called):
+    /// once, before any token.
+    Started,
     /// One generated token; `text` may be empty while a character is split.
     Token { text: String },
     /// Always the last event.

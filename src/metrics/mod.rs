@@ -6,6 +6,7 @@
 //! request once ([`finish_request`]); the same [`Timings`] feed the final
 //! chunk, the log line, the timings log and the histograms.
 
+pub mod aliases;
 pub mod board;
 pub mod init_log;
 pub mod process;
@@ -28,12 +29,15 @@ pub struct Settings {
     pub telemetry_root: PathBuf,
     /// Append one JSON line per finished request here.
     pub timings_log: Option<PathBuf>,
+    /// Which board this is: `timings.instance`, the request log, the response header.
+    pub instance: String,
 }
 
 pub struct Observer {
     pub metrics: registry::Metrics,
     pub telemetry: telemetry::Sampler,
     timings_log: Option<request_log::TimingsLog>,
+    instance: String,
 }
 
 static OBSERVER: OnceLock<Observer> = OnceLock::new();
@@ -45,18 +49,27 @@ pub fn init(settings: &Settings) -> Result<(), String> {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new(&settings.telemetry_root),
         timings_log: settings.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
+        instance: settings.instance.clone(),
     };
     OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
 }
 
-/// The process's observer (a default one — root `/`, no timings log — if
-/// [`init`] was not called, as in unit tests).
+/// The process's observer (a default one — root `/`, no timings log,
+/// instance "test" — if [`init`] was not called, as in unit tests).
 pub fn observer() -> &'static Observer {
     OBSERVER.get_or_init(|| Observer {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new("/"),
         timings_log: None,
+        instance: "test".to_owned(),
     })
+}
+
+impl Observer {
+    /// This daemon's instance name (which board answered).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
 }
 
 /// Everything that happens once per request that reached the engine: the

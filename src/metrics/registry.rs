@@ -182,6 +182,11 @@ impl Metrics {
         &self.registry
     }
 
+    /// Prompt and generated tokens so far (the two token counters).
+    pub fn token_totals(&self) -> (u64, u64) {
+        (self.prompt_tokens.get(), self.generation_tokens.get())
+    }
+
     /// One gap between consecutive generated tokens of a reply.
     pub fn inter_token(&self, gap: Duration) {
         self.itl.observe(gap.as_secs_f64());

@@ -149,6 +149,7 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         target: "rkllmd::request",
         id = f.id,
         model,
+        instance = t.instance,
         kind = f.kind.as_str(),
         inputs = f.inputs,
         status = f.status,

@@ -10,7 +10,6 @@ use prometheus_client::encoding::text::{encode_eof, encode_registry};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
-use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
@@ -18,6 +17,10 @@ use std::sync::atomic::AtomicU64;
 pub struct Live<'a> {
     /// Requests running and waiting (once the model is loaded).
     pub queue: Option<(usize, usize)>,
+    /// The loaded model's context length, when exactly one model is loaded.
+    pub context_len: Option<u32>,
+    /// The served ids (`BASE:NAME`) of the loaded models' LoRA adapters; `None`: none loaded.
+    pub adapters: Option<Vec<String>>,
     /// Tokens in the loaded models' KV caches after their last runs, summed
     /// (`None` until a runtime said).
     pub kv_cache_tokens: Option<i64>,
@@ -57,6 +60,14 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         "Tokens in the loaded models' KV caches after their last runs (rkllm_get_kv_cache_size), summed",
         live.kv_cache_tokens,
     );
+    let kv_cache_usage = kv_cache_usage(live);
+    if let Some(usage) = kv_cache_usage {
+        r.register(
+            "rkllmd_kv_cache_usage_ratio",
+            "rkllmd_kv_cache_tokens over the loaded model's context length, 0-1 (one model loaded)",
+            ConstGauge::<f64>::new(usage),
+        );
+    }
     let saved = live.saved_conversations;
     gauge(
         &mut r,
@@ -113,9 +124,31 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         r.register("rkllmd_system_load_average", "System load average (/proc/loadavg)", family);
     }
     if !live.info.is_empty() {
-        r.register("rkllmd_runtime", "Runtime and NPU driver versions", Info::new(live.info.clone()));
+        // A gauge of 1 with the labels, not OpenMetrics' `info` type: the
+        // Prometheus text parser that routers' scrapers use (Go's expfmt)
+        // refuses a `# TYPE … info` line, and with it the whole scrape.
+        let family = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        family.get_or_create(&live.info).set(1);
+        r.register("rkllmd_runtime_info", "Runtime and NPU driver versions (labels; value 1)", family);
     }
+    let load = super::aliases::Load {
+        queue: live.queue,
+        kv_cache_tokens: live.kv_cache_tokens,
+        kv_cache_usage,
+        adapters: live.adapters.as_deref(),
+        token_totals: metrics.token_totals(),
+    };
+    super::aliases::register(&mut r, &load);
     r
+}
+
+/// The KV cache's fill, 0–1: tokens in it after the last run over the
+/// loaded model's context length. Only with one model loaded: the summed
+/// tokens of several models have no one context to be a share of.
+fn kv_cache_usage(live: &Live) -> Option<f64> {
+    let tokens = live.kv_cache_tokens?;
+    let context = live.context_len.filter(|&c| c > 0)?;
+    Some((tokens as f64 / f64::from(context)).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -129,6 +162,8 @@ mod tests {
         let empty = Snapshot::default();
         let live = Live {
             queue: None,
+            context_len: None,
+            adapters: None,
             kv_cache_tokens: None,
             saved_conversations: None,
             info: vec![],
@@ -150,6 +185,8 @@ mod tests {
         };
         let live = Live {
             queue: Some((1, 3)),
+            context_len: None,
+            adapters: None,
             kv_cache_tokens: Some(42),
             saved_conversations: Some((2, 100)),
             info: vec![("driver_version", "0.9.8".into())],

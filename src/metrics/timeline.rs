@@ -126,6 +126,9 @@ pub struct Timings {
     pub e2e_ms: Option<f64>,
     /// Requests that shared this request's NPU run, itself included (1 unbatched).
     pub batch_n: u32,
+    /// The daemon that served it (`instance`; default the host name): which
+    /// board answered, when several stand behind one endpoint.
+    pub instance: &'static str,
     pub runtime: Option<RuntimePerf>,
 }
 
@@ -166,6 +169,7 @@ impl Timings {
             ttft_ms: t.first_token.map(|f| ms(t.received, f)),
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
             batch_n: t.batch_n,
+            instance: super::observer().instance(),
             runtime: perf,
         }
     }

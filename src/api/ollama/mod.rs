@@ -17,7 +17,7 @@ use super::metrics::CountedRoutes;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::start;
+use super::respond::{hold_head, start, HeadWait};
 use super::AppState;
 use crate::metrics::Kind;
 use axum::body::Bytes;
@@ -140,5 +140,11 @@ async fn answer(
     };
     let streamed = v.stream;
     let (pieces, _ignored) = start(model, place, v, &id, counting);
-    Ok(if streamed { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
+    if !streamed {
+        return Ok(reply::collect(pieces, frame).await);
+    }
+    match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
+        Ok(pieces) => Ok(reply::stream(pieces, frame)),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -101,6 +101,7 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Respons
     let mut reply = Reply::default();
     while let Some(piece) = pieces.next().await {
         match piece {
+            Piece::Started => {}
             Piece::Delta(delta) => reply.absorb(delta),
             Piece::Failed(e) => return OllamaError(*e).into_response(),
             Piece::Finished(summary) => {
@@ -129,6 +130,7 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
         let mut reply = Reply::default();
         while let Some(piece) = pieces.next().await {
             match piece {
+                Piece::Started => {}
                 Piece::Delta(delta) => {
                     let Delta { content, reasoning, calls } = delta;
                     if !content.is_empty() || !reasoning.is_empty() {
