@@ -108,6 +108,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
         body_limit_bytes: config.body_limit_bytes,
         keepalive: Duration::from_secs(config.keepalive_secs),
         reasoning: config.reasoning,
+        tools_overflow: config.tools_overflow,
         metrics_on_main_listener: config.metrics_addr.is_none(),
         max_new_tokens: config.max_new_tokens,
     }

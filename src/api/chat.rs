@@ -35,7 +35,7 @@ pub async fn create(
     let received = Instant::now();
     let model = state.lease(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
-    let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);
-    let validated = prepare(&model, move |model| req.validate(&id, model, reasoning, received)).await?;
+    let (id, policy) = (meta.id.clone(), state.settings.chat_policy());
+    let validated = prepare(&model, move |model| req.validate(&id, model, policy, received)).await?;
     respond(&state, model, validated, Shape::Chat, meta, &counting).await
 }

@@ -24,7 +24,7 @@ mod status;
 mod structured;
 mod system;
 
-use crate::conversation::ReasoningMode;
+use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
@@ -63,6 +63,8 @@ pub struct Settings {
     pub keepalive: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
+    /// What happens to a chat whose tools do not fit the context.
+    pub tools_overflow: ToolsOverflow,
     /// `/metrics` is served here (not on a listener of its own).
     pub metrics_on_main_listener: bool,
     /// The largest `max_tokens` a request may ask for (the OpenAPI document states it).
@@ -70,6 +72,12 @@ pub struct Settings {
 }
 
 pub use crate::embed::EmbedSettings;
+
+impl Settings {
+    pub fn chat_policy(&self) -> request::ChatPolicy {
+        request::ChatPolicy { reasoning: self.reasoning, tools_overflow: self.tools_overflow }
+    }
+}
 pub use crate::registry::Loaded;
 
 /// `rkllmd-<version>-<backend>-<runtime version>`: what produced a reply.

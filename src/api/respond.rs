@@ -32,6 +32,8 @@ pub struct Meta {
     pub fingerprint: String,
 }
 
+/// Tool definitions left out of the prompt (docs/api.md, "Tools that do not fit").
+const TOOLS_DROPPED: HeaderName = HeaderName::from_static("x-rkllmd-tools-dropped");
 const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
 /// How the prompt was made (docs/api.md, "Models without a chat template").
 const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mode");
@@ -52,6 +54,7 @@ pub async fn respond(
     // wait for the first piece, so that the refusal is a 400 as when the
     // daemon counts the prompt itself (no keep-alive comments meanwhile).
     let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
+    let tools_dropped = v.checks.tools_dropped;
     let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
     let mut pieces = Box::pin(pieces);
     let first = if hold_headers { pieces.next().await } else { None };
@@ -64,12 +67,20 @@ pub async fn respond(
         _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
+    tools_dropped_header(&mut response, tools_dropped);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
             response.headers_mut().insert(IGNORED_PARAMS, value);
         }
     }
     Ok(response)
+}
+
+/// Says how many tools were left out of the prompt, when any were.
+pub fn tools_dropped_header(response: &mut Response, dropped: usize) {
+    if dropped > 0 {
+        response.headers_mut().insert(TOOLS_DROPPED, HeaderValue::from(dropped));
+    }
 }
 
 /// Submits a job and gives its reply as pieces (holding the lease), with
@@ -85,7 +96,7 @@ pub fn start(
 ) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
     let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
     let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
-    let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting);
+    let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting, checks.tools_dropped);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");

@@ -116,6 +116,9 @@ pub struct Timings {
     pub e2e_ms: Option<f64>,
     /// Requests that shared this request's NPU run, itself included (1 unbatched).
     pub batch_n: u32,
+    /// Tool definitions left out of the prompt because they did not fit the
+    /// context (`tools_overflow = "select"`); set by the api.
+    pub tools_dropped: u32,
     pub runtime: Option<RuntimePerf>,
 }
 
@@ -154,6 +157,7 @@ impl Timings {
             ttft_ms: t.first_token.map(|f| ms(t.received, f)),
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
             batch_n: t.batch_n,
+            tools_dropped: 0,
             runtime: perf,
         }
     }

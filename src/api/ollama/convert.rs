@@ -3,9 +3,11 @@
 
 use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
 use crate::api::error::ApiError;
-use crate::api::request::{self as openai, ChatMessage, ChatRole, Content, Prompt, StopSequences, Validated};
+use crate::api::request::{
+    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, Prompt, StopSequences, Validated,
+};
 use crate::api::Loaded;
-use crate::conversation::ReasoningMode;
+use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::KeepAlive;
 use serde_json::{json, Map, Value};
 use std::time::Instant;
@@ -112,7 +114,13 @@ fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMess
 }
 
 /// A chat request as a job; `None` when it has no messages (a load request).
-pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> Result<Option<Validated>, ApiError> {
+pub fn chat(
+    req: &ChatRequest,
+    id: &str,
+    model: &Loaded,
+    tools_overflow: ToolsOverflow,
+    received: Instant,
+) -> Result<Option<Validated>, ApiError> {
     let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
     let mut calls = 0;
     let messages = messages.iter().enumerate().map(|(i, m)| message(i, m, &mut calls)).collect::<Result<_, _>>()?;
@@ -126,7 +134,8 @@ pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> R
         response_format: response_format(req.common.format.as_ref()),
         common: common(&req.common, model)?,
     };
-    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+    let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow };
+    openai.validate(id, model, policy, received).map(Some)
 }
 
 /// A generate request as a job; `None` when the prompt is empty (a load request).
@@ -177,7 +186,9 @@ pub fn generate(
         response_format: response_format(req.common.format.as_ref()),
         common,
     };
-    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+    // No tools: the overflow policy has nothing to act on.
+    let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow: ToolsOverflow::Refuse };
+    openai.validate(id, model, policy, received).map(Some)
 }
 
 /// Ollama's `format` as OpenAI's `response_format`: `"json"` asks for a JSON

@@ -78,8 +78,9 @@ async fn chat(
     let received = Instant::now();
     let req: ChatRequest = parse(&body)?;
     let common = req.common.clone();
-    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model, received))
-        .await
+    let tools_overflow = state.settings.tools_overflow;
+    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow, received);
+    answer(&state, &common, Shape::Chat, received, &counting, validate).await
 }
 
 async fn generate(
@@ -128,6 +129,9 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
+    let tools_dropped = v.checks.tools_dropped;
     let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
-    Ok(if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
+    let mut response = if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
+    super::respond::tools_dropped_header(&mut response, tools_dropped);
+    Ok(response)
 }

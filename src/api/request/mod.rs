@@ -4,6 +4,7 @@
 
 mod convert;
 mod size;
+mod tools_fit;
 mod wire;
 
 pub use size::PromptSize;
@@ -12,7 +13,7 @@ pub use wire::*;
 use super::error::ApiError;
 use super::structured::ResponseFormat;
 use super::Loaded;
-use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
+use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice, ToolsOverflow};
 use crate::engine::Job;
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
@@ -59,6 +60,8 @@ pub struct Checks {
     pub size: PromptSize,
     /// The reply must be JSON (of this schema).
     pub format: Option<ResponseFormat>,
+    /// Tool definitions left out because they did not fit (`tools_overflow = "select"`).
+    pub tools_dropped: usize,
 }
 
 /// `max_tokens` default of the legacy endpoint (OpenAI's).
@@ -129,12 +132,19 @@ impl Common {
     }
 }
 
+/// How a chat request is read: server settings the api applies.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatPolicy {
+    pub reasoning: ReasoningMode,
+    pub tools_overflow: ToolsOverflow,
+}
+
 impl ChatCompletionRequest {
     pub fn validate(
         &self,
         id: &str,
         model: &Loaded,
-        reasoning: ReasoningMode,
+        policy: ChatPolicy,
         received: Instant,
     ) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
@@ -152,25 +162,50 @@ impl ChatCompletionRequest {
             format.instruct(&mut chat.messages);
         }
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
-        let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
+        let mut rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
-        let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;
+        let mut v = self.common.validate(id, rendered.prompt.clone(), max_tokens, limit, received)?;
         let mut size = measure(&mut v.job, model, "messages");
+        let room = tools_fit::reply_room(max_tokens, size.context, limit);
+        let mut tools_dropped = 0;
+        if policy.tools_overflow == ToolsOverflow::Select && tools_fit::needed(&chat, &size, room) {
+            if let Some(selection) = tools_fit::select(model, &chat, size.context, room) {
+                log_selection(id, &selection, &size);
+                tools_dropped = selection.dropped.len();
+                (chat, rendered) = (selection.chat, selection.rendered);
+                v.job.prompt.clone_from(&rendered.prompt);
+                size = measure(&mut v.job, model, "messages");
+            }
+        }
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
         if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
             size.without_tools = without_tools(model, chat.clone());
         }
         size.check(&v.job)?;
-        v.checks = Checks { size, format };
+        v.checks = Checks { size, format, tools_dropped };
         v.job.enable_thinking = enable_thinking;
         v.rules = ReplyRules {
-            reasoning,
+            reasoning: policy.reasoning,
             starts_in_thinking: rendered.starts_in_thinking,
             tool_syntax: rendered.tool_syntax,
         };
         Ok(v)
     }
+}
+
+/// The operator's account of a selection: which tools the model did not see.
+fn log_selection(id: &str, s: &tools_fit::Selection, before: &PromptSize) {
+    let counted = if before.tokens.is_some() { "tokens" } else { "bytes (no tokenizer)" };
+    tracing::warn!(
+        %id,
+        kept = s.kept,
+        dropped = s.dropped.len(),
+        dropped_tools = %s.dropped.join(","),
+        context = before.context,
+        counted,
+        "the tools do not fit the context: sending the most relevant that do (tools_overflow = select)"
+    );
 }
 
 impl CompletionRequest {
