@@ -28,6 +28,9 @@ pub struct ModelCard {
     pub template: Option<TemplateCard>,
     /// Extension: for a LoRA adapter (id `BASE:NAME`), the base model's id; `null` for a model.
     pub parent: Option<String>,
+    /// Extension: what the model can do, as Ollama names it (`completion`,
+    /// `embedding`, `tools`, `thinking`); `null` until the model is loaded.
+    pub capabilities: Option<Vec<&'static str>>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -64,7 +67,19 @@ fn card(status: &Status) -> ModelCard {
             TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
         }),
         parent: None,
+        capabilities: status.loaded.as_ref().map(|l| capabilities(&l.model.prompter)),
     }
+}
+
+/// What a model can do: every model completes and embeds (its hidden
+/// states, `/v1/embeddings`); tools when they reach the model; thinking
+/// when its template knows a `<think>` block (docs/api.md, "Thinking input").
+pub fn capabilities(prompter: &crate::conversation::Prompter) -> Vec<&'static str> {
+    let can = prompter.capabilities();
+    let mut names = vec!["completion", "embedding"];
+    names.extend(can.tools.then_some("tools"));
+    names.extend(can.thinking.then_some("thinking"));
+    names
 }
 
 /// A model's card, then one per LoRA adapter (loaded and unloaded with it).

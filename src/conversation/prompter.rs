@@ -72,6 +72,18 @@ pub struct TemplateInfo {
     pub warn: bool,
 }
 
+/// What a model can do as far as its prompts go: read by `/v1/models` and
+/// Ollama's `/api/show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Tools reach the model: its template renders them, or the
+    /// conversation is folded (the tools go into the text).
+    pub tools: bool,
+    /// The model thinks in a `<think>` block its template knows; the
+    /// runtime's own template (folded) gives no sign, so it counts as not.
+    pub thinking: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     #[error(transparent)]
@@ -100,6 +112,13 @@ impl Prompter {
         };
         let Choice { mode, family, reason, conflict } = self.choice.clone();
         TemplateInfo { mode, family, origin, reason, tokenizer, warn: conflict || mode == TemplateMode::RuntimeFolded }
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        match &self.template {
+            Some(t) => Capabilities { tools: t.renders_tools, thinking: t.thinks },
+            None => Capabilities { tools: true, thinking: false },
+        }
     }
 
     pub fn mode(&self) -> TemplateMode {
