@@ -23,6 +23,7 @@ mod runtime_info;
 mod status;
 mod structured;
 mod system;
+mod tokenize;
 
 use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
@@ -177,6 +178,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(models::load))
         .routes(routes!(models::unload))
         .routes(routes!(system::get))
+        .routes(routes!(tokenize::tokenize))
+        .routes(routes!(tokenize::detokenize))
         .split_for_parts();
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();

@@ -22,7 +22,7 @@ mod tool_select;
 pub use builtin::TemplateFamily;
 pub use output::{CallDelta, CallHead, Delta, Reply, ReplyParser};
 pub use prompter::{Capabilities, PromptError, Prompter, TemplateInfo, TemplateMode};
-pub use source::{LoadError, PromptSettings};
+pub use source::{tokenizer_file, LoadError, PromptSettings};
 pub use stop::StopMatcher;
 pub use tool_select::{rank as rank_tools, ToolsOverflow};
 
