@@ -73,7 +73,12 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
 pub async fn count_requests(mut req: Request, next: Next) -> Response {
     let kind = match req.uri().path() {
         _ if req.method() != Method::POST => None,
-        "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate" => Some(Kind::Completion),
+        "/v1/chat/completions"
+        | "/v1/completions"
+        | "/v1/responses"
+        | "/v1/messages"
+        | "/api/chat"
+        | "/api/generate" => Some(Kind::Completion),
         "/v1/embeddings" | "/api/embed" | "/api/embeddings" => Some(Kind::Embedding),
         "/v1/rerank" | "/rerank" => Some(Kind::Rerank),
         _ => None,

@@ -19,6 +19,7 @@ pub mod request;
 mod rerank;
 mod respond;
 pub mod response;
+mod responses;
 mod runtime_info;
 mod status;
 mod structured;
@@ -170,6 +171,7 @@ pub fn router(state: AppState) -> Router {
     let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(chat::create))
         .routes(routes!(completions::create))
+        .routes(routes!(responses::create))
         .routes(routes!(embeddings::create))
         .routes(routes!(rerank::create))
         .routes(routes!(rerank::create_unversioned))
