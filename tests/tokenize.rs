@@ -89,6 +89,10 @@ async fn without_a_tokenizer_the_routes_and_the_command_say_so() {
         assert_eq!(status, 501, "{body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("has no tokenizer.json"), "{body}");
     }
+    // Anthropic's count_tokens too, in Anthropic's error shape.
+    let count = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    let (status, body) = post(&d, "/v1/messages/count_tokens", count).await;
+    assert_eq!((status, &body["type"], &body["error"]["type"]), (501, &json!("error"), &json!("api_error")), "{body}");
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("model.rkllm");
     std::fs::write(&model, b"x").unwrap();

@@ -10,6 +10,7 @@ pub mod error;
 mod extract;
 mod forward;
 mod health;
+mod messages;
 mod metrics;
 mod models;
 mod ollama;
@@ -172,6 +173,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(chat::create))
         .routes(routes!(completions::create))
         .routes(routes!(responses::create))
+        .routes(routes!(messages::create))
+        .routes(routes!(messages::count_tokens))
         .routes(routes!(embeddings::create))
         .routes(routes!(rerank::create))
         .routes(routes!(rerank::create_unversioned))

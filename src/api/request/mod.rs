@@ -194,6 +194,17 @@ impl ChatCompletionRequest {
     }
 }
 
+impl ChatCompletionRequest {
+    /// The rendered prompt's tokens by the model's tokenizer, every tool
+    /// included (`None` without a tokenizer): what Anthropic's
+    /// `count_tokens` answers. Not checked against the context.
+    pub fn count_tokens(&self, model: &Loaded) -> Result<Option<usize>, ApiError> {
+        let chat = convert::chat_input(self)?;
+        let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
+        Ok(model.prompter.tokenize(&rendered.prompt).map(|ids| ids.len()))
+    }
+}
+
 /// The operator's account of a selection: which tools the model did not see.
 fn log_selection(id: &str, s: &tools_fit::Selection, before: &PromptSize) {
     let counted = if before.tokens.is_some() { "tokens" } else { "bytes (no tokenizer)" };
