@@ -177,6 +177,33 @@ async fn without_a_tokenizer_tools_are_selected_by_bytes_or_refused_by_the_runti
         assert!(message.contains("36 tool definitions take ~"), "{message}");
         assert!(message.contains("bytes of the prompt"), "{message}");
     }
+    // The Responses and Messages APIs hold a stream's headers for that refusal too.
+    let tools = chat_36_tools("m", false)["tools"].clone();
+    let functions: Vec<Value> = tools.as_array().unwrap().iter().map(|t| t["function"].clone()).collect();
+    let flat: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            json!({"type": "function", "name": f["name"],
+        "description": f["description"], "parameters": f["parameters"]})
+        })
+        .collect();
+    let question = "What is the capital of France, and what is it famous for?";
+    let r = d.post("/v1/responses", json!({"model": "m", "stream": true, "input": question, "tools": flat})).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "context_length_exceeded");
+    let anthropic: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            json!({"name": f["name"], "description": f["description"],
+        "input_schema": f["parameters"]})
+        })
+        .collect();
+    let body = json!({"model": "m", "stream": true, "max_tokens": 64, "tools": anthropic,
+                      "messages": [{"role": "user", "content": question}]});
+    let r = d.post("/v1/messages", body).await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!("invalid_request_error")), "{body}");
     // A prompt clearly over (at most 8 bytes per token) never reaches the runtime.
     let huge = "word ".repeat(8 * 4096 / 5 + 10);
     let (status, body) = post(&d, json!({"model": "m", "messages": [{"role": "user", "content": huge}]})).await;

@@ -49,22 +49,15 @@ pub async fn respond(
     counting: &Counting,
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
-    // Without a tokenizer, a prompt that may be longer than the context can
-    // be refused by the runtime before its first token: a stream's headers
-    // wait for the first piece, so that the refusal is a 400 as when the
-    // daemon counts the prompt itself (no keep-alive comments meanwhile).
-    let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
+    let hold = holds_headers(&v);
     let tools_dropped = v.checks.tools_dropped;
     let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
-    let mut pieces = Box::pin(pieces);
-    let first = if hold_headers { pieces.next().await } else { None };
-    let mut response = match first {
-        Some(Piece::Failed(e)) => e.into_response(),
-        first if v.stream => {
-            let pieces = futures_util::stream::iter(first).chain(pieces);
+    let mut response = match held(pieces, hold).await {
+        Err(e) => e.into_response(),
+        Ok(pieces) if v.stream => {
             stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
         }
-        _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
+        Ok(pieces) => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     tools_dropped_header(&mut response, tools_dropped);
@@ -74,6 +67,26 @@ pub async fn respond(
         }
     }
     Ok(response)
+}
+
+/// Without a tokenizer, a prompt that may be longer than the context can
+/// be refused by the runtime before its first token: a stream's headers
+/// wait for the first piece, so that the refusal is a 400 as when the
+/// daemon counts the prompt itself (no keep-alive comments meanwhile).
+pub fn holds_headers(v: &Validated) -> bool {
+    v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow()
+}
+
+/// The pieces, after their first when `hold`: the runtime's refusal, if that is what it was.
+pub async fn held(
+    pieces: impl futures_util::Stream<Item = Piece> + Send + 'static,
+    hold: bool,
+) -> Result<impl futures_util::Stream<Item = Piece> + Send + 'static, ApiError> {
+    let mut pieces = Box::pin(pieces);
+    match if hold { pieces.next().await } else { None } {
+        Some(Piece::Failed(e)) => Err(*e),
+        first => Ok(futures_util::stream::iter(first).chain(pieces)),
+    }
 }
 
 /// Says how many tools were left out of the prompt, when any were.

@@ -11,7 +11,7 @@ mod wire;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{start, tools_dropped_header};
+use super::respond::{held, holds_headers, start, tools_dropped_header};
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -89,8 +89,9 @@ pub async fn create(
     let (policy, job_id) = (state.settings.chat_policy(), id.clone());
     let v = prepare(&model, move |model| chat.validate(&job_id, model, policy, received)).await?;
     let head = reply::Head { id: id.clone(), model: model.served_id() };
-    let tools_dropped = v.checks.tools_dropped;
+    let (tools_dropped, hold) = (v.checks.tools_dropped, holds_headers(&v));
     let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, &counting)?;
+    let pieces = held(pieces, hold).await?;
     let mut response = if v.stream {
         reply::stream(pieces, head, state.settings.keepalive)
     } else {

@@ -11,7 +11,7 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{start, tools_dropped_header};
+use super::respond::{held, holds_headers, start, tools_dropped_header};
 use super::AppState;
 use axum::extract::State;
 use axum::response::Response;
@@ -55,8 +55,9 @@ pub async fn create(
     echo.insert("temperature".into(), json!(req.sampling.temperature));
     echo.insert("top_p".into(), json!(req.sampling.top_p));
     let head = reply::Head { id: id.clone(), created_at: super::unix_now(), model: model.served_id(), echo };
-    let tools_dropped = v.checks.tools_dropped;
+    let (tools_dropped, hold) = (v.checks.tools_dropped, holds_headers(&v));
     let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, &counting)?;
+    let pieces = held(pieces, hold).await?;
     let mut response = if v.stream {
         reply::stream(pieces, head, state.settings.keepalive)
     } else {
