@@ -101,11 +101,14 @@ async fn capabilities(status: &Status) -> Vec<&'static str> {
     }
     let (settings, path) = (status.spec.prompt.clone(), status.spec.path.clone());
     let prompter = tokio::task::spawn_blocking(move || Prompter::load(&settings, &path)).await;
-    match prompter {
-        Ok(Ok(prompter)) => crate::api::models::capabilities(&prompter),
-        // It will not load either: say only what every model does.
-        _ => vec!["completion", "embedding"],
-    }
+    let error = match prompter {
+        Ok(Ok(prompter)) => return crate::api::models::capabilities(&prompter),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    // The model will not load either (and say so then): only what every model does.
+    tracing::warn!(model = %status.spec.id, %error, "/api/show: the model's chat template or tokenizer does not load");
+    vec!["completion", "embedding"]
 }
 
 /// What is known of a model without loading it; the template once it is loaded.

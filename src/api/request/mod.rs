@@ -192,9 +192,7 @@ impl ChatCompletionRequest {
         };
         Ok(v)
     }
-}
 
-impl ChatCompletionRequest {
     /// The rendered prompt's tokens by the model's tokenizer, every tool
     /// included (`None` without a tokenizer): what Anthropic's
     /// `count_tokens` answers. Not checked against the context.
