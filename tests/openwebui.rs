@@ -114,9 +114,24 @@ async fn with_a_tokenizer_the_most_relevant_tools_that_fit_are_sent() {
     let d = Daemon::start(&args("select"));
     selected(&d, &record, "m").await;
     // The recorded question too, and over the Ollama API (its connection sends the same tools).
-    let (status, body) = post(&d, chat_36_tools("m", false)).await;
-    assert_eq!(status, 200, "{body}");
-    assert!(body["timings"]["tools_dropped"].as_u64().unwrap() > 0, "{body}");
+    // Four turns of the recorded chat, its history resent each time, over both connections.
+    for path in ["/v1/chat/completions", "/api/chat"] {
+        let mut body = chat_36_tools("m", false);
+        for turn in 0..4 {
+            let r = d.post(path, body.clone()).await;
+            assert_eq!(r.status(), 200, "{path} turn {turn}");
+            assert!(r.headers().contains_key("x-rkllmd-tools-dropped"), "{path} turn {turn}");
+            let reply: Value = r.json().await.unwrap();
+            let content = match path {
+                "/api/chat" => reply["message"]["content"].clone(),
+                _ => reply["choices"][0]["message"]["content"].clone(),
+            };
+            assert!(!content.as_str().unwrap().is_empty(), "{path} turn {turn}: {reply}");
+            let history = body["messages"].as_array_mut().unwrap();
+            history.push(json!({"role": "assistant", "content": content}));
+            history.push(json!({"role": "user", "content": format!("Tell me more ({turn}).")}));
+        }
+    }
     let ollama = json!({"model": "m", "stream": false, "tools": chat_36_tools("m", false)["tools"],
                         "messages": [{"role": "user", "content": "Generate an image of a cat"}]});
     let r = d.post("/api/chat", ollama).await;
