@@ -8,6 +8,7 @@ use super::request::Validated;
 use super::response::*;
 use super::AppState;
 use crate::conversation::{Delta as ReplyDelta, Reply};
+use crate::engine::Place;
 use crate::registry::Lease;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -43,6 +44,7 @@ const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mod
 pub async fn respond(
     state: &AppState,
     model: Lease,
+    place: Place,
     v: Validated,
     shape: Shape,
     meta: Meta,
@@ -50,13 +52,11 @@ pub async fn respond(
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
     let hold = holds_headers(&v);
-    let tools_dropped = v.checks.tools_dropped;
-    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
+    let (streamed, include_usage, tools_dropped) = (v.stream, v.include_usage, v.checks.tools_dropped);
+    let (pieces, ignored) = start(model, place, v, &meta.id, counting);
     let mut response = match held(pieces, hold).await {
         Err(e) => e.into_response(),
-        Ok(pieces) if v.stream => {
-            stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
-        }
+        Ok(pieces) if streamed => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),
         Ok(pieces) => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
@@ -96,19 +96,18 @@ pub fn tools_dropped_header(response: &mut Response, dropped: usize) {
     }
 }
 
-/// Submits a job and gives its reply as pieces (holding the lease), with
-/// the sampling fields the runtime ignored (comma-separated).
+/// Submits a job in its queue place and gives its reply as pieces (holding
+/// the lease), with the sampling fields the runtime ignored (comma-separated).
 pub fn start(
     model: Lease,
-    job: crate::engine::Job,
+    place: Place,
+    v: Validated,
     id: &str,
-    stops: Vec<String>,
-    rules: crate::conversation::ReplyRules,
-    checks: super::request::Checks,
     counting: &Counting,
-) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
+) -> (impl futures_util::Stream<Item = Piece> + Send + 'static, String) {
+    let Validated { job, stops, rules, checks, .. } = v;
     let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
-    let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
+    let mut generation = model.engine.submit(place, job);
     let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting, checks.tools_dropped);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
@@ -119,7 +118,7 @@ pub fn start(
         let _held = &model;
         piece
     });
-    Ok((pieces, ignored))
+    (pieces, ignored)
 }
 
 async fn collect(

@@ -18,7 +18,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use std::time::Instant;
 use wire::{CountTokens, CreateMessage, ErrorDetail, ErrorResponse, TokenCount};
 
 /// An error as Anthropic sends it: `{"type": "error", "error": {"type", "message"}}`.
@@ -81,18 +80,17 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     body: Bytes,
 ) -> Result<Response, AnthropicError> {
-    let received = Instant::now();
     let req: CreateMessage = parse(&body)?;
     let chat = convert::chat_request(&req)?;
-    let model = state.lease(&req.conversation.model, None).await?;
+    let (model, place) = state.lease_queued(&req.conversation.model, None).await?;
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     let (policy, job_id) = (state.settings.chat_policy(), id.clone());
-    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy, received)).await?;
+    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
     let head = reply::Head { id: id.clone(), model: model.served_id() };
-    let (tools_dropped, hold) = (v.checks.tools_dropped, holds_headers(&v));
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, &counting)?;
+    let (tools_dropped, hold, streamed) = (v.checks.tools_dropped, holds_headers(&v), v.stream);
+    let (pieces, _ignored) = start(model, place, v, &id, &counting);
     let pieces = held(pieces, hold).await?;
-    let mut response = if v.stream {
+    let mut response = if streamed {
         reply::stream(pieces, head, state.settings.keepalive)
     } else {
         reply::collect(pieces, head).await

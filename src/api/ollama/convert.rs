@@ -10,7 +10,6 @@ use crate::api::Loaded;
 use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::KeepAlive;
 use serde_json::{json, Map, Value};
-use std::time::Instant;
 
 /// `keep_alive`: seconds or a duration string; `null`/absent = the daemon's.
 pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> {
@@ -119,7 +118,6 @@ pub fn chat(
     id: &str,
     model: &Loaded,
     tools_overflow: ToolsOverflow,
-    received: Instant,
 ) -> Result<Option<Validated>, ApiError> {
     let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
     let mut calls = 0;
@@ -136,16 +134,11 @@ pub fn chat(
         common: common(&req.common, model)?,
     };
     let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow };
-    openai.validate(id, model, policy, received).map(Some)
+    openai.validate(id, model, policy).map(Some)
 }
 
 /// A generate request as a job; `None` when the prompt is empty (a load request).
-pub fn generate(
-    req: &GenerateRequest,
-    id: &str,
-    model: &Loaded,
-    received: Instant,
-) -> Result<Option<Validated>, ApiError> {
+pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Option<Validated>, ApiError> {
     no_images(req.images.as_ref(), "images")?;
     for (param, given) in [("suffix", req.suffix.is_some()), ("template", req.template.is_some())] {
         if given {
@@ -160,9 +153,7 @@ pub fn generate(
     if req.raw == Some(true) {
         // Raw: the prompt as written, no template; no legacy 16-token default.
         common.max_tokens = common.max_tokens.or(Some(model.engine.limits().max_new_tokens));
-        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }
-            .validate(id, model, received)
-            .map(Some);
+        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }.validate(id, model).map(Some);
     }
     let mut messages = Vec::new();
     for (role, text) in [(ChatRole::System, req.system.clone()), (ChatRole::User, Some(prompt))] {
@@ -190,7 +181,7 @@ pub fn generate(
     };
     // No tools: the overflow policy has nothing to act on.
     let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow: ToolsOverflow::Refuse };
-    openai.validate(id, model, policy, received).map(Some)
+    openai.validate(id, model, policy).map(Some)
 }
 
 /// Ollama's `format` as OpenAI's `response_format`: `"json"` asks for a JSON

@@ -79,7 +79,7 @@ async fn chat(
     let req: ChatRequest = parse(&body)?;
     let common = req.common.clone();
     let tools_overflow = state.settings.tools_overflow;
-    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow, received);
+    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow);
     answer(&state, &common, Shape::Chat, received, &counting, validate).await
 }
 
@@ -91,7 +91,7 @@ async fn generate(
     let received = Instant::now();
     let req: GenerateRequest = parse(&body)?;
     let common = req.common.clone();
-    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model, received);
+    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
     answer(&state, &common, Shape::Generate, received, &counting, validate).await
 }
 
@@ -110,7 +110,7 @@ async fn answer(
         return Err(ApiError::invalid_value("model", "model is required").into());
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
-    let model = state.lease(&common.model, keep_alive).await?;
+    let (model, place) = state.lease_queued(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
@@ -129,9 +129,9 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let tools_dropped = v.checks.tools_dropped;
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
-    let mut response = if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
+    let (streamed, tools_dropped) = (v.stream, v.checks.tools_dropped);
+    let (pieces, _ignored) = start(model, place, v, &id, counting);
+    let mut response = if streamed { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await };
     super::respond::tools_dropped_header(&mut response, tools_dropped);
     Ok(response)
 }

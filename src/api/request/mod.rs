@@ -18,7 +18,6 @@ use crate::engine::Job;
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
-use std::time::Instant;
 
 /// Runs a request's preparation — rendering and tokenizing its prompt, the
 /// one step of a request whose cost grows with its size — on the blocking
@@ -68,14 +67,7 @@ pub struct Checks {
 pub const LEGACY_MAX_TOKENS: u32 = 16;
 
 impl Common {
-    fn validate(
-        &self,
-        id: &str,
-        prompt: String,
-        max_tokens: Option<u32>,
-        limit: u32,
-        received: Instant,
-    ) -> Result<Validated, ApiError> {
+    fn validate(&self, id: &str, prompt: String, max_tokens: Option<u32>, limit: u32) -> Result<Validated, ApiError> {
         if let Some(n) = self.n {
             if n != 1 {
                 return Err(ApiError::invalid_value(
@@ -116,7 +108,6 @@ impl Common {
             job: Job {
                 id: id.to_owned(),
                 prompt,
-                received,
                 max_new_tokens: max_tokens,
                 sampling,
                 enable_thinking: false,
@@ -140,13 +131,7 @@ pub struct ChatPolicy {
 }
 
 impl ChatCompletionRequest {
-    pub fn validate(
-        &self,
-        id: &str,
-        model: &Loaded,
-        policy: ChatPolicy,
-        received: Instant,
-    ) -> Result<Validated, ApiError> {
+    pub fn validate(&self, id: &str, model: &Loaded, policy: ChatPolicy) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiError::invalid_value(
@@ -164,7 +149,7 @@ impl ChatCompletionRequest {
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
         let mut rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
-        let mut v = self.common.validate(id, rendered.prompt.clone(), max_tokens, limit, received)?;
+        let mut v = self.common.validate(id, rendered.prompt.clone(), max_tokens, limit)?;
         let mut size = measure(&mut v.job, model, "messages");
         let room = tools_fit::reply_room(max_tokens, size.context, limit);
         let mut tools_dropped = 0;
@@ -218,7 +203,7 @@ fn log_selection(id: &str, s: &tools_fit::Selection, before: &PromptSize) {
 }
 
 impl CompletionRequest {
-    pub fn validate(&self, id: &str, model: &Loaded, received: Instant) -> Result<Validated, ApiError> {
+    pub fn validate(&self, id: &str, model: &Loaded) -> Result<Validated, ApiError> {
         let prompt = match &self.prompt {
             Prompt::One(p) => p.clone(),
             Prompt::Many(v) if v.len() == 1 => v[0].clone(),
@@ -232,7 +217,7 @@ impl CompletionRequest {
         convert::no_nul("prompt", &prompt)?;
         let limit = model.engine.limits().max_new_tokens;
         let max_tokens = Some(self.common.max_tokens.unwrap_or(LEGACY_MAX_TOKENS.min(limit)));
-        let mut v = self.common.validate(id, prompt, max_tokens, limit, received)?;
+        let mut v = self.common.validate(id, prompt, max_tokens, limit)?;
         let size = measure(&mut v.job, model, "prompt");
         size.check(&v.job)?;
         v.checks.size = size;

@@ -17,7 +17,6 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
 use serde_json::json;
-use std::time::Instant;
 pub use wire::CreateResponse;
 
 /// Creates a model response (`stream: true` for the Responses API's server-sent events).
@@ -40,13 +39,12 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
-    let received = Instant::now();
     let chat = convert::chat_request(&req)?;
-    let model = state.lease(&req.model, None).await?;
+    let (model, place) = state.lease_queued(&req.model, None).await?;
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
     let policy = state.settings.chat_policy();
     let job_id = id.clone();
-    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy, received)).await?;
+    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
     let mut echo = serde_json::Map::new();
     echo.insert("instructions".into(), json!(req.instructions));
     echo.insert("max_output_tokens".into(), json!(req.max_output_tokens));
@@ -55,10 +53,10 @@ pub async fn create(
     echo.insert("temperature".into(), json!(req.sampling.temperature));
     echo.insert("top_p".into(), json!(req.sampling.top_p));
     let head = reply::Head { id: id.clone(), created_at: super::unix_now(), model: model.served_id(), echo };
-    let (tools_dropped, hold) = (v.checks.tools_dropped, holds_headers(&v));
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, &counting)?;
+    let (tools_dropped, hold, streamed) = (v.checks.tools_dropped, holds_headers(&v), v.stream);
+    let (pieces, _ignored) = start(model, place, v, &id, &counting);
     let pieces = held(pieces, hold).await?;
-    let mut response = if v.stream {
+    let mut response = if streamed {
         reply::stream(pieces, head, state.settings.keepalive)
     } else {
         reply::collect(pieces, head).await?
