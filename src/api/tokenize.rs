@@ -62,6 +62,18 @@ pub struct DetokenizeResponse {
     pub content: String,
 }
 
+impl super::named::NamesModel for TokenizeRequest {
+    fn model(&self) -> &str {
+        self.model.as_deref().unwrap_or_default()
+    }
+}
+
+impl super::named::NamesModel for DetokenizeRequest {
+    fn model(&self) -> &str {
+        self.model.as_deref().unwrap_or_default()
+    }
+}
+
 /// The model a request names, or the first configured.
 async fn model(state: &AppState, named: Option<&str>) -> Result<Lease, ApiError> {
     let id = match named {

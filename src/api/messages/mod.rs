@@ -80,7 +80,7 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     body: Bytes,
 ) -> Result<Response, AnthropicError> {
-    let req: CreateMessage = parse(&body)?;
+    let req: CreateMessage = super::extract::parse_named(&body, Some(&counting)).map_err(AnthropicError)?;
     let chat = convert::chat_request(&req)?;
     let (model, place) = state.lease_queued(&req.conversation.model, None).await?;
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());

@@ -96,3 +96,9 @@ pub struct ErrorDetail {
     pub kind: &'static str,
     pub message: String,
 }
+
+impl crate::api::named::NamesModel for CreateMessage {
+    fn model(&self) -> &str {
+        &self.conversation.model
+    }
+}

@@ -54,3 +54,9 @@ pub struct CreateResponse {
     #[schema(ignore)]
     pub extra: Map<String, Value>,
 }
+
+impl crate::api::named::NamesModel for CreateResponse {
+    fn model(&self) -> &str {
+        &self.model
+    }
+}
