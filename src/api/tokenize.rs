@@ -100,6 +100,7 @@ fn no_tokenizer(id: &str) -> ApiError {
         (status = 200, description = "The token ids (with `with_pieces`, `{id, piece}` objects)", body = TokenizeResponse),
         (status = 400, description = "Invalid request", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
     ),
     security(("bearer" = []))
@@ -135,6 +136,7 @@ pub async fn tokenize(
         (status = 200, description = "The text", body = DetokenizeResponse),
         (status = 400, description = "Invalid request, or an id outside the vocabulary", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
+        (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
     ),
     security(("bearer" = []))

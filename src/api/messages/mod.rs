@@ -72,6 +72,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, AnthropicErr
         (status = 404, description = "Unknown model", body = ErrorResponse),
         (status = 429, description = "Queue full", body = ErrorResponse),
         (status = 500, description = "The model failed to load or the runtime failed", body = ErrorResponse),
+        (status = 503, description = "The model is loading or the server is shutting down", body = ErrorResponse),
     ),
     security(("bearer" = []))
 )]
@@ -109,7 +110,9 @@ pub async fn create(
         (status = 200, description = "The prompt's tokens", body = TokenCount),
         (status = 400, description = "Invalid request", body = ErrorResponse),
         (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 500, description = "The model failed to load", body = ErrorResponse),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorResponse),
+        (status = 503, description = "The model is loading or the server is shutting down", body = ErrorResponse),
     ),
     security(("bearer" = []))
 )]
