@@ -143,6 +143,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
         keepalive: Duration::from_secs(config.keepalive_secs),
         head_wait: Duration::from_secs(config.head_wait_secs),
         reasoning: config.reasoning,
+        tools_overflow: config.tools_overflow,
         metrics_on_main_listener: config.metrics_addr.is_none(),
         max_new_tokens: config.max_new_tokens,
     }

@@ -30,6 +30,8 @@ enum Command {
         #[command(flatten)]
         doctor: doctor::DoctorArgs,
     },
+    /// Write the tokenizer.json the model's prompts are counted with to stdout (for AIPerf, GuideLLM).
+    Tokenizer(ConfigArgs),
     // Listed for `rkllmd --help`; `main` parses `rkllmd bench …` with `BenchCli`.
     #[command(about = BENCH_ABOUT)]
     Bench(Box<bench::BenchArgs>),
@@ -57,7 +59,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Settings given after the subcommand come after (and win over) those before it.
     let mut layers = vec![&cli.config];
-    if let Some(Command::Serve(config) | Command::Doctor { config, .. }) = &cli.command {
+    if let Some(Command::Serve(config) | Command::Tokenizer(config) | Command::Doctor { config, .. }) = &cli.command {
         layers.push(config);
     }
     let config = match Config::assemble(&layers) {
@@ -85,6 +87,19 @@ fn main() -> ExitCode {
         None | Some(Command::Serve(_)) => on_runtime(serving_runtime(), |rt| rt.block_on(server::serve(config))),
         Some(Command::Doctor { doctor, .. }) => {
             return on_runtime(serving_runtime(), |rt| doctor::run(&config, &doctor, rt)).unwrap_or_else(|code| code)
+        }
+        Some(Command::Tokenizer(_)) => {
+            let written = rkllmd::tokenizer::tokenizer_json(&config).and_then(|json| {
+                // Not print!: a reader that stops early (`| head`) is no panic.
+                std::io::Write::write_all(&mut std::io::stdout(), json.as_bytes()).map_err(|e| e.to_string())
+            });
+            return match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("rkllmd: {e}");
+                    ExitCode::FAILURE
+                }
+            };
         }
         Some(Command::Bench(args)) => on_runtime(client_runtime(), |rt| rt.block_on(bench::run(*args))),
     };

@@ -1,10 +1,13 @@
 //! The first run with Open WebUI: its request shapes, recorded from the
 //! package's source (`tests/fixtures/openwebui/`), replayed against the real
 //! binary. A chat with 36 built-in tools does not fit a 4,096-token context:
-//! it must be a 400 `context_length_exceeded` naming the tools, with a
-//! tokenizer (counted before the NPU) and without one (the runtime's refusal
-//! translated); the task requests (title, tags, follow-ups) must work. And
-//! `response_format` is honest: JSON of the schema, or an error.
+//! by default it is answered with the most relevant tools that fit (counted
+//! by the tokenizer, or by bytes without one), the dropped ones reported;
+//! with `tools_overflow = "refuse"` it is a 400 `context_length_exceeded`
+//! naming the tools, with a tokenizer (counted before the NPU) and without
+//! one (the runtime's refusal translated); the task requests (title, tags,
+//! follow-ups) must work. And `response_format` is honest: JSON of the
+//! schema, or an error.
 
 mod common;
 
@@ -52,28 +55,102 @@ async fn tasks_work(d: &Daemon, model: &str) {
     }
 }
 
+/// The recorded chat, its question replaced by one a tool answers.
+fn chat_about(model: &str, stream: bool, question: &str) -> Value {
+    let mut body = chat_36_tools(model, stream);
+    body["messages"] = json!([{"role": "user", "content": question}]);
+    body
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()
+}
+
+/// The tools whose definitions are in a prompt.
+fn offered_in(prompt: &str, names: &[String]) -> Vec<String> {
+    names.iter().filter(|n| prompt.contains(&format!("\"{n}\""))).cloned().collect()
+}
+
+/// A chat with the 36 tools gets a reply (streamed and not): the tools that
+/// fit, the most relevant first, the dropped ones counted in the header,
+/// in `timings`, in the log and in the metrics.
+async fn selected(d: &Daemon, record: &Path, model: &str) -> u64 {
+    let names = tool_names(&chat_36_tools(model, false));
+    let mut total = 0;
+    for stream in [false, true] {
+        let r = d.post("/v1/chat/completions", chat_about(model, stream, "Search the web for news about Paris")).await;
+        assert_eq!(r.status(), 200);
+        let dropped: u64 = r.headers()["x-rkllmd-tools-dropped"].to_str().unwrap().parse().unwrap();
+        let timings = if stream {
+            let (events, _) = read_sse(r).await;
+            events.iter().rev().find(|e| e.data != "[DONE]").unwrap().json()["timings"].clone()
+        } else {
+            r.json::<Value>().await.unwrap()["timings"].clone()
+        };
+        assert_eq!(timings["tools_dropped"], json!(dropped), "{timings}");
+        let prompt = common::sim_records(record, "run").last().unwrap()["prompt"].as_str().unwrap().to_owned();
+        let sent = offered_in(&prompt, &names);
+        assert!(dropped > 0 && sent.len() as u64 == 36 - dropped, "{dropped} dropped, sent {sent:?}");
+        assert!(sent.contains(&"search_web".to_owned()), "the tool the question names was dropped: {sent:?}");
+        total += dropped;
+    }
+    assert!(d.wait_log("dropped_tools="), "{}", d.log());
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(&format!("rkllmd_tools_dropped_total {total}")), "{metrics}");
+    total
+}
+
 #[tokio::test]
-async fn with_a_tokenizer_the_36_tools_are_refused_before_the_npu() {
+async fn with_a_tokenizer_the_most_relevant_tools_that_fit_are_sent() {
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("record.jsonl");
     let spec = format!("sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4&record={}", record.display());
-    let tokenizer = fixture("tokenizer/wordlevel.json");
-    let d = Daemon::start(&[
-        "--model",
-        &spec,
-        "--model-id",
-        "m",
-        "--template",
-        "chatml",
-        "--tokenizer",
-        tokenizer.to_str().unwrap(),
-        "--conversation-cache",
-        "off",
-        "--max-context-len",
-        "2048",
-        "--max-new-tokens",
-        "1024",
-    ]);
+    // The in-process simulator comes with its tokenizer: the count is exact.
+    let args = |overflow: &'static str| {
+        let mut args = vec!["--model", &spec, "--model-id", "m", "--template", "chatml"];
+        args.extend(["--conversation-cache", "off", "--tools-overflow", overflow]);
+        args
+    };
+    let d = Daemon::start(&args("select"));
+    selected(&d, &record, "m").await;
+    // The recorded question too, and over the Ollama API (its connection sends the same tools).
+    // Four turns of the recorded chat, its history resent each time, over both connections.
+    for path in ["/v1/chat/completions", "/api/chat"] {
+        let mut body = chat_36_tools("m", false);
+        for turn in 0..4 {
+            let r = d.post(path, body.clone()).await;
+            assert_eq!(r.status(), 200, "{path} turn {turn}");
+            assert!(r.headers().contains_key("x-rkllmd-tools-dropped"), "{path} turn {turn}");
+            let reply: Value = r.json().await.unwrap();
+            let content = match path {
+                "/api/chat" => reply["message"]["content"].clone(),
+                _ => reply["choices"][0]["message"]["content"].clone(),
+            };
+            assert!(!content.as_str().unwrap().is_empty(), "{path} turn {turn}: {reply}");
+            let history = body["messages"].as_array_mut().unwrap();
+            history.push(json!({"role": "assistant", "content": content}));
+            history.push(json!({"role": "user", "content": format!("Tell me more ({turn}).")}));
+        }
+    }
+    let ollama = json!({"model": "m", "stream": false, "tools": chat_36_tools("m", false)["tools"],
+                        "messages": [{"role": "user", "content": "Generate an image of a cat"}]});
+    let r = d.post("/api/chat", ollama).await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().contains_key("x-rkllmd-tools-dropped"));
+    let prompt = common::sim_records(&record, "run").last().unwrap()["prompt"].as_str().unwrap().to_owned();
+    assert!(prompt.contains("\"generate_image\""), "{prompt}");
+    // Messages alone that do not fit are still refused, before the NPU.
+    let runs_before = runs(&record);
+    let long = "word ".repeat(4200);
+    let (status, body) = post(&d, chat_about("m", false, &long)).await;
+    assert_eq!((status, &body["error"]["code"]), (400, &json!("context_length_exceeded")), "{body}");
+    assert_eq!(runs(&record), runs_before);
+    tasks_work(&d, "m").await;
+    drop(d);
+
+    // `refuse`: the 400 that names the tools' share.
+    let d = Daemon::start(&args("refuse"));
+    let runs_before = runs(&record);
     for stream in [true, false] {
         let (status, body) = post(&d, chat_36_tools("m", stream)).await;
         assert_eq!(status, 400, "{body}");
@@ -81,27 +158,28 @@ async fn with_a_tokenizer_the_36_tools_are_refused_before_the_npu() {
         assert_eq!(body["error"]["param"], "messages");
         let message = body["error"]["message"].as_str().unwrap();
         assert!(message.contains("36 tool definitions take ~"), "{message}");
-        assert!(message.contains("tokens; the model's context is 2,048 tokens: send fewer tools"), "{message}");
+        assert!(message.contains("tokens; the model's context is 4,096 tokens: send fewer tools"), "{message}");
     }
-    assert_eq!(runs(&record), 0, "the runtime was asked to run a prompt that does not fit");
+    assert_eq!(runs(&record), runs_before, "the runtime was asked to run a prompt that does not fit");
     // Without the tools the same chat fits.
     let mut body = chat_36_tools("m", false);
     body.as_object_mut().unwrap().remove("tools");
     let (status, body) = post(&d, body).await;
     assert_eq!(status, 200, "{body}");
-    tasks_work(&d, "m").await;
 }
 
 #[tokio::test]
-async fn without_a_tokenizer_the_runtimes_refusal_is_the_same_400() {
-    let d = Daemon::start_dlopen(&[
-        "--model",
-        "sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4",
-        "--model-id",
-        "m",
-        "--template",
-        "chatml",
-    ]);
+async fn without_a_tokenizer_tools_are_selected_by_bytes_or_refused_by_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&reply_tokens=4&record={}", record.display());
+    let base = ["--model", &spec, "--model-id", "m", "--template", "chatml", "--conversation-cache", "off"];
+    let d = Daemon::start_dlopen(&base);
+    selected(&d, &record, "m").await;
+    assert!(d.log().contains("counted=\"bytes (no tokenizer)\""), "{}", d.log());
+    drop(d);
+
+    let d = Daemon::start_dlopen(&[&base[..], &["--tools-overflow", "refuse"]].concat());
     // ~25 kB: not clearly over 4,096 tokens by bytes alone, so the runtime
     // is asked, refuses it, and the api reads that as the prompt's size.
     for stream in [true, false] {
@@ -114,6 +192,33 @@ async fn without_a_tokenizer_the_runtimes_refusal_is_the_same_400() {
         assert!(message.contains("36 tool definitions take ~"), "{message}");
         assert!(message.contains("bytes of the prompt"), "{message}");
     }
+    // The Responses and Messages APIs hold a stream's headers for that refusal too.
+    let tools = chat_36_tools("m", false)["tools"].clone();
+    let functions: Vec<Value> = tools.as_array().unwrap().iter().map(|t| t["function"].clone()).collect();
+    let flat: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            json!({"type": "function", "name": f["name"],
+        "description": f["description"], "parameters": f["parameters"]})
+        })
+        .collect();
+    let question = "What is the capital of France, and what is it famous for?";
+    let r = d.post("/v1/responses", json!({"model": "m", "stream": true, "input": question, "tools": flat})).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "context_length_exceeded");
+    let anthropic: Vec<Value> = functions
+        .iter()
+        .map(|f| {
+            json!({"name": f["name"], "description": f["description"],
+        "input_schema": f["parameters"]})
+        })
+        .collect();
+    let body = json!({"model": "m", "stream": true, "max_tokens": 64, "tools": anthropic,
+                      "messages": [{"role": "user", "content": question}]});
+    let r = d.post("/v1/messages", body).await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!((&body["type"], &body["error"]["type"]), (&json!("error"), &json!("invalid_request_error")), "{body}");
     // A prompt clearly over (at most 8 bytes per token) never reaches the runtime.
     let huge = "word ".repeat(8 * 4096 / 5 + 10);
     let (status, body) = post(&d, json!({"model": "m", "messages": [{"role": "user", "content": huge}]})).await;

@@ -37,7 +37,7 @@ pub async fn create(
     session_key(&mut req.common, &headers)?;
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
-    let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);
-    let validated = prepare(&model, move |model| req.validate(&id, model, reasoning)).await?;
+    let (id, policy) = (meta.id.clone(), state.settings.chat_policy());
+    let validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
     respond(&state, model, place, validated, Shape::Chat, meta, &counting).await
 }

@@ -49,7 +49,7 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
     security(openapi, settings.api_key);
     for (path, item) in openapi.paths.paths.iter_mut() {
         let api = path.starts_with("/v1/");
-        let streams = path.ends_with("completions");
+        let streams = path.ends_with("completions") || path == "/v1/responses" || path == "/v1/messages";
         for (op, post) in [(&mut item.get, false), (&mut item.post, true)] {
             let Some(op) = op.as_mut() else { continue };
             let mut add = |status: &str, description: &str| {

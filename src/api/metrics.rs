@@ -231,6 +231,7 @@ mod tests {
             keepalive: std::time::Duration::from_secs(15),
             head_wait: std::time::Duration::from_secs(30),
             reasoning: crate::conversation::ReasoningMode::Split,
+            tools_overflow: crate::conversation::ToolsOverflow::Select,
             metrics_on_main_listener: true,
             max_new_tokens: 16,
         });

@@ -10,6 +10,7 @@ pub mod error;
 mod extract;
 mod forward;
 mod health;
+mod messages;
 mod metrics;
 mod models;
 mod named;
@@ -20,12 +21,14 @@ pub mod request;
 mod rerank;
 mod respond;
 pub mod response;
+mod responses;
 mod runtime_info;
 mod status;
 mod structured;
 mod system;
+mod tokenize;
 
-use crate::conversation::ReasoningMode;
+use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::engine::Place;
 use crate::metrics::Kind;
 use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
@@ -68,6 +71,8 @@ pub struct Settings {
     pub head_wait: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
+    /// What happens to a chat whose tools do not fit the context.
+    pub tools_overflow: ToolsOverflow,
     /// `/metrics` is served here (not on a listener of its own).
     pub metrics_on_main_listener: bool,
     /// The largest `max_tokens` a request may ask for (the OpenAPI document states it).
@@ -75,6 +80,12 @@ pub struct Settings {
 }
 
 pub use crate::embed::EmbedSettings;
+
+impl Settings {
+    pub fn chat_policy(&self) -> request::ChatPolicy {
+        request::ChatPolicy { reasoning: self.reasoning, tools_overflow: self.tools_overflow }
+    }
+}
 pub use crate::registry::Loaded;
 
 /// `rkllmd-<version>-<backend>-<runtime version>`: what produced a reply.
@@ -175,6 +186,9 @@ pub fn router(state: AppState) -> Router {
     let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
         .routes(counted.openapi(Kind::Completion, routes!(completions::create)))
+        .routes(counted.openapi(Kind::Completion, routes!(responses::create)))
+        .routes(counted.openapi(Kind::Completion, routes!(messages::create)))
+        .routes(routes!(messages::count_tokens))
         .routes(counted.openapi(Kind::Embedding, routes!(embeddings::create)))
         .routes(counted.openapi(Kind::Rerank, routes!(rerank::create)))
         .routes(counted.openapi(Kind::Rerank, routes!(rerank::create_unversioned)))
@@ -183,6 +197,8 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(models::load))
         .routes(routes!(models::unload))
         .routes(routes!(system::get))
+        .routes(routes!(tokenize::tokenize))
+        .routes(routes!(tokenize::detokenize))
         .split_for_parts();
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();

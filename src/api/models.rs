@@ -31,6 +31,9 @@ pub struct ModelCard {
     pub parent: Option<String>,
     /// Extension: the conversations kept warm (`null`: unloaded, or the conversation cache is off).
     pub conversations: Option<Conversations>,
+    /// Extension: what the model can do, as Ollama names it (`completion`,
+    /// `embedding`, `tools`, `thinking`); `null` until the model is loaded.
+    pub capabilities: Option<Vec<&'static str>>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -72,7 +75,19 @@ fn card(status: &Status) -> ModelCard {
             .as_ref()
             .and_then(|l| l.model.engine.warm_conversations())
             .map(Conversations::from),
+        capabilities: status.loaded.as_ref().map(|l| capabilities(&l.model.prompter)),
     }
+}
+
+/// What a model can do: every model completes and embeds (its hidden
+/// states, `/v1/embeddings`); tools when they reach the model; thinking
+/// when its template knows a `<think>` block (docs/api.md, "Thinking input").
+pub fn capabilities(prompter: &crate::conversation::Prompter) -> Vec<&'static str> {
+    let can = prompter.capabilities();
+    let mut names = vec!["completion", "embedding"];
+    names.extend(can.tools.then_some("tools"));
+    names.extend(can.thinking.then_some("thinking"));
+    names
 }
 
 /// A model's card, then one per LoRA adapter (loaded and unloaded with it).

@@ -57,19 +57,27 @@ impl Counting {
 pub struct Record {
     id: String,
     model: String,
+    tools_dropped: u32,
     abandoned: Option<oneshot::Receiver<Outcome>>,
 }
 
 impl Record {
-    pub fn new(id: String, model: String, generation: &mut Generation, counting: &Counting) -> Record {
+    pub fn new(
+        id: String,
+        model: String,
+        generation: &mut Generation,
+        counting: &Counting,
+        tools_dropped: usize,
+    ) -> Record {
         counting.take_over();
-        Record { id, model, abandoned: generation.take_abandoned() }
+        let tools_dropped = u32::try_from(tools_dropped).unwrap_or(u32::MAX);
+        Record { id, model, tools_dropped, abandoned: generation.take_abandoned() }
     }
 
     /// The reply reached its end with this outcome.
     pub fn finish(mut self, outcome: &Outcome, ending: &Ending) {
         self.abandoned = None;
-        write(&self.id, &self.model, outcome, ending, false);
+        write(&self.id, &self.model, self.tools_dropped, outcome, ending, false);
     }
 }
 
@@ -78,10 +86,11 @@ impl Drop for Record {
         let Some(abandoned) = self.abandoned.take() else { return };
         let id = std::mem::take(&mut self.id);
         let model = std::mem::take(&mut self.model);
+        let tools_dropped = self.tools_dropped;
         let record = async move {
             if let Ok(outcome) = abandoned.await {
                 let ending = super::status::ending(&outcome.reason, &super::status::Facts::default());
-                write(&id, &model, &outcome, &ending, true);
+                write(&id, &model, tools_dropped, &outcome, &ending, true);
             }
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -90,7 +99,7 @@ impl Drop for Record {
     }
 }
 
-fn write(id: &str, model: &str, outcome: &Outcome, ending: &Ending, client_disconnected: bool) {
+fn write(id: &str, model: &str, tools_dropped: u32, outcome: &Outcome, ending: &Ending, client_disconnected: bool) {
     crate::metrics::finish_request(&Finished {
         id,
         model,
@@ -104,6 +113,7 @@ fn write(id: &str, model: &str, outcome: &Outcome, ending: &Ending, client_disco
         client_disconnected,
         counted_prompt_tokens: outcome.prompt_tokens,
         cached_tokens: outcome.cached_tokens,
+        tools_dropped,
     });
 }
 
@@ -148,6 +158,7 @@ impl ForwardRecord {
             client_disconnected: self.open,
             counted_prompt_tokens: prompt_tokens,
             cached_tokens: 0,
+            tools_dropped: 0,
         });
     }
 }

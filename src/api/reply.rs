@@ -98,7 +98,10 @@ pub fn pieces(
                         yield Piece::Failed(Box::new(e));
                         break;
                     }
-                    let timings = Timings::derive(&outcome.timeline, outcome.perf, outcome.cached_tokens);
+                    let timings = Timings {
+                        tools_dropped: u32::try_from(checks.tools_dropped).unwrap_or(u32::MAX),
+                        ..Timings::derive(&outcome.timeline, outcome.perf, outcome.cached_tokens)
+                    };
                     let prompt_tokens = crate::metrics::usage_prompt_tokens(outcome.prompt_tokens, &timings);
                     let completion_tokens = outcome.timeline.tokens;
                     let usage = Usage::new(prompt_tokens, completion_tokens, outcome.cached_tokens);

@@ -33,6 +33,8 @@ pub struct Meta {
     pub fingerprint: String,
 }
 
+/// Tool definitions left out of the prompt (docs/api.md, "Tools that do not fit").
+const TOOLS_DROPPED: HeaderName = HeaderName::from_static("x-rkllmd-tools-dropped");
 const IGNORED_PARAMS: HeaderName = HeaderName::from_static("x-rkllmd-ignored-params");
 /// How the prompt was made (docs/api.md, "Models without a chat template").
 const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mode");
@@ -49,16 +51,8 @@ pub async fn respond(
     counting: &Counting,
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
-    // Without a tokenizer, a prompt that may be longer than the context can
-    // be refused by the runtime before its first token: a stream's head
-    // waits for the first piece, so that the refusal is a 400 as when the
-    // daemon counts the prompt itself (no keep-alive comments meanwhile).
-    let wait = if v.checks.size.tokens.is_none() && v.checks.size.may_overflow() {
-        HeadWait::FirstPiece
-    } else {
-        HeadWait::RunStart(state.settings.head_wait)
-    };
-    let (streamed, include_usage) = (v.stream, v.include_usage);
+    let (streamed, include_usage, tools_dropped) = (v.stream, v.include_usage, v.checks.tools_dropped);
+    let wait = head_wait(&v, state.settings.head_wait);
     let (pieces, ignored) = start(model, place, v, &meta.id, counting);
     let mut response = if streamed {
         match hold_head(pieces, wait).await {
@@ -69,6 +63,7 @@ pub async fn respond(
         collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
+    tools_dropped_header(&mut response, tools_dropped);
     if !ignored.is_empty() {
         if let Ok(value) = HeaderValue::from_str(&ignored) {
             response.headers_mut().insert(IGNORED_PARAMS, value);
@@ -84,6 +79,19 @@ pub enum HeadWait {
     RunStart(Duration),
     /// The first piece of the reply, however long it takes.
     FirstPiece,
+}
+
+/// How long a stream's head waits. Without a tokenizer, a prompt that may be
+/// longer than the context can be refused by the runtime before its first
+/// token: the head then waits for the first piece, so that the refusal is a
+/// 400 as when the daemon counts the prompt itself (no keep-alive comments
+/// meanwhile). Otherwise until the run starts, for at most `bound`.
+pub fn head_wait(v: &Validated, bound: Duration) -> HeadWait {
+    if v.checks.size.tokens.is_none() && v.checks.size.may_overflow() {
+        HeadWait::FirstPiece
+    } else {
+        HeadWait::RunStart(bound)
+    }
 }
 
 /// Holds a stream's response head until its run starts. A request that ends
@@ -117,6 +125,13 @@ pub async fn hold_head(
     }
 }
 
+/// Says how many tools were left out of the prompt, when any were.
+pub fn tools_dropped_header(response: &mut Response, dropped: usize) {
+    if dropped > 0 {
+        response.headers_mut().insert(TOOLS_DROPPED, HeaderValue::from(dropped));
+    }
+}
+
 /// Submits a job in its queue place and gives its reply as pieces (holding
 /// the lease), with the sampling fields the runtime ignored (comma-separated).
 pub fn start(
@@ -129,7 +144,7 @@ pub fn start(
     let Validated { job, stops, rules, checks, .. } = v;
     let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
     let mut generation = model.engine.submit(place, job);
-    let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting);
+    let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting, checks.tools_dropped);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
         tracing::warn!(%id, params = %ignored, "runtime ABI 1.2 cannot apply sampling per run; these request fields were ignored");

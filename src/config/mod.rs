@@ -14,7 +14,7 @@ mod validate;
 pub use adapters::LoraArg;
 pub use layers::{ConfigArgs, ConfigError};
 
-use crate::conversation::{ReasoningMode, TemplateFamily};
+use crate::conversation::{ReasoningMode, TemplateFamily, ToolsOverflow};
 use crate::embed::{Pooling, RerankFormat};
 use crate::sampling::SamplingOverrides;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -154,6 +154,10 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_REASONING", default_value = "split",
           value_parser = named::<ReasoningMode>(ReasoningMode::ALL.map(ReasoningMode::name)))]
     pub reasoning: ReasoningMode,
+    /// A chat whose tools do not fit the context: select sends the most relevant tools that fit (and says which were dropped); refuse answers 400.
+    #[arg(long, env = "RKLLMD_TOOLS_OVERFLOW", default_value = "select",
+          value_parser = named::<ToolsOverflow>(ToolsOverflow::ALL.map(ToolsOverflow::name)))]
+    pub tools_overflow: ToolsOverflow,
     /// on: a follow-up turn prefills only what is new (needs the model's chat template and tokenizer.json); off: every request prefills its whole prompt.
     #[arg(long, env = "RKLLMD_CONVERSATION_CACHE", default_value = "on", action = clap::ArgAction::Set,
           value_parser = on_off())]

@@ -18,12 +18,14 @@ mod template;
 mod think;
 mod tool_calls;
 mod tool_json;
+mod tool_select;
 
 pub use builtin::TemplateFamily;
 pub use output::{CallDelta, CallHead, Delta, Reply, ReplyParser};
-pub use prompter::{PromptError, Prompter, TemplateInfo, TemplateMode};
-pub use source::{LoadError, PromptSettings};
+pub use prompter::{Capabilities, PromptError, Prompter, TemplateInfo, TemplateMode};
+pub use source::{tokenizer_file, LoadError, PromptSettings};
 pub use stop::StopMatcher;
+pub use tool_select::{rank as rank_tools, ToolsOverflow};
 
 /// How the reply text is read back: the output-side counterpart of the
 /// prompt rendering. Decided per request (template family, tools, thinking,

@@ -72,6 +72,18 @@ pub struct TemplateInfo {
     pub warn: bool,
 }
 
+/// What a model can do as far as its prompts go: read by `/v1/models` and
+/// Ollama's `/api/show`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Tools reach the model: its template renders them, or the
+    /// conversation is folded (the tools go into the text).
+    pub tools: bool,
+    /// The model thinks in a `<think>` block its template knows; the
+    /// runtime's own template (folded) gives no sign, so it counts as not.
+    pub thinking: bool,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PromptError {
     #[error(transparent)]
@@ -100,6 +112,13 @@ impl Prompter {
         };
         let Choice { mode, family, reason, conflict } = self.choice.clone();
         TemplateInfo { mode, family, origin, reason, tokenizer, warn: conflict || mode == TemplateMode::RuntimeFolded }
+    }
+
+    pub fn capabilities(&self) -> Capabilities {
+        match &self.template {
+            Some(t) => Capabilities { tools: t.renders_tools, thinking: t.thinks },
+            None => Capabilities { tools: true, thinking: false },
+        }
     }
 
     pub fn mode(&self) -> TemplateMode {
@@ -163,6 +182,40 @@ impl Prompter {
                 None
             }
         }
+    }
+
+    /// Any text's token ids, with the tokenizer's special tokens added when
+    /// asked (`/tokenize`); `None` without a tokenizer.
+    pub fn encode(&self, text: &str, add_special: bool) -> Option<Result<Vec<u32>, String>> {
+        let (tokenizer, _) = self.tokenizer.as_ref()?;
+        Some(tokenizer.encode(text, add_special).map(|e| e.get_ids().to_vec()).map_err(|e| e.to_string()))
+    }
+
+    /// Token ids back to text, special tokens included (`/detokenize`).
+    pub fn decode(&self, ids: &[u32]) -> Option<Result<String, String>> {
+        let (tokenizer, _) = self.tokenizer.as_ref()?;
+        Some(tokenizer.decode(ids, false).map_err(|e| e.to_string()))
+    }
+
+    /// Each token's text as a stream decodes it: a token that ends inside a
+    /// character gives "" and the one that completes it the character, so
+    /// the pieces join into the decoded text (`/tokenize`'s `with_pieces`).
+    pub fn pieces(&self, ids: &[u32]) -> Option<Vec<String>> {
+        let (tokenizer, _) = self.tokenizer.as_ref()?;
+        let mut stream = tokenizer.decode_stream(false);
+        let mut pieces = Vec::with_capacity(ids.len());
+        for &id in ids {
+            match stream.step(id) {
+                Ok(piece) => pieces.push(piece.unwrap_or_default()),
+                // A decoder that rewrites earlier text (cleaning up spaces)
+                // breaks the stream: this token alone, and a new stream.
+                Err(_) => {
+                    stream = tokenizer.decode_stream(false);
+                    pieces.push(tokenizer.decode(&[id], false).unwrap_or_default());
+                }
+            }
+        }
+        Some(pieces)
     }
 
     /// The id of one token of the tokenizer's vocabulary (e.g. `yes`).

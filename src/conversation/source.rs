@@ -38,6 +38,17 @@ pub struct PromptSettings {
     pub runtime_tokenizer: Option<&'static str>,
 }
 
+/// The tokenizer.json file a model's prompts are counted with: the
+/// configured one, else `tokenizer.json` beside the model file. (Without
+/// either, a runtime may bring its own: `PromptSettings::runtime_tokenizer`.)
+pub fn tokenizer_file(config: &PromptSettings, model_path: &str) -> Option<PathBuf> {
+    let beside = (!model_path.starts_with("sim:")).then(|| Path::new(model_path).parent()).flatten();
+    match &config.tokenizer {
+        Some(path) => Some(path.clone()),
+        None => beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()),
+    }
+}
+
 impl Prompter {
     pub fn load(config: &PromptSettings, model_path: &str) -> Result<Prompter, LoadError> {
         let beside = (!model_path.starts_with("sim:")).then(|| Path::new(model_path).parent()).flatten();
@@ -48,11 +59,7 @@ impl Prompter {
                 ChatTemplate::compile(s).map_err(|e| LoadError::Template { path: origin, message: e.to_string() })
             })
             .transpose()?;
-        let tokenizer_path = match &config.tokenizer {
-            Some(path) => Some(path.clone()),
-            None => beside.map(|d| d.join("tokenizer.json")).filter(|p| p.is_file()),
-        };
-        let tokenizer = match (tokenizer_path, config.runtime_tokenizer) {
+        let tokenizer = match (tokenizer_file(config, model_path), config.runtime_tokenizer) {
             (Some(path), _) => Some(load_tokenizer(&path)?),
             (None, Some(json)) => Some(parse_tokenizer(json, "the simulated runtime's tokenizer.json")?),
             (None, None) => None,

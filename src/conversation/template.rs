@@ -61,6 +61,10 @@ pub struct ChatTemplate {
     pub origin: String,
     pub arguments: Arguments,
     pub tool_syntax: ToolSyntax,
+    /// The template reads `tools` (Gemma's and Phi-3's do not: they cannot show tools).
+    pub renders_tools: bool,
+    /// The template knows a `<think>` block or the `enable_thinking` switch.
+    pub thinks: bool,
 }
 
 const DEFAULT: &str = "default";
@@ -79,6 +83,8 @@ impl ChatTemplate {
         let all = format!("{}{}", source.default, text(&source.tool_use));
         let arguments = arguments_style(&all);
         let tool_syntax = tool_syntax(&all);
+        let renders_tools = all.contains("tools");
+        let thinks = all.contains("<think>") || all.contains("enable_thinking");
         env.add_template_owned(DEFAULT, source.default)?;
         let has_tool_use = source.tool_use.is_some();
         if let Some(tool_use) = source.tool_use {
@@ -92,6 +98,8 @@ impl ChatTemplate {
             origin: source.origin,
             arguments,
             tool_syntax,
+            renders_tools,
+            thinks,
         })
     }
 

@@ -78,7 +78,7 @@ impl Observer {
 pub fn finish_request(f: &Finished) {
     let o = observer();
     let model = f.model;
-    let timings = Timings::derive(f.timeline, f.perf, f.cached_tokens);
+    let timings = Timings { tools_dropped: f.tools_dropped, ..Timings::derive(f.timeline, f.perf, f.cached_tokens) };
     request_log::log(f, &timings, model);
     for mismatch in request_log::cross_check(f, &timings) {
         o.metrics.mismatch(mismatch);

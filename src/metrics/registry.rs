@@ -63,6 +63,7 @@ pub struct Metrics {
     kv_cache_mismatches: Counter,
     prompt_cache_mismatches: Counter,
     generation_tokens: Counter,
+    tools_dropped: Counter,
     requests: Family<RequestLabels, Counter>,
     disconnects: Counter,
     mismatches: Family<CheckLabels, Counter>,
@@ -96,6 +97,7 @@ impl Metrics {
             kv_cache_mismatches: Counter::default(),
             prompt_cache_mismatches: Counter::default(),
             generation_tokens: Counter::default(),
+            tools_dropped: Counter::default(),
             requests: Family::default(),
             disconnects: Counter::default(),
             mismatches: Family::default(),
@@ -164,6 +166,11 @@ impl Metrics {
             self.conversation_evictions.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
+        r.register(
+            "rkllmd_tools_dropped",
+            "Tool definitions left out of chat prompts because they did not fit the context (tools_overflow = select; timings.tools_dropped)",
+            self.tools_dropped.clone(),
+        );
         r.register("rkllmd_requests", "Completion, embedding and rerank requests by outcome", self.requests.clone());
         r.register(
             "rkllmd_client_disconnects",
@@ -213,6 +220,7 @@ impl Metrics {
         }
         self.cached_prompt_tokens.inc_by(t.cache_n.unsigned_abs());
         self.generation_tokens.inc_by(u64::from(t.predicted_n));
+        self.tools_dropped.inc_by(u64::from(t.tools_dropped));
         if let Some(found) = t.cache {
             self.conversation_cache.get_or_create(&CacheLabels { found, reason: t.cache_miss.unwrap_or("") }).inc();
         }

@@ -76,6 +76,8 @@ pub struct Finished<'a> {
     pub counted_prompt_tokens: Option<u32>,
     /// Prompt tokens reused from the conversation cache.
     pub cached_tokens: u32,
+    /// Tool definitions the api left out of the prompt (`timings.tools_dropped`).
+    pub tools_dropped: u32,
 }
 
 impl Finished<'_> {
@@ -306,6 +308,7 @@ mod tests {
             client_disconnected: false,
             counted_prompt_tokens: None,
             cached_tokens: 0,
+            tools_dropped: 0,
         };
         cross_check(&f, &Timings::derive(&t, Some(p), 0))
     }

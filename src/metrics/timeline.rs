@@ -129,6 +129,9 @@ pub struct Timings {
     /// The daemon that served it (`instance`; default the host name): which
     /// board answered, when several stand behind one endpoint.
     pub instance: &'static str,
+    /// Tool definitions left out of the prompt because they did not fit the
+    /// context (`tools_overflow = "select"`); set by the api.
+    pub tools_dropped: u32,
     pub runtime: Option<RuntimePerf>,
 }
 
@@ -170,6 +173,7 @@ impl Timings {
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
             batch_n: t.batch_n,
             instance: super::observer().instance(),
+            tools_dropped: 0,
             runtime: perf,
         }
     }

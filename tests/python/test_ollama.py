@@ -69,6 +69,9 @@ def test_list_show_and_ps(registry):
     assert loaded(c) == [], "nothing is loaded before it is asked for"
     shown = c.show("a")
     assert "temperature" in shown.parameters and shown.modelinfo["rkllm.context_length"] == 4096
+    # What the model can do, before it is loaded: every model embeds (llm-ollama registers
+    # an embedding model on this); no template that knows <think>, so no thinking.
+    assert {"completion", "embedding"} <= set(shown.capabilities) and "thinking" not in shown.capabilities
     c.chat(model="a", messages=[{"role": "user", "content": "hi"}], stream=False)
     assert loaded(c) == ["a"]
     with pytest.raises(ollama.ResponseError) as e:

@@ -3,9 +3,11 @@
 
 use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
 use crate::api::error::ApiError;
-use crate::api::request::{self as openai, ChatMessage, ChatRole, Content, Prompt, StopSequences, Validated};
+use crate::api::request::{
+    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, Prompt, StopSequences, Validated,
+};
 use crate::api::Loaded;
-use crate::conversation::ReasoningMode;
+use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::KeepAlive;
 use serde_json::{json, Map, Value};
 
@@ -111,7 +113,12 @@ fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMess
 }
 
 /// A chat request as a job; `None` when it has no messages (a load request).
-pub fn chat(req: &ChatRequest, id: &str, model: &Loaded) -> Result<Option<Validated>, ApiError> {
+pub fn chat(
+    req: &ChatRequest,
+    id: &str,
+    model: &Loaded,
+    tools_overflow: ToolsOverflow,
+) -> Result<Option<Validated>, ApiError> {
     let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
     let mut calls = 0;
     let messages = messages.iter().enumerate().map(|(i, m)| message(i, m, &mut calls)).collect::<Result<_, _>>()?;
@@ -119,13 +126,15 @@ pub fn chat(req: &ChatRequest, id: &str, model: &Loaded) -> Result<Option<Valida
         messages,
         max_completion_tokens: None,
         enable_thinking: think(req.common.think.as_ref())?,
+        reasoning_effort: None,
         chat_template_kwargs: None,
         tools: req.tools.clone().filter(|t| !t.is_empty()),
         tool_choice: None,
         response_format: response_format(req.common.format.as_ref()),
         common: common(&req.common, model)?,
     };
-    openai.validate(id, model, ReasoningMode::Split).map(Some)
+    let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow };
+    openai.validate(id, model, policy).map(Some)
 }
 
 /// A generate request as a job; `None` when the prompt is empty (a load request).
@@ -163,13 +172,16 @@ pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Optio
         messages,
         max_completion_tokens: None,
         enable_thinking: think(req.common.think.as_ref())?,
+        reasoning_effort: None,
         chat_template_kwargs: None::<Map<String, Value>>,
         tools: None,
         tool_choice: None,
         response_format: response_format(req.common.format.as_ref()),
         common,
     };
-    openai.validate(id, model, ReasoningMode::Split).map(Some)
+    // No tools: the overflow policy has nothing to act on.
+    let policy = ChatPolicy { reasoning: ReasoningMode::Split, tools_overflow: ToolsOverflow::Refuse };
+    openai.validate(id, model, policy).map(Some)
 }
 
 /// Ollama's `format` as OpenAI's `response_format`: `"json"` asks for a JSON

@@ -4,6 +4,7 @@ use super::wire::{Details, ModelEntry, Models, Show, ShowRequest};
 use super::{parse, OllamaError};
 use crate::api::error::ApiError;
 use crate::api::AppState;
+use crate::conversation::Prompter;
 use crate::registry::{adapter_id, ModelSpec, Status};
 use axum::body::Bytes;
 use axum::extract::State;
@@ -93,6 +94,24 @@ pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaErr
     Ok(Json(Models { models }))
 }
 
+/// A loaded model's capabilities; an unloaded one's from its prompt
+/// settings alone (its template found and compiled, the model not loaded).
+async fn capabilities(status: &Status) -> Vec<&'static str> {
+    if let Some(loaded) = &status.loaded {
+        return crate::api::models::capabilities(&loaded.model.prompter);
+    }
+    let (settings, path) = (status.spec.prompt.clone(), status.spec.path.clone());
+    let prompter = tokio::task::spawn_blocking(move || Prompter::load(&settings, &path)).await;
+    let error = match prompter {
+        Ok(Ok(prompter)) => return crate::api::models::capabilities(&prompter),
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => e.to_string(),
+    };
+    // The model will not load either (and say so then): only what every model does.
+    tracing::warn!(model = %status.spec.id, %error, "/api/show: the model's chat template or tokenizer does not load");
+    vec!["completion", "embedding"]
+}
+
 /// What is known of a model without loading it; the template once it is loaded.
 pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
     let req: ShowRequest = parse(&body)?;
@@ -118,7 +137,7 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
         template,
         details: details(),
         model_info,
-        capabilities: vec!["completion", "tools", "thinking"],
+        capabilities: capabilities(status).await,
         modified_at: rfc3339(unix(spec.modified)),
     }))
 }

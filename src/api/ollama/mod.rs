@@ -89,7 +89,9 @@ async fn chat(
     let received = Instant::now();
     let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model)).await
+    let tools_overflow = state.settings.tools_overflow;
+    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow);
+    answer(&state, &common, Shape::Chat, received, &counting, validate).await
 }
 
 async fn generate(
@@ -138,13 +140,16 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let streamed = v.stream;
+    let (streamed, tools_dropped) = (v.stream, v.checks.tools_dropped);
     let (pieces, _ignored) = start(model, place, v, &id, counting);
-    if !streamed {
-        return Ok(reply::collect(pieces, frame).await);
-    }
-    match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
-        Ok(pieces) => Ok(reply::stream(pieces, frame)),
-        Err(e) => Err(e.into()),
-    }
+    let mut response = if streamed {
+        match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
+            Ok(pieces) => reply::stream(pieces, frame),
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        reply::collect(pieces, frame).await
+    };
+    super::respond::tools_dropped_header(&mut response, tools_dropped);
+    Ok(response)
 }

@@ -67,6 +67,7 @@ impl Frame {
             total_duration: ns(t.e2e_ms) + load,
             load_duration: load,
             prompt_eval_count: summary.usage.prompt_tokens.unwrap_or(0),
+            prompt_eval_cached_count: Some(summary.usage.prompt_tokens_details.cached_tokens),
             prompt_eval_duration: ns(t.prompt_ms),
             eval_count: t.predicted_n,
             eval_duration: ns(t.ttft_ms.zip(t.e2e_ms).map(|(first, end)| end - first)),

@@ -113,6 +113,10 @@ pub struct Stats {
     pub total_duration: u64,
     pub load_duration: u64,
     pub prompt_eval_count: i64,
+    /// Of `prompt_eval_count`, the tokens reused from the conversation cache
+    /// (not prefilled), as Ollama reports them; absent where nothing was prefilled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_eval_cached_count: Option<u32>,
     pub prompt_eval_duration: u64,
     pub eval_count: u32,
     pub eval_duration: u64,

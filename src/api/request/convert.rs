@@ -36,6 +36,9 @@ pub fn chat_input(req: &ChatCompletionRequest) -> Result<ChatInput, ApiError> {
     if let Some(on) = req.enable_thinking {
         variables.insert("enable_thinking".into(), Value::Bool(on));
     }
+    if let Some(effort) = req.reasoning_effort {
+        variables.entry("enable_thinking").or_insert(Value::Bool(effort.thinking()));
+    }
     Ok(ChatInput { messages, tools, tool_choice, variables })
 }
 

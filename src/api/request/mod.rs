@@ -4,6 +4,7 @@
 
 mod convert;
 mod size;
+mod tools_fit;
 mod wire;
 
 pub use size::PromptSize;
@@ -12,7 +13,7 @@ pub use wire::*;
 use super::error::ApiError;
 use super::structured::ResponseFormat;
 use super::Loaded;
-use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
+use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice, ToolsOverflow};
 use crate::engine::{CacheHints, Job, Resent};
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
@@ -58,6 +59,8 @@ pub struct Checks {
     pub size: PromptSize,
     /// The reply must be JSON (of this schema).
     pub format: Option<ResponseFormat>,
+    /// Tool definitions left out because they did not fit (`tools_overflow = "select"`).
+    pub tools_dropped: usize,
 }
 
 /// The longest conversation key (`prompt_cache_key`, `X-Session-Id`) taken.
@@ -142,8 +145,15 @@ impl Common {
     }
 }
 
+/// How a chat request is read: server settings the api applies.
+#[derive(Debug, Clone, Copy)]
+pub struct ChatPolicy {
+    pub reasoning: ReasoningMode,
+    pub tools_overflow: ToolsOverflow,
+}
+
 impl ChatCompletionRequest {
-    pub fn validate(&self, id: &str, model: &Loaded, reasoning: ReasoningMode) -> Result<Validated, ApiError> {
+    pub fn validate(&self, id: &str, model: &Loaded, policy: ChatPolicy) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiError::invalid_value(
@@ -159,10 +169,21 @@ impl ChatCompletionRequest {
             format.instruct(&mut chat.messages);
         }
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
-        let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
+        let mut rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
-        let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit)?;
+        let mut v = self.common.validate(id, rendered.prompt.clone(), max_tokens, limit)?;
         let mut size = measure(&mut v.job, model, "messages");
+        let room = tools_fit::reply_room(max_tokens, size.context, limit);
+        let mut tools_dropped = 0;
+        if policy.tools_overflow == ToolsOverflow::Select && tools_fit::needed(&chat, &size, room) {
+            if let Some(selection) = tools_fit::select(model, &chat, size.context, room) {
+                log_selection(id, &selection, &size);
+                tools_dropped = selection.dropped.len();
+                (chat, rendered) = (selection.chat, selection.rendered);
+                v.job.prompt.clone_from(&rendered.prompt);
+                size = measure(&mut v.job, model, "messages");
+            }
+        }
         v.job.cache.resent = resent(&v.job, model, &chat);
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
@@ -170,15 +191,38 @@ impl ChatCompletionRequest {
             size.without_tools = without_tools(model, chat.clone());
         }
         size.check(&v.job)?;
-        v.checks = Checks { size, format };
+        v.checks = Checks { size, format, tools_dropped };
         v.job.enable_thinking = enable_thinking;
         v.rules = ReplyRules {
-            reasoning,
+            reasoning: policy.reasoning,
             starts_in_thinking: rendered.starts_in_thinking,
             tool_syntax: rendered.tool_syntax,
         };
         Ok(v)
     }
+
+    /// The rendered prompt's tokens by the model's tokenizer, every tool
+    /// included (`None` without a tokenizer): what Anthropic's
+    /// `count_tokens` answers. Not checked against the context.
+    pub fn count_tokens(&self, model: &Loaded) -> Result<Option<usize>, ApiError> {
+        let chat = convert::chat_input(self)?;
+        let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
+        Ok(model.prompter.tokenize(&rendered.prompt).map(|ids| ids.len()))
+    }
+}
+
+/// The operator's account of a selection: which tools the model did not see.
+fn log_selection(id: &str, s: &tools_fit::Selection, before: &PromptSize) {
+    let counted = if before.tokens.is_some() { "tokens" } else { "bytes (no tokenizer)" };
+    tracing::warn!(
+        %id,
+        kept = s.kept,
+        dropped = s.dropped.len(),
+        dropped_tools = %s.dropped.join(","),
+        context = before.context,
+        counted,
+        "the tools do not fit the context: sending the most relevant that do (tools_overflow = select)"
+    );
 }
 
 impl CompletionRequest {

@@ -105,6 +105,10 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u32>,
     /// Extension: reaches the chat template and the runtime's `enable_thinking`.
     pub enable_thinking: Option<bool>,
+    /// OpenAI's reasoning switch: `none` or `minimal` turns thinking off,
+    /// `low`, `medium` or `high` on (the runtime has no finer control);
+    /// `enable_thinking` and `chat_template_kwargs.enable_thinking` win over it.
+    pub reasoning_effort: Option<ReasoningEffort>,
     /// Extension: extra variables for the chat template (e.g. `{"enable_thinking": false}`).
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
@@ -122,6 +126,24 @@ pub struct ChatCompletionRequest {
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub common: Common,
+}
+
+/// `reasoning_effort`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningEffort {
+    None,
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+impl ReasoningEffort {
+    /// Whether the model is to think: the template's and the runtime's one switch.
+    pub fn thinking(self) -> bool {
+        !matches!(self, ReasoningEffort::None | ReasoningEffort::Minimal)
+    }
 }
 
 /// Legacy `prompt`: a string or an array of strings.

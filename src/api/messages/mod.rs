@@ -1,0 +1,131 @@
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`: Anthropic's
+//! Messages API, converted into a chat request and validated, run and timed
+//! exactly as `/v1/chat/completions` is; the reply is the same piece
+//! stream, written as a message or as the Messages API's events. Errors
+//! have Anthropic's shape and the daemon's one status table.
+
+mod convert;
+mod reply;
+mod wire;
+
+use super::error::ApiError;
+use super::record::Counting;
+use super::request::prepare;
+use super::respond::{head_wait, hold_head, start, tools_dropped_header};
+use super::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use wire::{CountTokens, CreateMessage, ErrorDetail, ErrorResponse, TokenCount};
+
+/// An error as Anthropic sends it: `{"type": "error", "error": {"type", "message"}}`.
+pub struct AnthropicError(pub ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        AnthropicError(e)
+    }
+}
+
+impl AnthropicError {
+    fn body(&self) -> ErrorResponse {
+        let kind = match self.0.status {
+            StatusCode::UNAUTHORIZED => "authentication_error",
+            StatusCode::FORBIDDEN => "permission_error",
+            StatusCode::NOT_FOUND => "not_found_error",
+            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
+            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
+            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+            s if s.is_client_error() => "invalid_request_error",
+            _ => "api_error",
+        };
+        ErrorResponse { kind: "error", error: ErrorDetail { kind, message: self.0.body.message.clone() } }
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let mut response = (self.0.status, Json(self.body())).into_response();
+        if let Some(secs) = self.0.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response.extensions_mut().insert(super::error::Said(self.0.body));
+        response
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, AnthropicError> {
+    super::extract::parse(body).map_err(AnthropicError)
+}
+
+/// Creates a message (`stream: true` for the Messages API's server-sent events).
+#[utoipa::path(
+    post,
+    path = "/v1/messages",
+    tag = "completions",
+    request_body = CreateMessage,
+    responses(
+        (status = 200, description = "A message, or with `stream: true` a text/event-stream of message_start … message_stop", body = Object),
+        (status = 400, description = "Invalid request", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 429, description = "Queue full", body = ErrorResponse),
+        (status = 500, description = "The model failed to load or the runtime failed", body = ErrorResponse),
+        (status = 503, description = "The model is loading or the server is shutting down", body = ErrorResponse),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    Extension(counting): Extension<Counting>,
+    body: Bytes,
+) -> Result<Response, AnthropicError> {
+    let req: CreateMessage = super::extract::parse_named(&body, Some(&counting)).map_err(AnthropicError)?;
+    let chat = convert::chat_request(&req)?;
+    let (model, place) = state.lease_queued(&req.conversation.model, None).await?;
+    let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
+    let (policy, job_id) = (state.settings.chat_policy(), id.clone());
+    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
+    let head = reply::Head { id: id.clone(), model: model.served_id() };
+    let (tools_dropped, streamed) = (v.checks.tools_dropped, v.stream);
+    let wait = head_wait(&v, state.settings.head_wait);
+    let (pieces, _ignored) = start(model, place, v, &id, &counting);
+    let mut response = if streamed {
+        reply::stream(hold_head(pieces, wait).await?, head, state.settings.keepalive)
+    } else {
+        reply::collect(pieces, head).await
+    };
+    tools_dropped_header(&mut response, tools_dropped);
+    Ok(response)
+}
+
+/// Counts the prompt a message request would send (its tools included), by the model's tokenizer.
+#[utoipa::path(
+    post,
+    path = "/v1/messages/count_tokens",
+    tag = "completions",
+    request_body = CountTokens,
+    responses(
+        (status = 200, description = "The prompt's tokens", body = TokenCount),
+        (status = 400, description = "Invalid request", body = ErrorResponse),
+        (status = 404, description = "Unknown model", body = ErrorResponse),
+        (status = 500, description = "The model failed to load", body = ErrorResponse),
+        (status = 501, description = "The model has no tokenizer.json", body = ErrorResponse),
+        (status = 503, description = "The model is loading or the server is shutting down", body = ErrorResponse),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn count_tokens(State(state): State<AppState>, body: Bytes) -> Result<Json<TokenCount>, AnthropicError> {
+    let req: CountTokens = parse(&body)?;
+    let chat = convert::conversation(&req.conversation)?;
+    let model = state.lease(&req.conversation.model, None).await?;
+    let id = model.served_id();
+    let counted = prepare(&model, move |model| chat.count_tokens(model)).await?;
+    let input_tokens = counted.ok_or_else(|| {
+        ApiError::not_supported(format!(
+            "The model `{id}` has no tokenizer.json to count with: put the one from its Hugging Face repository next to the .rkllm file or set `tokenizer`."
+        ))
+    })?;
+    Ok(Json(TokenCount { input_tokens }))
+}

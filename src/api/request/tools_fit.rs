@@ -1,0 +1,77 @@
+//! A chat whose tool definitions do not fit the context: with
+//! `tools_overflow = "select"` the most relevant tools that fit are sent
+//! (ranked by `conversation::rank_tools`), the rest dropped and reported.
+//!
+//! Room is kept for the reply: the client's `max_tokens`, else a quarter of
+//! the context (at most the server's `max_new_tokens`), so that the tools
+//! kept do not leave the model a handful of tokens to answer in. The kept
+//! tools are counted by the model's tokenizer; without one, by the prompt's
+//! bytes (a token is at least one byte), which always fits but keeps fewer.
+
+use super::size::PromptSize;
+use super::Loaded;
+use crate::conversation::{rank_tools, ChatInput, Rendered, ToolChoice};
+use serde_json::Value;
+
+/// The tools sent and those dropped, with the prompt rendered with the kept ones.
+pub struct Selection {
+    pub chat: ChatInput,
+    pub rendered: Rendered,
+    pub kept: usize,
+    /// The dropped tools' names, most relevant first.
+    pub dropped: Vec<String>,
+}
+
+/// The reply's share of the context the selection leaves free.
+pub fn reply_room(max_tokens: Option<u32>, context: usize, max_new_tokens: u32) -> usize {
+    max_tokens.map_or_else(|| (context / 4).min(max_new_tokens as usize), |m| m as usize)
+}
+
+/// Whether a chat with tools needs a selection: its prompt (by exact count,
+/// or by bytes without a tokenizer) leaves less than `room` for the reply.
+/// A chat that names one function sends only that one, so has nothing to choose.
+pub fn needed(chat: &ChatInput, size: &PromptSize, room: usize) -> bool {
+    let offered = !chat.tools.is_empty() && matches!(chat.tool_choice, ToolChoice::Auto | ToolChoice::Required);
+    offered && size.tokens.unwrap_or(size.bytes) + room > size.context
+}
+
+/// The most relevant tools whose prompt leaves `room` for the reply, or
+/// `None` when not even the fewest allowed (none, or one when a call is
+/// required) leave it: then the request is refused as it stands.
+pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> Option<Selection> {
+    let budget = context.checked_sub(room)?;
+    let order = rank_tools(chat);
+    let fewest = usize::from(chat.tool_choice == ToolChoice::Required);
+    let with_first = |k: usize| -> Option<(ChatInput, Rendered)> {
+        let mut keep: Vec<usize> = order[..k].to_vec();
+        // The client's order in the prompt: only the set is the ranking's.
+        keep.sort_unstable();
+        let mut subset = chat.clone();
+        subset.tools = keep.iter().map(|&i| chat.tools[i].clone()).collect();
+        if subset.tools.is_empty() {
+            subset.tool_choice = ToolChoice::None;
+        }
+        let rendered = model.prompter.render(&subset).ok()?;
+        let weight = model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
+        (weight <= budget).then_some((subset, rendered))
+    };
+    // A prompt grows with each tool added: the largest k that fits, by bisection.
+    let mut best = (fewest, with_first(fewest)?);
+    let (mut lo, mut hi) = (fewest + 1, chat.tools.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match with_first(mid) {
+            Some(fit) => {
+                best = (mid, fit);
+                lo = mid + 1;
+            }
+            None => hi = mid,
+        }
+    }
+    let (kept, (chat_kept, rendered)) = best;
+    let dropped = order[kept..]
+        .iter()
+        .map(|&i| chat.tools[i].pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned())
+        .collect();
+    Some(Selection { chat: chat_kept, rendered, kept, dropped })
+}
