@@ -86,6 +86,7 @@ impl Engine {
             capture: None,
             lora: job.lora.clone(),
             save_prompt_cache: None,
+            images: None,
         };
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let ignored_params = if per_run { Vec::new() } else { given };

@@ -34,6 +34,8 @@ pub(crate) struct RunInput {
     pub prompt: Option<String>,
     /// The ids, when `input_type` is TOKEN and the pointer is not NULL.
     pub token_ids: Option<Vec<i32>>,
+    /// The images, when `input_type` is MULTIMODAL (its prompt is `prompt`).
+    pub images: Option<crate::vision::ImageInput>,
 }
 
 /// An `RKLLMInferParam` (all defaults for a NULL pointer).
