@@ -23,3 +23,4 @@ pub mod notify;
 pub mod registry;
 pub mod sampling;
 pub mod server;
+pub mod vision;

@@ -50,6 +50,8 @@ pub async fn run(config: &Config, report: &mut Report) {
         enable_thinking: false,
         tokens: None,
         lora: None,
+        images: Vec::new(),
+        image_timings: Default::default(),
     };
     let mut generation = match engine.submit(job) {
         Ok(g) => g,

@@ -92,7 +92,7 @@ impl Engine {
         let ignored_params = if per_run { Vec::new() } else { given };
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
+        let prompt_tokens = job.prompt_tokens();
         let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
@@ -156,6 +156,7 @@ impl Start {
     async fn run(mut self) -> Result<Run, Outcome> {
         let first_token_timeout = self.engine.limits.first_token_timeout(self.job.prompt.len());
         let engine = self.engine.clone();
+        let mut images_timings = None;
         let (submitted, turn) = match &engine.scheduler {
             Some(scheduler) => {
                 let input = BatchInput { input: self.request.input, enable_thinking: self.request.enable_thinking };
@@ -167,11 +168,23 @@ impl Start {
             }
             None => {
                 let turn = engine.queue.wait_turn(self.place).await;
-                let submitted = submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await;
+                // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
+                let (submitted, images) = match engine.encode_images(&self.job).await {
+                    Ok(encoded) => {
+                        let (images, figures) = encoded.unzip();
+                        self.request.images = images;
+                        // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
+                        let tokens = self.job.tokens.as_deref().filter(|_| self.job.images.is_empty());
+                        (submit(&engine, tokens, self.request, self.limit).await, figures)
+                    }
+                    Err(e) => (Err(EndReason::RuntimeError(e)), None),
+                };
+                images_timings = images;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
         };
         let mut timeline = Timeline::new(self.job.received);
+        timeline.images = images_timings.or((!self.job.images.is_empty()).then_some(self.job.image_timings));
         let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {

@@ -21,4 +21,17 @@ pub struct Job {
     pub tokens: Option<Vec<i32>>,
     /// The LoRA adapter to run with (loaded with the model); `None`: the base model.
     pub lora: Option<String>,
+    /// The images, in the order of the prompt's markers (empty: a text job).
+    /// Their embeddings are made in the job's turn (`vision.rs`).
+    pub images: Vec<super::vision::ImageInput>,
+    /// `count`, `tokens` and `preprocess_ms` filled in by the api.
+    pub image_timings: crate::metrics::ImageTimings,
+}
+
+impl Job {
+    /// `usage.prompt_tokens`: the text's tokens and the images'.
+    pub fn prompt_tokens(&self) -> Option<u32> {
+        let text = u32::try_from(self.tokens.as_ref()?.len()).ok()?;
+        Some(text + self.image_timings.tokens)
+    }
 }

@@ -15,6 +15,7 @@ mod npu;
 mod outcome;
 mod prompt_cache;
 mod queue;
+mod vision;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
@@ -26,6 +27,7 @@ pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::QueueState;
+pub use vision::{builtin_encoder, tags_for, ImageInput, VisionInfo, VisionSettings};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -42,6 +44,8 @@ pub enum EngineError {
     Adapter { name: String, source: rkllm_sys::ModelError },
     #[error("{0}")]
     PromptCache(String),
+    #[error("{0}")]
+    Vision(String),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -99,6 +103,8 @@ pub struct EngineSettings {
     pub loras: Vec<LoraAdapter>,
     /// A prompt-cache file made if needed and loaded after the adapters (`prompt_cache.rs`).
     pub prompt_cache: Option<PromptCacheSettings>,
+    /// A vision-language model's image encoder (`vision.rs`).
+    pub vision: Option<VisionSettings>,
 }
 
 pub struct Engine {
@@ -115,6 +121,8 @@ pub struct Engine {
     scheduler: Option<batch::Scheduler>,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
+    /// `Some` for a vision-language model.
+    vision: Option<vision::Vision>,
 }
 
 impl Engine {
@@ -133,7 +141,17 @@ impl Engine {
             npu,
             loras,
             prompt_cache,
+            vision,
         } = settings;
+        if vision.is_some() && batch > 1 {
+            // Batched runs take text slots only (`batch.rs`).
+            return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
+        }
+        // Before the (slow) model load: a missing encoder or unknown tags fail fast.
+        let vision = vision
+            .map(|v| vision::Vision::open(&v, runtime.kind, &model_path))
+            .transpose()
+            .map_err(EngineError::Vision)?;
         let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
@@ -141,6 +159,8 @@ impl Engine {
             sampling: defaults,
             base_domain_id,
             n_batch: batch,
+            // ABI 1.2 takes the image tags at init (1.3: with each run).
+            image_tags: vision.as_ref().map(|v| v.info().tags.clone()),
             ..InitConfig::new(model_path.clone())
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
@@ -180,6 +200,7 @@ impl Engine {
             kv: (conversation_cache && batch == 1).then(Default::default),
             scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
             prompt_cache,
+            vision,
         })
     }
 

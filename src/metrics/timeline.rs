@@ -26,6 +26,26 @@ pub struct Timeline {
     /// Prompt tokens the run did not prefill thanks to the model's prompt-cache
     /// file, by the runtime's count; `None`: no prompt cache, or not derivable.
     pub prompt_cache_n: Option<u32>,
+    /// A request with images: their figures.
+    pub images: Option<ImageTimings>,
+}
+
+/// The `timings.images` object of a request with images (docs/timings.md).
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema, PartialEq)]
+pub struct ImageTimings {
+    /// Images in the request.
+    pub count: u32,
+    /// Prompt tokens the images take: per image its tokens and start/end tags.
+    pub tokens: u32,
+    /// Decoding and preprocessing every image (before the queue).
+    pub preprocess_ms: f64,
+    /// The encoder's runs, summed (inside the queue turn, before `admitted`);
+    /// null when every embedding came from the cache.
+    pub encoder_ms: Option<f64>,
+    /// Images the encoder ran on.
+    pub encoder_runs: u32,
+    /// Images whose embedding came from the model's embedding cache.
+    pub cache_hits: u32,
 }
 
 impl Timeline {
@@ -39,6 +59,7 @@ impl Timeline {
             tokens: 0,
             batch_n: 1,
             prompt_cache_n: None,
+            images: None,
         }
     }
 
@@ -117,6 +138,9 @@ pub struct Timings {
     /// Requests that shared this request's NPU run, itself included (1 unbatched).
     pub batch_n: u32,
     pub runtime: Option<RuntimePerf>,
+    /// Only for a request with images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageTimings>,
 }
 
 fn ms(from: Instant, to: Instant) -> f64 {
@@ -155,6 +179,7 @@ impl Timings {
             e2e_ms: t.finished.map(|f| ms(t.received, f)),
             batch_n: t.batch_n,
             runtime: perf,
+            images: t.images,
         }
     }
 }

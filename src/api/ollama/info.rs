@@ -118,7 +118,12 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
         template,
         details: details(),
         model_info,
-        capabilities: vec!["completion", "tools", "thinking"],
+        // `vision` for a model configured with an encoder (known before it is loaded).
+        capabilities: [
+            &["completion", "tools", "thinking"][..],
+            if spec.engine.vision.is_some() { &["vision"] } else { &[] },
+        ]
+        .concat(),
         modified_at: rfc3339(unix(spec.modified)),
     }))
 }

@@ -3,9 +3,11 @@
 //! request into an engine [`Job`] (limits, prompt rendering and counting).
 
 mod convert;
+mod images;
 mod size;
 mod wire;
 
+pub use images::ImageRef;
 pub use size::PromptSize;
 pub use wire::*;
 
@@ -119,6 +121,8 @@ impl Common {
                 enable_thinking: false,
                 tokens: None,
                 lora: None,
+                images: Vec::new(),
+                image_timings: Default::default(),
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -146,7 +150,7 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
-        let mut chat = convert::chat_input(self)?;
+        let (mut chat, images) = convert::chat_input(self)?;
         let format = ResponseFormat::parse(self.response_format.as_ref())?;
         if let Some(format) = &format {
             format.instruct(&mut chat.messages);
@@ -154,7 +158,9 @@ impl ChatCompletionRequest {
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
         let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
+        let markers = rendered.prompt.matches(images::MARKER).count();
         let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;
+        images::attach(&mut v.job, &images, markers, model)?;
         let mut size = measure(&mut v.job, model, "messages");
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
@@ -208,13 +214,17 @@ fn prompt_error(e: PromptError) -> ApiError {
 /// The prompt's size: its bytes, and with a tokenizer its exact count
 /// (the ids then go with the job).
 fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
-    let ids = model.prompter.tokenize(&job.prompt);
+    // With images, the text is what remains around the markers: the runtime
+    // replaces each marker with the image's tags and tokens.
+    let text = if job.images.is_empty() { job.prompt.clone() } else { job.prompt.replace(images::MARKER, "") };
+    let ids = model.prompter.tokenize(&text);
     let size = PromptSize {
         param,
-        bytes: job.prompt.len(),
+        bytes: text.len(),
         tokens: ids.as_ref().map(Vec::len),
         context: model.engine.limits().max_context_len as usize,
         without_tools: None,
+        images: (!job.images.is_empty()).then_some((job.images.len(), job.image_timings.tokens as usize)),
     };
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
