@@ -68,6 +68,11 @@ pub struct Encoder {
     commands: Option<mpsc::Sender<(Vec<u8>, Reply)>>,
     info: EncoderInfo,
     thread: Option<JoinHandle<()>>,
+    /// Dropped after the thread is joined: unloading the library while a
+    /// thread that called into it is still alive would leave that thread's
+    /// exit to run destructors the library registered (a cdylib's own std
+    /// does), in unmapped code.
+    _runtime: Arc<Runtime>,
 }
 
 impl Encoder {
@@ -79,10 +84,10 @@ impl Encoder {
         let shown = model.to_owned();
         let (ready_tx, ready_rx) = mpsc::channel();
         let (cmd_tx, cmd_rx) = mpsc::channel::<(Vec<u8>, Reply)>();
+        let fns = *runtime.functions();
         let thread = std::thread::Builder::new()
             .name("rknn-encoder".into())
             .spawn(move || {
-                let fns = *runtime.functions();
                 let ctx = match open_context(&fns, &path, &shown, core_mask) {
                     Ok((ctx, info)) => {
                         let _ = ready_tx.send(Ok(info.clone()));
@@ -100,11 +105,10 @@ impl Encoder {
                 // SAFETY: the context was initialised on this thread and is
                 // not used after this.
                 unsafe { (fns.destroy)(ctx) };
-                drop(runtime);
             })
             .map_err(|_| EncoderError::ThreadGone)?;
         match ready_rx.recv() {
-            Ok(Ok(info)) => Ok(Encoder { commands: Some(cmd_tx), info, thread: Some(thread) }),
+            Ok(Ok(info)) => Ok(Encoder { commands: Some(cmd_tx), info, thread: Some(thread), _runtime: runtime }),
             Ok(Err(e)) => {
                 let _ = thread.join();
                 Err(e)

@@ -28,6 +28,26 @@ pub struct ModelCard {
     pub template: Option<TemplateCard>,
     /// Extension: for a LoRA adapter (id `BASE:NAME`), the base model's id; `null` for a model.
     pub parent: Option<String>,
+    /// Extension: a loaded vision-language model's image encoder (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionCard>,
+}
+
+/// What the encoder said about itself at load (`rknn_query`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct VisionCard {
+    pub input_width: u32,
+    pub input_height: u32,
+    /// Prompt tokens per image: its image tokens and its start and end tags.
+    pub tokens_per_image: usize,
+    /// Floats per image token handed to the LLM.
+    pub embed_size: usize,
+    /// Start, end and content tags.
+    pub image_tags: [String; 3],
+    /// `librknnrt.so`'s path, or the in-process simulated encoder.
+    pub origin: String,
+    pub api_version: String,
+    pub driver_version: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -64,6 +84,16 @@ fn card(status: &Status) -> ModelCard {
             TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
         }),
         parent: None,
+        vision: status.loaded.as_ref().and_then(|l| l.model.engine.vision()).map(|v| VisionCard {
+            input_width: v.encoder.width,
+            input_height: v.encoder.height,
+            tokens_per_image: v.tokens_per_image(),
+            embed_size: v.encoder.embed_size,
+            image_tags: [v.tags.start.clone(), v.tags.end.clone(), v.tags.content.clone()],
+            origin: v.origin.clone(),
+            api_version: v.encoder.api_version.clone(),
+            driver_version: v.encoder.driver_version.clone(),
+        }),
     }
 }
 

@@ -52,6 +52,9 @@ pub struct Metrics {
     queue: ByKind,
     prefill: Histogram,
     decode: Histogram,
+    encoder: Histogram,
+    encoder_runs: Counter,
+    image_cache_hits: Counter,
     prompt_tokens: Counter,
     cached_prompt_tokens: Counter,
     kv_cache_mismatches: Counter,
@@ -83,6 +86,9 @@ impl Metrics {
             queue: Family::new_with_constructor(histogram),
             prefill: histogram(),
             decode: histogram(),
+            encoder: histogram(),
+            encoder_runs: Counter::default(),
+            image_cache_hits: Counter::default(),
             prompt_tokens: Counter::default(),
             cached_prompt_tokens: Counter::default(),
             kv_cache_mismatches: Counter::default(),
@@ -109,6 +115,11 @@ impl Metrics {
             ("rkllmd_inter_token_latency_seconds", "gaps between consecutive tokens (n − 1 per request)", &self.itl),
             ("rkllmd_request_prefill_time_seconds", "first_token − admitted", &self.prefill),
             ("rkllmd_request_decode_time_seconds", "last_token − first_token, for n ≥ 2", &self.decode),
+            (
+                "rkllmd_image_encoder_seconds",
+                "a request's vision-encoder runs, summed (requests whose images all came from the cache: none)",
+                &self.encoder,
+            ),
         ] {
             r.register(name, help, h.clone());
         }
@@ -139,6 +150,12 @@ impl Metrics {
             self.prompt_cache_mismatches.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
+        r.register("rkllmd_image_encoder_runs", "Images the vision encoder ran on", self.encoder_runs.clone());
+        r.register(
+            "rkllmd_image_cache_hits",
+            "Images whose embedding came from the model's embedding cache",
+            self.image_cache_hits.clone(),
+        );
         r.register("rkllmd_requests", "Completion, embedding and rerank requests by outcome", self.requests.clone());
         r.register(
             "rkllmd_client_disconnects",
@@ -183,6 +200,13 @@ impl Metrics {
         }
         self.cached_prompt_tokens.inc_by(t.cache_n.unsigned_abs());
         self.generation_tokens.inc_by(u64::from(t.predicted_n));
+        if let Some(images) = t.images {
+            if let Some(s) = seconds(images.encoder_ms) {
+                self.encoder.observe(s);
+            }
+            self.encoder_runs.inc_by(u64::from(images.encoder_runs));
+            self.image_cache_hits.inc_by(u64::from(images.cache_hits));
+        }
         if f.client_disconnected {
             self.disconnects.inc();
         }
