@@ -27,7 +27,7 @@ pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::QueueState;
-pub use vision::{builtin_encoder, tags_for, ImageInput, VisionInfo, VisionSettings};
+pub use vision::{builtin_encoder, tags_for, ImageInput, Vision, VisionInfo, VisionSettings};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};

@@ -125,6 +125,12 @@ impl Vision {
         &self.info
     }
 
+    /// Opens the encoder as a model load would, tells what it is, and
+    /// closes it (`rkllmd doctor`).
+    pub fn probe(settings: &VisionSettings, llm: BackendKind, model_path: &str) -> Result<VisionInfo, String> {
+        Vision::open(settings, llm, model_path).map(|v| v.info)
+    }
+
     /// The embeddings of `images` in order, from the cache or the encoder
     /// (on a blocking thread); the caller holds the NPU turn.
     pub async fn encode(
