@@ -11,6 +11,7 @@
 
 use crate::call::{self, InferOptions, InitParams, RunInput};
 use crate::engine::{Callback, SimModel};
+use crate::forward::EMBD_SIZE;
 use crate::{handles, log, vision};
 use rkllm_sys::common::*;
 use rkllm_sys::{v1_2, v1_3, AbiTypes, Functions, SamplingParams, V1_2, V1_3};
@@ -173,8 +174,15 @@ impl SimAbi for V1_2 {
             unsafe {
                 let m = (*input).input.multimodal_input;
                 read.prompt = call::text(m.prompt);
-                read.images =
-                    Some(vision::read(m.image_embed, m.n_image, m.n_image_tokens, m.image_width, m.image_height, None));
+                read.images = Some(vision::read(
+                    EMBD_SIZE,
+                    m.image_embed,
+                    m.n_image,
+                    m.n_image_tokens,
+                    m.image_width,
+                    m.image_height,
+                    None,
+                ));
             }
         }
         read
@@ -236,6 +244,7 @@ impl SimAbi for V1_3 {
                 let tags = [call::text(i.image_start), call::text(i.image_end), call::text(i.image_content)];
                 read.prompt = call::text(m.prompt);
                 read.images = Some(vision::read(
+                    EMBD_SIZE,
                     i.image_embed,
                     i.n_image,
                     i.n_image_tokens,

@@ -186,7 +186,13 @@ impl SimModel {
                 let prompt = input.prompt.as_deref().ok_or_else(empty)?;
                 let images = input.images.as_ref().ok_or_else(empty)?;
                 let system = if state.kv[slot].is_empty() { state.template.system_ids() } else { Vec::new() };
-                crate::vision::slot_input(prompt, images, self.params.img.as_ref(), &state.template, system)
+                let checked = crate::vision::check(prompt, images, self.params.img.as_ref(), &state.template, &system)?;
+                Ok(SlotInput {
+                    text: checked.text,
+                    ids: checked.ids,
+                    system: system.len(),
+                    vision: Some(checked.reply),
+                })
             }
             other => Err(format!(
                 "E rkllm: {which}input_type {other} is not simulated; the simulated runtime takes RKLLM_INPUT_PROMPT, \

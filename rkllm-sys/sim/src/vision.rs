@@ -7,8 +7,7 @@
 //! A wrong offset, a wrong image count or a wrong embedding width shows up
 //! as a wrong colour.
 
-use crate::forward::EMBD_SIZE;
-use crate::run::SlotInput;
+use crate::call::ImageInput;
 use crate::template::ChatTemplate;
 use crate::vocab::SPECIAL_TOKENS;
 
@@ -22,24 +21,13 @@ fn image_token_id() -> u32 {
     (special + SPECIAL_TOKENS.iter().position(|t| *t == "<|endoftext|>").unwrap_or(0)) as u32
 }
 
-/// The images of a multimodal input, as read from the C struct.
-#[derive(Debug, Clone)]
-pub(crate) struct ImageInput {
-    /// Each image's colour, from its first token's features 0–2.
-    pub colours: Vec<[u8; 3]>,
-    pub n_image_tokens: usize,
-    pub width: usize,
-    pub height: usize,
-    /// ABI 1.3: start, end, content as sent with the run; `None` on 1.2
-    /// (the init's tags apply).
-    pub tags: Option<[Option<String>; 3]>,
-}
-
 /// Reads the images of a multimodal input.
 ///
 /// # Safety
-/// `embed` is NULL or holds `n_image × n_image_tokens × EMBD_SIZE` floats.
+/// `embed` is NULL or holds `n_image × n_image_tokens × embed_width` floats
+/// (`embed_width`: the simulated model's hidden size).
 pub(crate) unsafe fn read(
+    embed_width: usize,
     embed: *const f32,
     n_image: usize,
     n_image_tokens: usize,
@@ -53,7 +41,7 @@ pub(crate) unsafe fn read(
         (0..n_image)
             .map(|i| {
                 // SAFETY: within the caller's buffer (the contract above).
-                let first = unsafe { std::slice::from_raw_parts(embed.add(i * n_image_tokens * EMBD_SIZE), 3) };
+                let first = unsafe { std::slice::from_raw_parts(embed.add(i * n_image_tokens * embed_width), 3) };
                 [0, 1, 2].map(|c| (first[c] * 255.0).round().clamp(0.0, 255.0) as u8)
             })
             .collect()
@@ -73,16 +61,24 @@ pub(crate) fn describe(images: &ImageInput) -> String {
     format!("I see {n} image{}: {}.", if n == 1 { "" } else { "s" }, each.join(", "))
 }
 
-/// Checks a multimodal input and what it prefills: the turn without the
-/// markers, then per image its start tag, `n_image_tokens` image tokens and
-/// its end tag. The error is the line to print.
-pub(crate) fn slot_input(
+/// A checked multimodal input: the text the model reads (the prompt
+/// without its markers), the ids it prefills, and its reply.
+pub(crate) struct Checked {
+    pub text: String,
+    pub ids: Vec<u32>,
+    pub reply: String,
+}
+
+/// Checks a multimodal input and what it prefills: `system`, the turn
+/// without the markers, then per image its start tag, `n_image_tokens`
+/// image tokens and its end tag. The error is the line to print.
+pub(crate) fn check(
     prompt: &str,
     images: &ImageInput,
     init_tags: Option<&[Option<String>; 3]>,
     template: &ChatTemplate,
-    system: Vec<u32>,
-) -> Result<SlotInput, String> {
+    system: &[u32],
+) -> Result<Checked, String> {
     let tags = images.tags.as_ref().or(init_tags);
     if !tags.is_some_and(|t| t.iter().all(|tag| tag.as_deref().is_some_and(|s| !s.is_empty()))) {
         return Err("E rkllm: multimodal input without image start/end/content tags (ABI 1.3: in the input; \
@@ -101,9 +97,9 @@ pub(crate) fn slot_input(
     }
     let text = prompt.replace(MARKER, "");
     let per_image = images.n_image_tokens + 2;
-    let mut ids = [system.as_slice(), &template.turn_ids(&text)].concat();
+    let mut ids = [system, &template.turn_ids(&text)].concat();
     ids.extend(std::iter::repeat_n(image_token_id(), per_image * images.colours.len()));
-    Ok(SlotInput { text, ids, system: system.len(), vision: Some(describe(images)) })
+    Ok(Checked { text, ids, reply: describe(images) })
 }
 
 #[cfg(test)]
@@ -112,10 +108,10 @@ mod tests {
 
     #[test]
     fn reads_each_images_first_token() {
-        let mut embed = vec![0.0f32; 2 * 3 * EMBD_SIZE];
+        let mut embed = vec![0.0f32; 2 * 3 * 8];
         embed[..3].copy_from_slice(&[1.0, 0.0, 0.0]);
-        embed[3 * EMBD_SIZE..3 * EMBD_SIZE + 3].copy_from_slice(&[0.0, 0.5, 1.0]);
-        let images = unsafe { read(embed.as_ptr(), 2, 3, 392, 392, None) };
+        embed[3 * 8..3 * 8 + 3].copy_from_slice(&[0.0, 0.5, 1.0]);
+        let images = unsafe { read(8, embed.as_ptr(), 2, 3, 392, 392, None) };
         assert_eq!(images.colours, vec![[255, 0, 0], [0, 128, 255]]);
         assert_eq!(describe(&images), "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0080ff (392x392).");
     }
