@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn reads_each_images_first_token() {
-        let mut embed = vec![0.0f32; 2 * 3 * 8];
+        let mut embed = [0.0f32; 2 * 3 * 8];
         embed[..3].copy_from_slice(&[1.0, 0.0, 0.0]);
         embed[3 * 8..3 * 8 + 3].copy_from_slice(&[0.0, 0.5, 1.0]);
         let images = unsafe { read(8, embed.as_ptr(), 2, 3, 392, 392, None) };
