@@ -180,3 +180,28 @@ async fn an_encoder_failure_is_reported_and_the_daemon_keeps_serving() {
     let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": "text only"}]})).await;
     assert_eq!(status, 200, "{reply}");
 }
+
+#[tokio::test]
+async fn a_run_with_images_does_not_start_on_a_kept_conversation() {
+    // The in-process simulator brings a tokenizer: the conversation cache is on,
+    // and a text turn leaves its conversation in the KV cache.
+    let d = Daemon::start(&[
+        ID[0],
+        ID[1],
+        "--model",
+        "sim:qwen2.5-vl-3b?time_scale=0&reply_tokens=4",
+        "--max-context-len",
+        "600",
+        "--max-new-tokens",
+        "50",
+    ]);
+    let long = "the ".repeat(400);
+    let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": long}]})).await;
+    assert_eq!(status, 200, "{reply}");
+    let kept = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(kept > 380, "the text turn fills {kept} of 600 positions");
+    // 400-odd kept positions and this run's 200-odd would not fit together.
+    let (status, reply) = chat(&d, with_images(&[data_url(&png(3, 3, [9, 9, 9]))])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #090909 (392x392).");
+}

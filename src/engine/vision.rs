@@ -188,12 +188,26 @@ impl super::Engine {
 
     /// A job's images as a run's multimodal input, with its image figures
     /// (`None`: a text job). Called with the job's turn held.
+    ///
+    /// A run with images is stateless (the conversation cache keys text
+    /// only). Whether a `keep_history = 0` run starts from a KV cache that a
+    /// kept conversation filled is not stated by the manual, so with the
+    /// conversation cache on the KV cache is cleared first.
     pub(super) async fn encode_images(&self, job: &super::Job) -> Result<Option<(Images, ImageTimings)>, String> {
-        match (&self.vision, job.images.is_empty()) {
-            (_, true) => Ok(None),
-            (None, false) => Err("this model has no vision encoder".into()),
-            (Some(vision), false) => vision.encode(&job.images, job.image_timings).await.map(Some),
+        let vision = match (&self.vision, job.images.is_empty()) {
+            (_, true) => return Ok(None),
+            (None, false) => return Err("this model has no vision encoder".into()),
+            (Some(vision), false) => vision,
+        };
+        if self.kv.is_some() {
+            self.forget_kv();
+            match self.model.clear_kv_cache(false).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("rkllm_clear_kv_cache before a run with images failed: {e}")),
+                Err(_) => return Err("the runtime thread is gone".into()),
+            }
         }
+        vision.encode(&job.images, job.image_timings).await.map(Some)
     }
 }
 
