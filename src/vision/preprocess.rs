@@ -117,6 +117,32 @@ mod tests {
         assert_eq!(px(0, 5), &[255, 0, 0], "it spans the width");
     }
 
+    /// A 40×20 JPEG, left half red, right half blue, whose EXIF says
+    /// "rotate 90° clockwise to display" (orientation 6).
+    fn sideways_jpeg() -> Vec<u8> {
+        let img = image::RgbImage::from_fn(40, 20, |x, _| image::Rgb(if x < 20 { [255, 0, 0] } else { [0, 0, 255] }));
+        let mut jpeg = Cursor::new(Vec::new());
+        img.write_to(&mut jpeg, ImageFormat::Jpeg).unwrap();
+        let jpeg = jpeg.into_inner();
+        // APP1: "Exif\0\0", a big-endian TIFF header, one IFD entry: 0x0112 SHORT 1 = 6.
+        let tiff: &[u8] = b"MM\0\x2a\0\0\0\x08\0\x01\x01\x12\0\x03\0\0\0\x01\0\x06\0\0\0\0\0\0";
+        let payload = [&b"Exif\0\0"[..], tiff].concat();
+        let length = (payload.len() + 2) as u16;
+        [&jpeg[..2], &[0xFF, 0xE1], &length.to_be_bytes(), &payload, &jpeg[2..]].concat()
+    }
+
+    #[test]
+    fn the_exif_orientation_is_applied() {
+        let p = preprocess(&sideways_jpeg(), 10, 10, &LIMITS).unwrap();
+        assert_eq!(p.source, (20, 40), "displayed upright: 20 wide, 40 tall");
+        let px = |x: usize, y: usize| &p.pixels[(y * 10 + x) * 3..(y * 10 + x) * 3 + 3];
+        let near = |got: &[u8], want: [u8; 3]| got.iter().zip(want).all(|(g, w)| g.abs_diff(w) < 40);
+        // Turned clockwise, the left (red) half is on top; grey bands left and right.
+        assert!(near(px(5, 2), [255, 0, 0]), "top: {:?}", px(5, 2));
+        assert!(near(px(5, 8), [0, 0, 255]), "bottom: {:?}", px(5, 8));
+        assert_eq!(px(0, 5), &[128, 128, 128], "left band");
+    }
+
     #[test]
     fn same_pixels_same_hash_other_pixels_other_hash() {
         let a = preprocess(&png(8, 8, [1, 2, 3]), 4, 4, &LIMITS).unwrap();
