@@ -35,7 +35,8 @@ pub struct Prepared {
     /// A 128-bit hash of `pixels` with per-process random keys: the key of
     /// the embedding cache (two encodings of the same picture share it).
     pub hash: u128,
-    /// The decoded image's size, after EXIF orientation.
+    /// The decoded image's size, after EXIF orientation (a large JPEG's at
+    /// the DCT scale it was decoded at).
     pub source: (u32, u32),
 }
 

@@ -25,15 +25,15 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
     let invalid = |e: image::ImageError| ImageError::Invalid(format!("The image cannot be decoded: {e}."));
     let reader =
         ImageReader::new(Cursor::new(bytes)).with_guessed_format().map_err(|e| ImageError::Invalid(e.to_string()))?;
-    match reader.format() {
-        Some(ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP | ImageFormat::Gif) => {}
+    let reader_format = match reader.format() {
+        Some(f @ (ImageFormat::Jpeg | ImageFormat::Png | ImageFormat::WebP | ImageFormat::Gif)) => f,
         Some(other) => {
             return Err(ImageError::Invalid(format!(
                 "Images in {other:?} format are not supported: send JPEG, PNG, WebP or GIF."
             )))
         }
         None => return Err(ImageError::Invalid("The data is not a JPEG, PNG, WebP or GIF image.".into())),
-    }
+    };
     let mut decoder = reader.into_decoder().map_err(invalid)?;
     let (w, h) = decoder.dimensions();
     if u64::from(w) * u64::from(h) > limits.max_pixels {
@@ -42,8 +42,16 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
             limits.max_pixels
         )));
     }
-    let orientation = decoder.orientation().map_err(invalid)?;
-    let mut decoded = image::DynamicImage::from_decoder(decoder).map_err(invalid)?;
+    let side = width.max(height);
+    let scaled =
+        (reader_format == ImageFormat::Jpeg && w.max(h) >= 2 * side).then(|| jpeg_scaled(bytes, side)).flatten();
+    let (mut decoded, orientation) = match scaled {
+        Some(scaled) => scaled,
+        None => {
+            let orientation = decoder.orientation().map_err(invalid)?;
+            (image::DynamicImage::from_decoder(decoder).map_err(invalid)?, orientation)
+        }
+    };
     decoded.apply_orientation(orientation);
     let rgb = decoded.into_rgb8();
     let source = rgb.dimensions();
@@ -52,6 +60,32 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
     }
     let pixels = pad_and_resize(rgb.as_raw(), source.0 as usize, source.1 as usize, width as usize, height as usize);
     Ok(Prepared { hash: content_hash(&pixels), pixels, source })
+}
+
+/// A JPEG at least twice the encoder's side, decoded at the smallest DCT
+/// scale (1/2, 1/4, 1/8) whose long side still covers `side`: a
+/// 4000×3000 photo for 392×392 decodes at 500×375, without ever making the
+/// 12-megapixel image. The scaled IDCT averages each block, so this is also
+/// an antialiased first step before the bilinear resize. `None`: a layout
+/// this path does not take (CMYK, 16-bit) or a decoding error, which the
+/// `image` path then meets and reports in its words.
+fn jpeg_scaled(bytes: &[u8], side: u32) -> Option<(image::DynamicImage, image::metadata::Orientation)> {
+    let mut decoder = jpeg_decoder::Decoder::new(bytes);
+    let request = u16::try_from(side).ok()?;
+    decoder.scale(request, request).ok()?;
+    let pixels = decoder.decode().ok()?;
+    let info = decoder.info()?;
+    let (w, h) = (u32::from(info.width), u32::from(info.height));
+    let decoded = match info.pixel_format {
+        jpeg_decoder::PixelFormat::RGB24 => image::DynamicImage::ImageRgb8(image::RgbImage::from_raw(w, h, pixels)?),
+        jpeg_decoder::PixelFormat::L8 => image::DynamicImage::ImageLuma8(image::GrayImage::from_raw(w, h, pixels)?),
+        jpeg_decoder::PixelFormat::L16 | jpeg_decoder::PixelFormat::CMYK32 => return None,
+    };
+    let orientation = decoder
+        .exif_data()
+        .and_then(image::metadata::Orientation::from_exif_chunk)
+        .unwrap_or(image::metadata::Orientation::NoTransforms);
+    Some((decoded, orientation))
 }
 
 /// Bilinear resampling of the image centred in a grey square, without
@@ -133,14 +167,41 @@ mod tests {
 
     #[test]
     fn the_exif_orientation_is_applied() {
-        let p = preprocess(&sideways_jpeg(), 10, 10, &LIMITS).unwrap();
-        assert_eq!(p.source, (20, 40), "displayed upright: 20 wide, 40 tall");
-        let px = |x: usize, y: usize| &p.pixels[(y * 10 + x) * 3..(y * 10 + x) * 3 + 3];
+        // 40 ≥ 2 × 10: the scaled JPEG path.
+        upright(preprocess(&sideways_jpeg(), 10, 10, &LIMITS).unwrap(), 10);
+        // 40 < 2 × 30: the `image` path.
+        upright(preprocess(&sideways_jpeg(), 30, 30, &LIMITS).unwrap(), 30);
+    }
+
+    fn upright(p: Prepared, side: usize) {
+        assert_eq!(p.source.0 * 2, p.source.1, "displayed upright: half as wide as tall, {:?}", p.source);
+        let px = |x: usize, y: usize| &p.pixels[(y * side + x) * 3..(y * side + x) * 3 + 3];
         let near = |got: &[u8], want: [u8; 3]| got.iter().zip(want).all(|(g, w)| g.abs_diff(w) < 40);
+        let (mid, quarter) = (side / 2, side / 4);
         // Turned clockwise, the left (red) half is on top; grey bands left and right.
-        assert!(near(px(5, 2), [255, 0, 0]), "top: {:?}", px(5, 2));
-        assert!(near(px(5, 8), [0, 0, 255]), "bottom: {:?}", px(5, 8));
-        assert_eq!(px(0, 5), &[128, 128, 128], "left band");
+        assert!(near(px(mid, quarter), [255, 0, 0]), "top: {:?}", px(mid, quarter));
+        assert!(near(px(mid, side - 1 - quarter), [0, 0, 255]), "bottom: {:?}", px(mid, side - 1 - quarter));
+        assert_eq!(px(0, mid), &[128, 128, 128], "left band");
+    }
+
+    #[test]
+    fn a_large_jpeg_is_decoded_scaled_with_the_same_result() {
+        // 800×400: left red, right blue; for 50×50 the scaled path decodes it at 1/8.
+        let img =
+            image::RgbImage::from_fn(800, 400, |x, _| image::Rgb(if x < 400 { [255, 0, 0] } else { [0, 0, 255] }));
+        let mut jpeg = Cursor::new(Vec::new());
+        img.write_to(&mut jpeg, ImageFormat::Jpeg).unwrap();
+        let scaled = preprocess(jpeg.get_ref(), 50, 50, &LIMITS).unwrap();
+        assert!(jpeg_scaled(jpeg.get_ref(), 50).is_some_and(|(d, _)| d.width() == 100), "decoded at 1/8");
+        assert_eq!(scaled.source, (100, 50), "the size it was decoded at");
+        let px = |p: &Prepared, x: usize, y: usize| p.pixels[(y * 50 + x) * 3..(y * 50 + x) * 3 + 3].to_vec();
+        for (x, y, want) in [(10, 25, [255u8, 0, 0]), (40, 25, [0, 0, 255]), (25, 2, [128, 128, 128])] {
+            assert!(
+                px(&scaled, x, y).iter().zip(want).all(|(g, w)| g.abs_diff(w) < 40),
+                "({x},{y}): {:?}",
+                px(&scaled, x, y)
+            );
+        }
     }
 
     #[test]
