@@ -9,15 +9,18 @@ use super::guards::{RunGuard, WaitGuard};
 use super::job::Job;
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
+use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
-use super::{Engine, EngineError};
+use super::schedule::Assigned;
+use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{BatchInput, Event, Finish, RunInput, RunRequest};
+use rkllm_sys::{Event, Finish, Images, RunInput};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
@@ -69,37 +72,28 @@ impl Stream for Generation {
 }
 
 impl Engine {
-    /// Queues a job. Refused at once when the queue is full; otherwise the
-    /// returned stream waits for its turn when first polled.
-    pub fn submit(self: &Arc<Self>, job: Job) -> Result<Generation, EngineError> {
-        let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
-        let per_run = self.info.abi.per_run_sampling();
-        let given = job.sampling.given();
-        let limit = job.max_new_tokens.unwrap_or(self.limits.max_new_tokens).min(self.limits.max_new_tokens);
-        let request = RunRequest {
-            input: RunInput::Prompt(job.prompt.clone()),
-            role: rkllm_sys::Role::User,
-            enable_thinking: job.enable_thinking,
-            keep_history: false,
-            max_new_tokens: per_run.then_some(limit as i32),
-            sampling: (per_run && !given.is_empty()).then(|| job.sampling.apply(self.defaults)),
-            capture: None,
-            lora: job.lora.clone(),
-            save_prompt_cache: None,
-            images: None,
-        };
+    /// Queues a job in the place [`Engine::reserve`] gave; the returned
+    /// stream waits for its turn when first polled. The job is read and
+    /// validated now: this is its `received` instant (timings.md), so the
+    /// preparation before it is not counted as queueing.
+    pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
+        let received = Instant::now();
+        let tokens: Option<Arc<[i32]>> = job.tokens.as_deref().map(Arc::from);
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
-        let ignored_params = if per_run { Vec::new() } else { given };
+        let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
+        let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        let prompt_tokens = job.prompt_tokens();
-        let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
+        // usage.prompt_tokens: the text's tokens and the images'.
+        let prompt_tokens =
+            tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok()).map(|n| n + plan.image_timings.tokens);
+        let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
-            job,
+            plan,
+            tokens,
+            received,
             prompt_tokens,
-            request,
-            limit,
             place,
             stop: stop.clone(),
             waiting,
@@ -133,17 +127,18 @@ impl Engine {
             }
             yield GenEvent::Done(run.thread_gone());
         });
-        Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned) })
+        Generation { ignored_params, stop, events, abandoned: Some(abandoned) }
     }
 }
 
 /// A queued job, before its turn.
 struct Start {
     engine: Arc<Engine>,
-    job: Job,
+    plan: Arc<RunPlan>,
+    /// The prompt's ids (the conversation cache may send them instead of the text).
+    tokens: Option<Arc<[i32]>>,
+    received: Instant,
     prompt_tokens: Option<u32>,
-    request: RunRequest,
-    limit: u32,
     place: Place,
     stop: StopHandle,
     waiting: WaitGuard,
@@ -154,37 +149,28 @@ impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
     async fn run(mut self) -> Result<Run, Outcome> {
-        let first_token_timeout = self.engine.limits.first_token_timeout(self.job.prompt.len());
+        let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
         let engine = self.engine.clone();
-        let mut images_timings = None;
-        let (submitted, turn) = match &engine.scheduler {
-            Some(scheduler) => {
-                let input = BatchInput { input: self.request.input, enable_thinking: self.request.enable_thinking };
-                let per_run = engine.info.abi.per_run_sampling();
-                let sampling = self.request.sampling.or(per_run.then_some(engine.defaults));
-                let lora = self.request.lora;
-                let slot = engine.batch_slot(scheduler, self.place, input, sampling, lora, self.limit).await;
-                (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
-            }
-            None => {
-                let turn = engine.queue.wait_turn(self.place).await;
+        let assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()).await;
+        let mut image_figures = None;
+        let (submitted, turn) = match assigned {
+            Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
+            Ok(Assigned::Alone(turn)) => {
                 // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
-                let (submitted, images) = match engine.encode_images(&self.job).await {
+                let submitted = match engine.encode_images(&self.plan).await {
                     Ok(encoded) => {
                         let (images, figures) = encoded.unzip();
-                        self.request.images = images;
-                        // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
-                        let tokens = self.job.tokens.as_deref().filter(|_| self.job.images.is_empty());
-                        (submit(&engine, tokens, self.request, self.limit).await, figures)
+                        image_figures = figures;
+                        submit(&engine, self.tokens.as_deref(), &self.plan, images).await
                     }
-                    Err(e) => (Err(EndReason::RuntimeError(e)), None),
+                    Err(e) => Err(EndReason::RuntimeError(e)),
                 };
-                images_timings = images;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
+            Err(reason) => (Err(reason), None),
         };
-        let mut timeline = Timeline::new(self.job.received);
-        timeline.images = images_timings.or((!self.job.images.is_empty()).then_some(self.job.image_timings));
+        let mut timeline = Timeline::new(self.received);
+        timeline.images = image_figures.or((!self.plan.images.is_empty()).then_some(self.plan.image_timings));
         let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
@@ -217,7 +203,8 @@ impl Start {
         Ok(Run {
             guard,
             stop: self.stop,
-            limit: self.limit,
+            limit: self.plan.limit,
+            aborts_at_limit: self.plan.aborts_at_limit(),
             first_token_timeout,
             deadline: None,
             reason,
@@ -234,18 +221,21 @@ type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 async fn submit(
     engine: &Arc<Engine>,
     tokens: Option<&[i32]>,
-    mut request: RunRequest,
-    limit: u32,
+    run: &RunPlan,
+    images: Option<Images>,
 ) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, request.lora.as_deref(), limit).await;
-    if let Some(plan) = &plan {
-        request.input = plan.input();
-        request.keep_history = true;
-    }
+    // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
+    let tokens = tokens.filter(|_| images.is_none());
+    let plan = engine.plan_kv(tokens, run.lora.as_deref(), run.limit).await;
+    let mut request = match &plan {
+        Some(plan) => run.request(plan.input(), true),
+        None => run.request(RunInput::Prompt(run.prompt.clone()), false),
+    };
+    request.images = images;
     match engine.model.submit(request, tx) {
         Ok(control) => Ok((SlotControl::single(control), events, plan)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),
@@ -257,6 +247,8 @@ struct Run {
     guard: RunGuard,
     stop: StopHandle,
     limit: u32,
+    /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
+    aborts_at_limit: bool,
     first_token_timeout: std::time::Duration,
     /// Until admission there is no deadline of ours (the turn is held, so
     /// the runtime thread is about to start); then first-token, then total.
@@ -348,8 +340,7 @@ impl Run {
         }
         if timeline.tokens == self.limit {
             self.reason = Some(EndReason::Length);
-            if !engine.info.abi.per_run_sampling() {
-                // ABI 1.2 cannot take a per-run limit: enforce it here.
+            if self.aborts_at_limit {
                 self.guard.control.abort();
             }
         }

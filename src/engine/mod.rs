@@ -13,8 +13,10 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod plan;
 mod prompt_cache;
 mod queue;
+mod schedule;
 mod vision;
 
 pub use backend::{
@@ -26,7 +28,8 @@ pub use job::Job;
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
-pub use queue::QueueState;
+pub use queue::{Place, QueueState};
+pub use schedule::ScheduleSettings;
 pub use vision::{builtin_encoder, tags_for, ImageInput, Vision, VisionInfo, VisionSettings};
 
 use crate::sampling::SamplingOverrides;
@@ -86,8 +89,10 @@ pub struct EngineSettings {
     pub limits: Limits,
     /// Requests that may wait while one runs.
     pub queue_depth: usize,
-    /// Sequences per run (`n_batch`); above 1 every run is batched (`batch.rs`).
-    pub batch: u8,
+    /// Sequences per run (`n_batch`, above 1 every run is batched:
+    /// `batch.rs`), the batch's gathering time and the bound on locality
+    /// (`schedule.rs`).
+    pub schedule: ScheduleSettings,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -117,8 +122,8 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
-    /// `Some` with `batch` > 1.
-    scheduler: Option<batch::Scheduler>,
+    /// Picks every generation's turn (`schedule.rs`).
+    scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
     /// `Some` for a vision-language model.
@@ -133,7 +138,7 @@ impl Engine {
             model_path,
             limits,
             queue_depth,
-            batch,
+            schedule,
             base_domain_id,
             sampling,
             disable_runtime_template,
@@ -143,7 +148,7 @@ impl Engine {
             prompt_cache,
             vision,
         } = settings;
-        if vision.is_some() && batch > 1 {
+        if vision.is_some() && schedule.batch > 1 {
             // Batched runs take text slots only (`batch.rs`).
             return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
         }
@@ -158,7 +163,7 @@ impl Engine {
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
-            n_batch: batch,
+            n_batch: schedule.batch,
             // ABI 1.2 takes the image tags at init (1.3: with each run).
             image_tags: vision.as_ref().map(|v| v.info().tags.clone()),
             ..InitConfig::new(model_path.clone())
@@ -197,8 +202,8 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && batch == 1).then(Default::default),
-            scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
+            kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             vision,
         })
@@ -223,7 +228,7 @@ impl Engine {
     }
     /// Sequences per run (1: unbatched).
     pub fn batch(&self) -> usize {
-        self.scheduler.as_ref().map_or(1, batch::Scheduler::size)
+        self.scheduler.size()
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults
@@ -233,6 +238,18 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
+    }
+    /// Whether any queue place is held: a job waits, runs, or its aborted
+    /// run is being drained (the registry's test of "idle", with its leases).
+    pub fn in_use(&self) -> bool {
+        self.queue.in_use()
+    }
+    /// A place in the queue, or `QueueFull` at once. Taken before a request
+    /// is prepared (rendered, tokenized), so that a full daemon refuses
+    /// without doing that work, as TGI's permit and Ollama's pending channel
+    /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
+    pub fn reserve(&self) -> Result<Place, EngineError> {
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.

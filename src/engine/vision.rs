@@ -193,7 +193,10 @@ impl super::Engine {
     /// only). Whether a `keep_history = 0` run starts from a KV cache that a
     /// kept conversation filled is not stated by the manual, so with the
     /// conversation cache on the KV cache is cleared first.
-    pub(super) async fn encode_images(&self, job: &super::Job) -> Result<Option<(Images, ImageTimings)>, String> {
+    pub(super) async fn encode_images(
+        &self,
+        job: &super::plan::RunPlan,
+    ) -> Result<Option<(Images, ImageTimings)>, String> {
         let vision = match (&self.vision, job.images.is_empty()) {
             (_, true) => return Ok(None),
             (None, false) => return Err("this model has no vision encoder".into()),

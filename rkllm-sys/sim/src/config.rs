@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 12] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 11] = [
     "hang_after",
     "kv_size_skew",
     "eos_in_cache",
+    "batch_abort_ignored",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -45,6 +46,8 @@ pub(crate) struct SimConfig {
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
     pub eos_in_cache: bool,
+    /// A fault: a batched run ignores `rkllm_abort` and decodes every slot to its end.
+    pub batch_abort_ignored: bool,
 }
 
 #[derive(Debug)]
@@ -94,6 +97,11 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             None | Some("0") => false,
             Some("1") => true,
             Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
+        },
+        batch_abort_ignored: match value("batch_abort_ignored").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(invalid("batch_abort_ignored", v, "0 or 1")),
         },
     })
 }

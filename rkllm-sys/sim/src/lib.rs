@@ -47,6 +47,7 @@
 //! | `record` | path | appends one JSON line per call received (see below) |
 //! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
+//! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //!
 //! `fail_init` is the switch that makes `rkllm_init` fail.
 //!
