@@ -157,7 +157,7 @@ impl Start {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
                 // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
-                let submitted = match engine.encode_images(&self.plan).await {
+                let submitted = match engine.encode_images(&self.plan.images, self.plan.image_timings).await {
                     Ok(encoded) => {
                         let (images, figures) = encoded.unzip();
                         image_figures = figures;

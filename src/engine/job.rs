@@ -1,6 +1,7 @@
 //! What the API hands the engine: a prompt, limits and sampling choices.
 
 use crate::sampling::SamplingOverrides;
+use std::sync::Arc;
 
 /// One generation request, already validated by the API layer.
 #[derive(Debug, Clone)]
@@ -21,7 +22,16 @@ pub struct Job {
     pub lora: Option<String>,
     /// The images, in the order of the prompt's markers (empty: a text job).
     /// Their embeddings are made in the job's turn (`vision.rs`).
-    pub images: Vec<super::vision::ImageInput>,
+    pub images: Vec<ImageInput>,
     /// `count`, `tokens` and `preprocess_ms` filled in by the api.
     pub image_timings: crate::metrics::ImageTimings,
+}
+
+/// One image of a job, preprocessed by the api.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    /// The cache key (a content hash of `pixels`).
+    pub hash: u128,
+    /// `height × width × 3` bytes, RGB, NHWC.
+    pub pixels: Arc<Vec<u8>>,
 }

@@ -24,13 +24,13 @@ pub use backend::{
 };
 pub use forward::{Forward, ForwardJob};
 pub use generation::Generation;
-pub use job::Job;
+pub use job::{ImageInput, Job};
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
 pub use schedule::ScheduleSettings;
-pub use vision::{builtin_encoder, tags_for, ImageInput, Vision, VisionInfo, VisionSettings};
+pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};

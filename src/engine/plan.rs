@@ -28,7 +28,7 @@ pub(super) struct RunPlan {
     /// Sampling fields the request set that this runtime cannot apply per run.
     pub ignored: Vec<&'static str>,
     /// The job's images (empty: a text job), embedded in its turn (`vision.rs`).
-    pub images: Vec<super::vision::ImageInput>,
+    pub images: Vec<super::job::ImageInput>,
     /// Their figures as the api measured them (count, tokens, preprocessing).
     pub image_timings: crate::metrics::ImageTimings,
 }

@@ -6,6 +6,7 @@
 //! NPU turn, so it takes turns with every model's LLM runs.
 
 use super::backend::BackendKind;
+use super::job::ImageInput;
 use crate::metrics::ImageTimings;
 use crate::vision::ImageLimits;
 use rkllm_sys::{ImageTags, Images};
@@ -29,15 +30,6 @@ pub struct VisionSettings {
     pub cache_entries: usize,
     /// What a request may send (checked by the api with [`VisionInfo::limits`]).
     pub limits: ImageLimits,
-}
-
-/// One image of a job, preprocessed by the api.
-#[derive(Debug, Clone)]
-pub struct ImageInput {
-    /// The cache key (a content hash of `pixels`).
-    pub hash: u128,
-    /// `height × width × 3` bytes, RGB, NHWC.
-    pub pixels: Arc<Vec<u8>>,
 }
 
 /// What a model's encoder is (for validation, `/api/show`, `doctor`).
@@ -195,9 +187,10 @@ impl super::Engine {
     /// conversation cache on the KV cache is cleared first.
     pub(super) async fn encode_images(
         &self,
-        job: &super::plan::RunPlan,
+        images: &[ImageInput],
+        timings: ImageTimings,
     ) -> Result<Option<(Images, ImageTimings)>, String> {
-        let vision = match (&self.vision, job.images.is_empty()) {
+        let vision = match (&self.vision, images.is_empty()) {
             (_, true) => return Ok(None),
             (None, false) => return Err("this model has no vision encoder".into()),
             (Some(vision), false) => vision,
@@ -210,7 +203,7 @@ impl super::Engine {
                 Err(_) => return Err("the runtime thread is gone".into()),
             }
         }
-        vision.encode(&job.images, job.image_timings).await.map(Some)
+        vision.encode(images, timings).await.map(Some)
     }
 }
 
