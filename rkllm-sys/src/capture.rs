@@ -4,8 +4,9 @@
 //! (`invalid rkllm model!`, `failed to malloc npu memory`, …) only on the
 //! process's stdout/stderr. To put those lines into the error the daemon
 //! reports, file descriptors 1 and 2 are redirected into a pipe for the
-//! duration of the call, then restored; the captured text is also written
-//! back to stderr so the operator's terminal or journal still shows it.
+//! duration of the call, then restored. The caller writes the text back to
+//! stderr with [`echo`] when the call succeeded (the operator's terminal or
+//! journal still shows it); a failed call's text is in its error, once.
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -57,7 +58,11 @@ pub fn capture_output<R>(f: impl FnOnce() -> R) -> (R, String) {
         libc::close(saved_out);
         libc::close(saved_err);
         let bytes = reader.join().unwrap_or_default();
-        let _ = std::io::stderr().write_all(&bytes);
         (result, String::from_utf8_lossy(&bytes).into_owned())
     }
+}
+
+/// Writes captured text back to stderr, where it would have gone.
+pub fn echo(text: &str) {
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }

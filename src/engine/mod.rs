@@ -22,7 +22,7 @@ mod vision;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
-pub use forward::{Forward, ForwardJob};
+pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
 pub use job::{ImageInput, Job};
 pub use npu::Npu;
@@ -30,7 +30,7 @@ pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
 pub use schedule::ScheduleSettings;
-pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings};
+pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -41,7 +41,8 @@ use std::time::Duration;
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
-    #[error("loading the model failed: {0}")]
+    // The registry says which model's load failed (`RegistryError::Load`).
+    #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
     Adapter { name: String, source: rkllm_sys::ModelError },
@@ -112,6 +113,14 @@ pub struct EngineSettings {
     pub vision: Option<VisionSettings>,
 }
 
+impl EngineSettings {
+    /// What a run samples with unless a request says otherwise: the
+    /// `[sampling]` table over RKLLM's defaults.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling.apply(SamplingParams::RKLLM_DEFAULTS)
+    }
+}
+
 pub struct Engine {
     model: Model,
     /// Set at shutdown: queued jobs end without running.
@@ -122,6 +131,10 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
+    /// Positions in this model's KV cache after its last run, as the runtime
+    /// said (`rkllm_get_kv_cache_size`); -1 until it said. The api reads it
+    /// for `/metrics` (each model its own, summed there).
+    kv_tokens: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Picks every generation's turn (`schedule.rs`).
     scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
@@ -134,13 +147,14 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let defaults = settings.sampling_defaults();
         let EngineSettings {
             model_path,
             limits,
             queue_depth,
             schedule,
             base_domain_id,
-            sampling,
+            sampling: _,
             disable_runtime_template,
             conversation_cache,
             npu,
@@ -157,7 +171,6 @@ impl Engine {
             .map(|v| vision::Vision::open(&v, runtime.kind, &model_path))
             .transpose()
             .map_err(EngineError::Vision)?;
-        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,
@@ -203,6 +216,7 @@ impl Engine {
             limits,
             // Batched runs keep no history.
             kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             vision,
@@ -211,6 +225,10 @@ impl Engine {
 
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+    /// Tokens in the KV cache after the last run, once the runtime said.
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {

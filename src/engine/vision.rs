@@ -16,6 +16,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// The prompt's placeholder for one image, which the runtime replaces with
+/// the image's tags and tokens (`rkllm.h`).
+pub const IMAGE_MARKER: &str = rkllm_sys::IMAGE_MARKER;
+
 /// Where a model's encoder comes from (`vision_encoder`, `vision_lib`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct VisionSettings {

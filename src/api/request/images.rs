@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Where the runtime puts an image's tokens (`rkllm.h`: one per image).
-pub const MARKER: &str = rkllm_sys::IMAGE_MARKER;
+pub use crate::engine::IMAGE_MARKER as MARKER;
 
 /// One image part as the client sent it, in prompt order.
 #[derive(Debug, Clone)]
