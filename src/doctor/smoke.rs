@@ -51,6 +51,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         lora: None,
         images: Vec::new(),
         image_timings: Default::default(),
+        cache: Default::default(),
     };
     let mut generation = match engine.reserve() {
         Ok(place) => engine.submit(place, job),

@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod conversations;
 mod forward;
 mod generation;
 mod guards;
@@ -16,19 +17,22 @@ mod outcome;
 mod plan;
 mod prompt_cache;
 mod queue;
+mod saved;
 mod schedule;
 mod vision;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
-pub use job::{ImageInput, Job};
+pub use job::{CacheHints, ImageInput, Job, Resent};
 pub use npu::Npu;
-pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
+pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
+pub use saved::SavedSettings;
 pub use schedule::ScheduleSettings;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
@@ -103,6 +107,9 @@ pub struct EngineSettings {
     /// Keep the conversation in the KV cache between runs (`kv.rs`); jobs
     /// without token ids always run stateless.
     pub conversation_cache: bool,
+    /// A cached reply that held reasoning may stand for the same reply
+    /// resent without it (`kv.rs`): the context keeps the reasoning.
+    pub keep_reasoning: bool,
     /// The NPU turn every model's runs share.
     pub npu: Npu,
     /// Loaded with `rkllm_load_lora` right after the model; a job names one by `Job::lora`.
@@ -111,6 +118,9 @@ pub struct EngineSettings {
     pub prompt_cache: Option<PromptCacheSettings>,
     /// A vision-language model's image encoder (`vision.rs`).
     pub vision: Option<VisionSettings>,
+    /// Conversations saved as prompt-cache files beside the resident one
+    /// (`saved.rs`); used with the conversation cache only.
+    pub saved: Option<SavedSettings>,
 }
 
 impl EngineSettings {
@@ -141,6 +151,8 @@ pub struct Engine {
     prompt_cache: Option<prompt_cache::PromptCache>,
     /// `Some` for a vision-language model.
     vision: Option<vision::Vision>,
+    /// `Some` when conversations are saved as files (with `kv`).
+    saved: Option<std::sync::Mutex<saved::Saved>>,
 }
 
 impl Engine {
@@ -157,10 +169,12 @@ impl Engine {
             sampling: _,
             disable_runtime_template,
             conversation_cache,
+            keep_reasoning,
             npu,
             loras,
             prompt_cache,
             vision,
+            saved,
         } = settings;
         if vision.is_some() && schedule.batch > 1 {
             // Batched runs take text slots only (`batch.rs`).
@@ -207,6 +221,15 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
         };
+        let kv = (conversation_cache && schedule.batch == 1)
+            .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
+        let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
+            Ok(saved) => Some(std::sync::Mutex::new(saved)),
+            Err(why) => {
+                tracing::warn!(reason = %why, "conversations are not saved: the directory cannot be made");
+                None
+            }
+        });
         Ok(Engine {
             model,
             closing: AtomicBool::new(false),
@@ -215,7 +238,8 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            kv,
+            saved,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,

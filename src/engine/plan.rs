@@ -67,6 +67,7 @@ impl RunPlan {
             lora: None,
             images: Vec::new(),
             image_timings: Default::default(),
+            cache: Default::default(),
         };
         RunPlan::new(abi, SamplingParams::RKLLM_DEFAULTS, limit, job)
     }
@@ -121,6 +122,7 @@ mod tests {
             lora: None,
             images: Vec::new(),
             image_timings: Default::default(),
+            cache: Default::default(),
         }
     }
 

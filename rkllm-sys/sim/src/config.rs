@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 14] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -21,6 +21,8 @@ pub const KEYS: [&str; 12] = [
     "kv_size_skew",
     "eos_in_cache",
     "batch_abort_ignored",
+    "cache_lies",
+    "cache_file_ms",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -48,6 +50,10 @@ pub(crate) struct SimConfig {
     pub eos_in_cache: bool,
     /// A fault: a batched run ignores `rkllm_abort` and decodes every slot to its end.
     pub batch_abort_ignored: bool,
+    /// A loaded prompt cache spares no prefill (a fault).
+    pub cache_lies: bool,
+    /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
+    pub cache_file_ms: f64,
 }
 
 #[derive(Debug)]
@@ -93,17 +99,24 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
             None => 0,
         },
-        eos_in_cache: match value("eos_in_cache").as_deref().map(str::trim) {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
-        },
-        batch_abort_ignored: match value("batch_abort_ignored").as_deref().map(str::trim) {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(invalid("batch_abort_ignored", v, "0 or 1")),
-        },
+        eos_in_cache: switch(&value, "eos_in_cache")?,
+        batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
+        cache_lies: switch(&value, "cache_lies")?,
+        cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
     })
+}
+
+/// Saving or loading a prompt-cache file: Qwen2.5-1.5B's KV is ~28 KiB per
+/// token (shared/rkllm-runtime.md), 1000 tokens ≈ 28 MiB, read or written
+/// on tmpfs at a few GB/s: ~10 ms.
+const DEFAULT_CACHE_FILE_MS: f64 = 10.0;
+
+fn switch(value: &impl Fn(&str) -> Option<String>, key: &str) -> Result<bool, ConfigError> {
+    match value(key).as_deref().map(str::trim) {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(invalid(key, v, "0 or 1")),
+    }
 }
 
 /// `key=value&key=value`; values are taken literally (no percent-decoding),

@@ -194,6 +194,7 @@ mod tests {
             lora: None,
             images: Vec::new(),
             image_timings: Default::default(),
+            cache: Default::default(),
         }
     }
 
