@@ -318,17 +318,22 @@ impl Run {
             }
             let deadline = self.deadline.filter(|_| self.reason.is_none());
             let Some(deadline) = deadline else { return next(self.guard.events.recv().await) };
-            match tokio::time::timeout_at(deadline, self.guard.events.recv()).await {
+            let late = match tokio::time::timeout_at(deadline, self.guard.events.recv()).await {
+                // A token stamped after the deadline missed it, even when this
+                // task was polled too late to see the deadline pass first (a
+                // loaded machine): the runtime's clock decides. The token still
+                // goes through `step` (it is in the KV cache, and counted as
+                // dropped after the abort).
+                Ok(Some(Event::Token(token))) if token.at > deadline.into_std() => Some(token),
                 Ok(event) => return next(event),
-                Err(_) => {
-                    let which = if self.guard.timeline.first_token.is_none() {
-                        Deadline::FirstToken
-                    } else {
-                        Deadline::Request
-                    };
-                    self.reason = Some(EndReason::Timeout(which));
-                    self.guard.control.abort();
-                }
+                Err(_) => None,
+            };
+            let which =
+                if self.guard.timeline.first_token.is_none() { Deadline::FirstToken } else { Deadline::Request };
+            self.reason = Some(EndReason::Timeout(which));
+            self.guard.control.abort();
+            if let Some(token) = late {
+                return Next::Event(Event::Token(token));
             }
         }
     }
