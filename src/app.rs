@@ -15,7 +15,7 @@ use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
     EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
-    ScheduleSettings,
+    ScheduleSettings, VisionSettings,
 };
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -83,12 +83,39 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         npu: npu.clone(),
         loras: Vec::new(),
         prompt_cache: None,
+        vision: None,
         saved: (config.conversation_cache_mb > 0 && config.conversation_cache_count > 0).then(|| SavedSettings {
             dir: config.conversation_cache_dir.clone(),
             max_bytes: config.conversation_cache_mb.saturating_mul(1024 * 1024),
             max_count: config.conversation_cache_count,
         }),
     }
+}
+
+/// A model's vision encoder: the one configured, else a simulated vision
+/// profile's own; `None`: a text model.
+fn vision_settings(
+    config: &Config,
+    path: &str,
+    encoder: Option<&String>,
+    tags: Option<&[String; 3]>,
+) -> Option<VisionSettings> {
+    let encoder = encoder.cloned().or_else(|| crate::engine::builtin_encoder(path))?;
+    Some(VisionSettings {
+        encoder,
+        lib: config.vision_lib.clone(),
+        tags: tags.map(|[start, end, content]| rkllm_sys::ImageTags {
+            start: start.clone(),
+            end: end.clone(),
+            content: content.clone(),
+        }),
+        cache_entries: config.vision_cache_entries,
+        limits: crate::vision::ImageLimits {
+            max_images: config.max_images,
+            max_bytes: config.max_image_bytes,
+            max_pixels: config.max_image_pixels,
+        },
+    })
 }
 
 /// A model's LoRA adapters, as the runtime takes them.
@@ -189,6 +216,7 @@ pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
             config.prompt_cache_prefix.as_ref(),
             config.prompt_cache_prefix_file.as_ref(),
         ),
+        vision: vision_settings(config, &path, config.vision_encoder.as_ref(), None),
         ..engine_settings(config, npu)
     };
     Some(ModelSpec {
@@ -222,6 +250,7 @@ fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
         table.prompt_cache_prefix.as_ref(),
         table.prompt_cache_prefix_file.as_ref(),
     );
+    engine.vision = vision_settings(config, &table.path, table.vision_encoder.as_ref(), table.vision_tags.as_ref());
     ModelSpec {
         id: model_id(table.id.as_deref(), &table.path),
         path: table.path.clone(),
@@ -271,7 +300,15 @@ pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppErro
                     tokenizer: found.tokenizer,
                     runtime_tokenizer: None,
                 },
-                engine: engine_settings(config, npu),
+                engine: EngineSettings {
+                    vision: vision_settings(
+                        config,
+                        &path,
+                        found.vision_encoder.map(|p| p.display().to_string()).as_ref(),
+                        None,
+                    ),
+                    ..engine_settings(config, npu)
+                },
                 embed: embed_settings(config),
                 size_bytes: file_size(&path),
                 modified: model_created(&path),

@@ -24,3 +24,4 @@ pub mod registry;
 pub mod sampling;
 pub mod server;
 pub mod tokenizer;
+pub mod vision;

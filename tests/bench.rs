@@ -347,6 +347,41 @@ async fn failed_requests_are_counted_by_kind() {
     assert_eq!(ok["levels"][0]["succeeded"], 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_with_each_request_splits_its_ttft() {
+    // The simulated encoder takes Rockchip's 2930 ms × time_scale: 58.6 ms here.
+    let d = Daemon::start(&["--model", "sim:qwen2.5-vl-3b?reply_tokens=4&time_scale=0.02"]);
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("red.png");
+    image::RgbImage::from_pixel(64, 48, image::Rgb([255, 0, 0])).save(&image).unwrap();
+    let report = bench(args(&[
+        "--url",
+        &d.url,
+        "--image",
+        image.to_str().unwrap(),
+        "--concurrency",
+        "1",
+        "--requests",
+        "3",
+        "--warmup",
+        "0",
+        "--prompt-tokens",
+        "20",
+        "--output-tokens",
+        "8",
+    ]))
+    .await;
+    for r in report["requests"].as_array().unwrap() {
+        assert_eq!(r["ok"], true, "{r}");
+    }
+    let level = &report["levels"][0];
+    assert_eq!(level["image_preprocess_ms"]["n"], 3, "{level}");
+    // The same image three times: the encoder ran for the first request only.
+    assert_eq!(level["image_encoder_ms"]["n"], 1, "{level}");
+    assert!(level["image_encoder_ms"]["p50"].as_f64().unwrap() >= 58.0, "{level}");
+    assert_eq!(level["image_prefill_ms"]["n"], 3, "{level}");
+}
+
 /// bench reads none of the daemon's settings: a missing config file or a bad
 /// `RKLLMD_PORT` in the environment does not stop it; and a server that is
 /// not there is reported with the cause, "connection refused".

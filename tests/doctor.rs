@@ -222,3 +222,21 @@ fn smoke_surfaces_the_runtimes_init_failure_and_its_fix() {
     assert!(smoke.contains(" | E rkllm: failed to malloc npu memory!"), "the runtime's lines, on one line: {smoke}");
     assert_eq!(run.fix("FAIL", "smoke run"), "set base_domain_id = 1 in the config");
 }
+
+#[test]
+fn a_vision_model_reports_its_encoder_and_a_missing_one_fails() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().to_str().unwrap();
+    let run = doctor(&["--model", "sim:qwen2.5-vl-3b?time_scale=0"], &["--root", root], &[]);
+    assert_eq!(run.code, 0, "{}", run.out);
+    let line = run.line("OK", "vision encoder");
+    assert!(line.contains("input 392×392 (NHWC), 198 tokens per image (196 + start/end tags"), "{line}");
+    assert!(line.contains("embedding 256 floats per token") && line.contains("rknn api 2.3.2"), "{line}");
+    let run = doctor(
+        &["--model", "sim:qwen2.5-vl-3b?time_scale=0", "--vision-encoder", "/nonexistent/vision.rknn"],
+        &["--root", root],
+        &[],
+    );
+    assert_eq!(run.code, 1, "{}", run.out);
+    assert!(run.line("FAIL", "vision encoder").contains("rknn_init failed on /nonexistent/vision.rknn"), "{}", run.out);
+}

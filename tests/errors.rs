@@ -75,7 +75,7 @@ async fn bad_inputs_get_enveloped_errors_and_the_daemon_keeps_serving() {
         (
             json!({"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:x"}}]}]}),
             400,
-            Some("messages[0].content[0]"),
+            Some("messages[0].content[0].image_url"),
         ),
         (json!({"model": "m", "messages": [{"role": "tool", "content": "42"}]}), 400, Some("messages[0].tool_call_id")),
         (json!({"model": "m", "messages": []}), 400, Some("messages")),

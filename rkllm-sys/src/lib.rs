@@ -36,5 +36,5 @@ pub use model::{
     RunControl, RunInput, RunRequest, SamplingParams, Token,
 };
 pub use output::{CaptureError, Matrix};
-pub use params::{Capture, Rows};
+pub use params::{Capture, ImageTags, Images, Rows, IMAGE_MARKER};
 pub use sniff::{sniff_file, SniffError, Sniffed};

@@ -17,7 +17,14 @@ pub trait Marshal: AbiTypes {
     type CallbackStorage;
 
     /// Sets every field we control on a param from `rkllm_createDefaultParam()`.
-    fn apply_config(param: &mut Self::Param, cfg: &InitConfig, model_path: *const c_char);
+    /// `image_tags` (start, end, content; NULL: none) are read on ABI 1.2
+    /// only and must outlive the handle.
+    fn apply_config(
+        param: &mut Self::Param,
+        cfg: &InitConfig,
+        model_path: *const c_char,
+        image_tags: [*const c_char; 3],
+    );
 
     fn callback_storage(cb: LLMResultCallback) -> Self::CallbackStorage;
 
@@ -35,9 +42,25 @@ pub trait Marshal: AbiTypes {
     /// `ids` must stay valid (and unmoved) until `rkllm_run` returns.
     fn token_input(role: *const c_char, ids: &mut [i32], enable_thinking: bool) -> Self::Input;
 
+    /// `RKLLM_INPUT_MULTIMODAL`; every pointer in `images` must stay valid
+    /// until `rkllm_run` returns. The tags are ignored on ABI 1.2 (set at init).
+    fn multimodal_input(role: *const c_char, images: &ImagesArgs, enable_thinking: bool) -> Self::Input;
+
     /// `max_new_tokens` and `sampling` are ignored on ABI 1.2, which cannot
     /// take them per run (the caller reports that; see `Abi::per_run_sampling`).
     fn infer_param(args: InferArgs) -> Self::InferParam;
+}
+
+/// One multimodal run's fields, ABI-neutral.
+pub struct ImagesArgs {
+    pub prompt: *mut c_char,
+    pub embed: *mut f32,
+    pub n_image: usize,
+    pub n_image_tokens: usize,
+    pub width: usize,
+    pub height: usize,
+    /// start, end, content.
+    pub tags: [*const c_char; 3],
 }
 
 /// One run's `RKLLMInferParam` fields, ABI-neutral; the pointers must stay
@@ -122,11 +145,16 @@ macro_rules! apply_common {
 impl Marshal for V1_2 {
     type CallbackStorage = LLMResultCallback;
 
-    fn apply_config(param: &mut v1_2::RKLLMParam, cfg: &InitConfig, model_path: *const c_char) {
+    fn apply_config(
+        param: &mut v1_2::RKLLMParam,
+        cfg: &InitConfig,
+        model_path: *const c_char,
+        [start, end, content]: [*const c_char; 3],
+    ) {
         apply_common!(param, cfg, model_path);
-        param.img_start = ptr::null();
-        param.img_end = ptr::null();
-        param.img_content = ptr::null();
+        param.img_start = start;
+        param.img_end = end;
+        param.img_content = content;
     }
 
     fn callback_storage(cb: LLMResultCallback) -> LLMResultCallback {
@@ -155,6 +183,20 @@ impl Marshal for V1_2 {
         v1_2::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_2, ids) }
     }
 
+    fn multimodal_input(role: *const c_char, images: &ImagesArgs, enable_thinking: bool) -> v1_2::RKLLMInput {
+        // SAFETY: all-zero is valid for every member (pointers and integers).
+        let mut input: v1_2::RKLLMInputUnion = unsafe { std::mem::zeroed() };
+        input.multimodal_input = v1_2::RKLLMMultiModelInput {
+            prompt: images.prompt,
+            image_embed: images.embed,
+            n_image_tokens: images.n_image_tokens,
+            n_image: images.n_image,
+            image_width: images.width,
+            image_height: images.height,
+        };
+        v1_2::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Multimodal, input }
+    }
+
     fn infer_param(args: InferArgs) -> v1_2::RKLLMInferParam {
         v1_2::RKLLMInferParam {
             mode: args.mode,
@@ -168,7 +210,7 @@ impl Marshal for V1_2 {
 impl Marshal for V1_3 {
     type CallbackStorage = Box<v1_3::RKLLMCallback>;
 
-    fn apply_config(param: &mut v1_3::RKLLMParam, cfg: &InitConfig, model_path: *const c_char) {
+    fn apply_config(param: &mut v1_3::RKLLMParam, cfg: &InitConfig, model_path: *const c_char, _: [*const c_char; 3]) {
         apply_common!(param, cfg, model_path);
         param.ignore_eos_token = false;
     }
@@ -204,6 +246,27 @@ impl Marshal for V1_3 {
 
     fn token_input(role: *const c_char, ids: &mut [i32], enable_thinking: bool) -> v1_3::RKLLMInput {
         v1_3::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Token, input: token_union!(v1_3, ids) }
+    }
+
+    fn multimodal_input(role: *const c_char, images: &ImagesArgs, enable_thinking: bool) -> v1_3::RKLLMInput {
+        // SAFETY: all-zero is valid for every member (pointers and integers):
+        // the video part stays zero.
+        let mut input: v1_3::RKLLMInputUnion = unsafe { std::mem::zeroed() };
+        let [image_start, image_end, image_content] = images.tags;
+        // SAFETY: writing the union's multimodal member, zeroed above.
+        let multimodal = unsafe { &mut input.multimodal_input };
+        multimodal.prompt = images.prompt;
+        multimodal.image = v1_3::RKLLMImageInput {
+            image_embed: images.embed,
+            n_image_tokens: images.n_image_tokens,
+            n_image: images.n_image,
+            image_start,
+            image_end,
+            image_content,
+            image_width: images.width,
+            image_height: images.height,
+        };
+        v1_3::RKLLMInput { role, enable_thinking, input_type: RKLLMInputType::Multimodal, input }
     }
 
     fn infer_param(args: InferArgs) -> v1_3::RKLLMInferParam {

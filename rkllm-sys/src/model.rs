@@ -25,7 +25,7 @@ use crate::capture::{capture_output, echo};
 use crate::common::*;
 pub use crate::error::ModelError;
 pub use crate::event::{Event, Finish, Perf, Token};
-use crate::marshal::{InferArgs, Marshal};
+use crate::marshal::{ImagesArgs, InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
 pub use crate::params::{
     BatchInput, BatchRequest, Capture, InitConfig, LoraAdapter, Role, RunInput, RunRequest, SamplingParams,
@@ -257,6 +257,11 @@ fn ready<T>(value: Result<T, ModelError>) -> oneshot::Receiver<Result<T, ModelEr
     rx
 }
 
+/// Text for C: NUL characters cannot cross a C string and are dropped.
+fn c_string(text: &str) -> CString {
+    CString::new(text.replace('\0', "")).unwrap_or_default()
+}
+
 fn cstrings(parts: [&str; 3], what: &'static str) -> Result<[CString; 3], ModelError> {
     let [a, b, c] = parts.map(CString::new);
     Ok([
@@ -303,7 +308,11 @@ fn runtime_thread<A: Marshal>(
 ) {
     // SAFETY: calling the runtime's own constructor for its param struct.
     let mut param = unsafe { (fns.create_default_param)() };
-    A::apply_config(&mut param, cfg, path.as_ptr());
+    // The tags live on this frame, past rkllm_destroy: on ABI 1.2 the
+    // runtime may keep the pointers it was given at init.
+    let tags = cfg.image_tags.as_ref().map(|t| [&t.start, &t.end, &t.content].map(|s| c_string(s)));
+    let tag_pointers = tags.as_ref().map_or([std::ptr::null(); 3], |t| [t[0].as_ptr(), t[1].as_ptr(), t[2].as_ptr()]);
+    A::apply_config(&mut param, cfg, path.as_ptr(), tag_pointers);
     let mut storage = A::callback_storage(on_result);
     let mut handle: LLMHandle = std::ptr::null_mut();
     // SAFETY: param and storage outlive the handle (they live on this frame
@@ -409,7 +418,24 @@ fn run_one<A: Marshal>(
         RunInput::Tokens(ids) => (CString::default(), ids),
     };
     let role = req.role.as_cstr().as_ptr();
-    let mut input = if ids.is_empty() {
+    // A multimodal run's buffers (embeddings, tags) outlive the blocking call too.
+    let mut images = req.images.map(|images| {
+        let tags = [&images.tags.start, &images.tags.end, &images.tags.content].map(|s| c_string(s));
+        (images, tags)
+    });
+    let mut input = if let Some((images, tags)) = images.as_mut() {
+        let args = ImagesArgs {
+            // The header's `char*`: the runtime reads the prompt, never writes it.
+            prompt: prompt.as_ptr().cast_mut(),
+            embed: images.embeddings.as_mut_ptr(),
+            n_image: images.n_image,
+            n_image_tokens: images.n_image_tokens,
+            width: images.width,
+            height: images.height,
+            tags: [tags[0].as_ptr(), tags[1].as_ptr(), tags[2].as_ptr()],
+        };
+        A::multimodal_input(role, &args, req.enable_thinking)
+    } else if ids.is_empty() {
         A::prompt_input(role, prompt.as_ptr(), req.enable_thinking)
     } else {
         A::token_input(role, &mut ids, req.enable_thinking)

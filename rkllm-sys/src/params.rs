@@ -59,7 +59,38 @@ pub struct InitConfig {
     /// Sequences per run (`extend_param.n_batch`): with N > 1 every run is
     /// a [`BatchRequest`] of exactly N inputs.
     pub n_batch: u8,
+    /// A vision-language model's image tags: set in `RKLLMParam` at init on
+    /// ABI 1.2 (`img_start`, `img_end`, `img_content`); on 1.3 they travel
+    /// with each multimodal run instead ([`Images::tags`]).
+    pub image_tags: Option<ImageTags>,
 }
+
+/// The text around and inside one image's tokens in the prompt: the runtime
+/// replaces each `<image>` marker with `start`, `n_image_tokens` × `content`, `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageTags {
+    pub start: String,
+    pub end: String,
+    pub content: String,
+}
+
+/// The images of a multimodal run (`RKLLM_INPUT_MULTIMODAL`): the run's
+/// input must then be [`RunInput::Prompt`] with one `<image>` marker per image.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Images {
+    /// `n_image × n_image_tokens × embed_size` floats, image after image.
+    pub embeddings: Vec<f32>,
+    pub n_image: usize,
+    pub n_image_tokens: usize,
+    /// The encoder's input size.
+    pub width: usize,
+    pub height: usize,
+    /// Sent with the run on ABI 1.3; on 1.2 the init's tags apply.
+    pub tags: ImageTags,
+}
+
+/// The marker the runtime expands into one image's tokens.
+pub const IMAGE_MARKER: &str = "<image>";
 
 impl InitConfig {
     /// The vendor demos' values for a model file.
@@ -76,6 +107,7 @@ impl InitConfig {
             enabled_cpus_num: 0,
             enabled_cpus_mask: 0,
             n_batch: 1,
+            image_tags: None,
         }
     }
 }
@@ -158,6 +190,8 @@ pub struct RunRequest {
     /// Save this run's prompt KV to this file (`prompt_cache_params` with
     /// `save_prompt_cache = 1`); `None`: NULL.
     pub save_prompt_cache: Option<String>,
+    /// `Some`: a multimodal run of the prompt and these images.
+    pub images: Option<Images>,
 }
 
 impl RunRequest {
@@ -182,6 +216,7 @@ impl RunRequest {
             capture: None,
             lora: None,
             save_prompt_cache: None,
+            images: None,
         }
     }
 }

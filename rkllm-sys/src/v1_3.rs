@@ -27,19 +27,45 @@ pub struct RKLLMParam {
     pub extend_param: RKLLMExtendParam,
 }
 
-/// Multimodal input, 144 B. The daemon sends text only; the leading fields
-/// are the ones shared with 1.2.x and the rest is kept opaque (zeroed) so
-/// that the union, and with it `RKLLMInput`, has the runtime's size.
+/// The images of a multimodal input, 64 B (an anonymous struct in `rkllm.h`).
+/// Unlike 1.2.x, the start/end/content tags travel with each input.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RKLLMImageInput {
+    /// `n_image × n_image_tokens × embedding_dim` floats.
+    pub image_embed: *mut f32,
+    pub n_image_tokens: usize,
+    pub n_image: usize,
+    pub image_start: *const c_char,
+    pub image_end: *const c_char,
+    pub image_content: *const c_char,
+    /// The encoder's input size (M-RoPE positions).
+    pub image_width: usize,
+    pub image_height: usize,
+}
+
+/// The videos of a multimodal input, 72 B: never sent (zeroed).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct RKLLMVideoInput {
+    pub video_embed: *mut f32,
+    pub n_frame_tokens: usize,
+    pub n_frame_per_video: usize,
+    pub n_video: usize,
+    pub video_start: *const c_char,
+    pub video_end: *const c_char,
+    pub video_content: *const c_char,
+    pub frame_width: usize,
+    pub frame_height: usize,
+}
+
+/// Multimodal input, 144 B: the prompt carries one `<image>` marker per image.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct RKLLMMultiModalInput {
     pub prompt: *mut c_char,
-    pub image_embed: *mut f32,
-    pub n_image_tokens: usize,
-    pub n_image: usize,
-    pub image_width: usize,
-    pub image_height: usize,
-    pub opaque: [u64; 12],
+    pub image: RKLLMImageInput,
+    pub video: RKLLMVideoInput,
 }
 
 /// The input union, 144 B.

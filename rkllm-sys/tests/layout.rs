@@ -346,16 +346,33 @@ fn v1_3_input() {
         token_input      @ 0: RKLLMTokenInput,
         multimodal_input @ 0: v1_3::RKLLMMultiModalInput,
     });
-    // The doc fixes only the size (144 B); rkllm-sys names the fields shared
-    // with 1.2 and keeps the rest opaque.
+    // The doc fixes only the size (144 B); the fields are rkllm.h 1.3.0's
+    // (two anonymous structs: the images, then the videos).
     assert_layout!(v1_3::RKLLMMultiModalInput, size 144, align 8, {
-        prompt         @ 0:  *mut c_char,
-        image_embed    @ 8:  *mut f32,
-        n_image_tokens @ 16: usize,
-        n_image        @ 24: usize,
-        image_width    @ 32: usize,
-        image_height   @ 40: usize,
-        opaque         @ 48: [u64; 12],
+        prompt @ 0:  *mut c_char,
+        image  @ 8:  v1_3::RKLLMImageInput,
+        video  @ 72: v1_3::RKLLMVideoInput,
+    });
+    assert_layout!(v1_3::RKLLMImageInput, size 64, align 8, {
+        image_embed    @ 0:  *mut f32,
+        n_image_tokens @ 8:  usize,
+        n_image        @ 16: usize,
+        image_start    @ 24: *const c_char,
+        image_end      @ 32: *const c_char,
+        image_content  @ 40: *const c_char,
+        image_width    @ 48: usize,
+        image_height   @ 56: usize,
+    });
+    assert_layout!(v1_3::RKLLMVideoInput, size 72, align 8, {
+        video_embed       @ 0:  *mut f32,
+        n_frame_tokens    @ 8:  usize,
+        n_frame_per_video @ 16: usize,
+        n_video           @ 24: usize,
+        video_start       @ 32: *const c_char,
+        video_end         @ 40: *const c_char,
+        video_content     @ 48: *const c_char,
+        frame_width       @ 56: usize,
+        frame_height      @ 64: usize,
     });
 }
 

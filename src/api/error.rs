@@ -53,6 +53,12 @@ impl ApiError {
         Self::bad_request(Some(param), message).code("invalid_value")
     }
 
+    /// An image the request carries that is not served: `invalid_image`,
+    /// `image_too_large`, `too_many_images`, `images_not_supported`.
+    pub fn image(param: &str, code: &'static str, message: impl Into<String>) -> Self {
+        Self::bad_request(Some(param), message).code(code)
+    }
+
     pub fn model_not_found(model: &str) -> Self {
         let mut e = Self::new(
             StatusCode::NOT_FOUND,

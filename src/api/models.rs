@@ -34,6 +34,26 @@ pub struct ModelCard {
     /// Extension: what the model can do, as Ollama names it (`completion`,
     /// `embedding`, `tools`, `thinking`); `null` until the model is loaded.
     pub capabilities: Option<Vec<&'static str>>,
+    /// Extension: a loaded vision-language model's image encoder (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionCard>,
+}
+
+/// What the encoder said about itself at load (`rknn_query`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct VisionCard {
+    pub input_width: u32,
+    pub input_height: u32,
+    /// Prompt tokens per image: its image tokens and its start and end tags.
+    pub tokens_per_image: usize,
+    /// Floats per image token handed to the LLM.
+    pub embed_size: usize,
+    /// Start, end and content tags.
+    pub image_tags: [String; 3],
+    /// `librknnrt.so`'s path, or the in-process simulated encoder.
+    pub origin: String,
+    pub api_version: String,
+    pub driver_version: String,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -75,18 +95,33 @@ fn card(status: &Status) -> ModelCard {
             .as_ref()
             .and_then(|l| l.model.engine.warm_conversations())
             .map(Conversations::from),
-        capabilities: status.loaded.as_ref().map(|l| capabilities(&l.model.prompter)),
+        capabilities: status
+            .loaded
+            .as_ref()
+            .map(|l| capabilities(&l.model.prompter, l.model.engine.vision().is_some())),
+        vision: status.loaded.as_ref().and_then(|l| l.model.engine.vision()).map(|v| VisionCard {
+            input_width: v.encoder.width,
+            input_height: v.encoder.height,
+            tokens_per_image: v.tokens_per_image(),
+            embed_size: v.encoder.embed_size,
+            image_tags: [v.tags.start.clone(), v.tags.end.clone(), v.tags.content.clone()],
+            origin: v.origin.clone(),
+            api_version: v.encoder.api_version.clone(),
+            driver_version: v.encoder.driver_version.clone(),
+        }),
     }
 }
 
 /// What a model can do: every model completes and embeds (its hidden
 /// states, `/v1/embeddings`); tools when they reach the model; thinking
-/// when its template knows a `<think>` block (docs/api.md, "Thinking input").
-pub fn capabilities(prompter: &crate::conversation::Prompter) -> Vec<&'static str> {
+/// when its template knows a `<think>` block (docs/api.md, "Thinking input");
+/// vision when it has an image encoder.
+pub fn capabilities(prompter: &crate::conversation::Prompter, vision: bool) -> Vec<&'static str> {
     let can = prompter.capabilities();
     let mut names = vec!["completion", "embedding"];
     names.extend(can.tools.then_some("tools"));
     names.extend(can.thinking.then_some("thinking"));
+    names.extend(vision.then_some("vision"));
     names
 }
 

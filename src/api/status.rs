@@ -99,7 +99,7 @@ pub fn refused(error: &EngineError) -> ApiError {
     match error {
         EngineError::QueueFull => ApiError::queue_full(2),
         // Load-time errors: not what a submitted job meets, but named all the same.
-        EngineError::Model(_) | EngineError::Adapter { .. } | EngineError::PromptCache(_) => {
+        EngineError::Model(_) | EngineError::Adapter { .. } | EngineError::PromptCache(_) | EngineError::Vision(_) => {
             ApiError::runtime(error.to_string())
         }
     }

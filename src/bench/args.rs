@@ -30,6 +30,10 @@ pub struct BenchArgs {
     /// TTFT and the cached tokens the server reports are summarised by turn.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub turns: u32,
+    /// Send this image (JPEG, PNG, WebP, GIF) with each request's first user message, as a base64
+    /// data URL; the report adds the server's image figures (preprocessing, encoder, prefill).
+    #[arg(long)]
+    pub image: Option<PathBuf>,
     /// Send `ignore_eos: true` (vLLM, llama.cpp) so replies run to `max_tokens`.
     #[arg(long)]
     pub ignore_eos: bool,

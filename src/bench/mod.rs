@@ -38,9 +38,18 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         requests: args.requests.or(args.duration.is_none().then_some(DEFAULT_REQUESTS)),
         duration: args.duration.map(Duration::from_secs_f64),
     };
-    let prompts = Arc::new(match &args.prompts {
+    let prompts = match &args.prompts {
         Some(path) => Prompts::load(path, args.output_tokens)?,
         None => Prompts::Synthetic { tokens: args.prompt_tokens, max_tokens: args.output_tokens, seed: args.seed },
+    };
+    let prompts = Arc::new(match &args.image {
+        Some(path) => {
+            use base64::Engine as _;
+            let bytes = std::fs::read(path).map_err(|e| format!("--image {}: {e}", path.display()))?;
+            let url = format!("data:;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes));
+            Prompts::WithImage { prompts: Box::new(prompts), url }
+        }
+        None => prompts,
     });
     let http = reqwest::Client::builder().tcp_nodelay(true).build().map_err(|e| format!("HTTP client: {e}"))?;
     let base = args.url.trim_end_matches('/').trim_end_matches("/v1").to_owned();

@@ -72,6 +72,11 @@ pub struct LevelReport {
     /// Requests that shared each request's NPU run, by the server's
     /// `timings.batch_n` (rkllmd with `batch` > 1; empty elsewhere).
     pub batch_n: Summary,
+    /// With --image: the server's `timings.images.preprocess_ms`, `.encoder_ms`
+    /// (requests whose image ran the encoder) and `timings.prompt_ms` (prefill).
+    pub image_preprocess_ms: Summary,
+    pub image_encoder_ms: Summary,
+    pub image_prefill_ms: Summary,
     /// Count of findings by kind.
     pub findings: BTreeMap<&'static str, usize>,
     pub server_process: Option<ServerProcess>,
@@ -198,6 +203,17 @@ pub fn level_report(
         prompt_tokens: summary(|r| r.prompt_tokens.map(|n| n as f64)),
         completion_tokens: summary(|r| r.completion_tokens.map(|n| n as f64)),
         batch_n: Summary::of(ok.iter().filter_map(|r| r.server_timings.as_ref()?["batch_n"].as_f64())),
+        image_preprocess_ms: Summary::of(
+            ok.iter().filter_map(|r| r.server_timings.as_ref()?["images"]["preprocess_ms"].as_f64()),
+        ),
+        image_encoder_ms: Summary::of(
+            ok.iter().filter_map(|r| r.server_timings.as_ref()?["images"]["encoder_ms"].as_f64()),
+        ),
+        image_prefill_ms: Summary::of(
+            ok.iter()
+                .filter(|r| r.server_timings.as_ref().is_some_and(|t| t["images"].is_object()))
+                .filter_map(|r| r.server_timings.as_ref()?["prompt_ms"].as_f64()),
+        ),
         findings: counts,
         server_process,
         by_turn: by_turn(&ok),

@@ -116,6 +116,17 @@ fn level(out: &mut String, l: &LevelReport) {
     if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
         let _ = writeln!(out, "batch (server timings.batch_n): mean {mean:.2}, max {max:.0} requests per NPU run");
     }
+    if l.image_preprocess_ms.n > 0 {
+        let _ = writeln!(
+            out,
+            "images (server timings.images), TTFT split: preprocessing p50 {} ms, encoder p50 {} ms ({} of {} requests ran it; the rest hit the cache), prefill p50 {} ms",
+            num(l.image_preprocess_ms.p50),
+            num(l.image_encoder_ms.p50),
+            l.image_encoder_ms.n,
+            l.image_preprocess_ms.n,
+            num(l.image_prefill_ms.p50)
+        );
+    }
     if !l.errors.is_empty() {
         let list: Vec<String> = l.errors.iter().map(|(k, n)| format!("{k} × {n}")).collect();
         let _ = writeln!(out, "errors: {}", list.join(", "));

@@ -44,8 +44,17 @@ const WORDS: [&str; 32] = [
 ];
 
 pub enum Prompts {
-    Synthetic { tokens: usize, max_tokens: u32, seed: u64 },
+    Synthetic {
+        tokens: usize,
+        max_tokens: u32,
+        seed: u64,
+    },
     File(Vec<Arc<Prompt>>),
+    /// The prompts of `prompts`, each with this image (a data URL) before the first user text.
+    WithImage {
+        prompts: Box<Prompts>,
+        url: String,
+    },
 }
 
 impl Prompts {
@@ -53,6 +62,23 @@ impl Prompts {
     pub fn get(&self, i: usize) -> Arc<Prompt> {
         match self {
             Prompts::File(list) => list[i % list.len()].clone(),
+            Prompts::WithImage { prompts, url } => {
+                let prompt = prompts.get(i);
+                let mut messages = prompt.messages.clone();
+                let first_user = messages.as_array_mut().and_then(|m| m.iter_mut().find(|m| m["role"] == "user"));
+                if let Some(message) = first_user {
+                    let text = message["content"].take();
+                    let image = json!({"type": "image_url", "image_url": {"url": url}});
+                    message["content"] = match text {
+                        Value::Array(mut parts) => {
+                            parts.insert(0, image);
+                            Value::Array(parts)
+                        }
+                        text => json!([image, {"type": "text", "text": text}]),
+                    };
+                }
+                Arc::new(Prompt { messages, max_tokens: prompt.max_tokens })
+            }
             Prompts::Synthetic { tokens, max_tokens, seed } => {
                 // A distinct opening per request defeats servers' prefix caches.
                 let mut rng = Rng::new(seed ^ (i as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));

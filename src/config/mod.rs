@@ -233,6 +233,24 @@ pub struct Config {
     /// A file holding the prompt-cache prefix (instead of prompt_cache_prefix).
     #[arg(long, env = "RKLLMD_PROMPT_CACHE_PREFIX_FILE")]
     pub prompt_cache_prefix_file: Option<PathBuf>,
+    /// Vision encoder (.rknn) of `--model`: the model then takes images (a `sim:` vision profile has its own).
+    #[arg(long, env = "RKLLMD_VISION_ENCODER")]
+    pub vision_encoder: Option<String>,
+    /// Path of librknnrt.so for vision encoders (default: LD_LIBRARY_PATH, then the usual library directories).
+    #[arg(long, env = "RKLLMD_VISION_LIB")]
+    pub vision_lib: Option<PathBuf>,
+    /// Images one request may carry; more are refused (400 too_many_images).
+    #[arg(long, env = "RKLLMD_MAX_IMAGES", default_value_t = 8)]
+    pub max_images: usize,
+    /// Largest image, in bytes after base64 decoding (400 image_too_large).
+    #[arg(long, env = "RKLLMD_MAX_IMAGE_BYTES", default_value_t = 8_388_608)]
+    pub max_image_bytes: usize,
+    /// Largest image in pixels (width × height, read before decoding; 400 image_too_large).
+    #[arg(long, env = "RKLLMD_MAX_IMAGE_PIXELS", default_value_t = 50_000_000)]
+    pub max_image_pixels: u64,
+    /// Image embeddings kept per vision model, least recently used dropped first.
+    #[arg(long, env = "RKLLMD_VISION_CACHE_ENTRIES", default_value_t = 32)]
+    pub vision_cache_entries: usize,
     /// `[[models]]` tables: models a directory cannot describe (file only). Not `[[model]]`:
     /// TOML cannot hold `model = "…"` and `[[model]]` both.
     #[arg(skip)]
@@ -262,6 +280,10 @@ pub struct ModelTable {
     pub prompt_cache: Option<PathBuf>,
     pub prompt_cache_prefix: Option<String>,
     pub prompt_cache_prefix_file: Option<PathBuf>,
+    /// The model's vision encoder (`.rknn`).
+    pub vision_encoder: Option<String>,
+    /// `[START, END, CONTENT]`: the image tags, over the family table.
+    pub vision_tags: Option<[String; 3]>,
 }
 
 /// A flag value that is one of a type's names (listed by `--help`), read by

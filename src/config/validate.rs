@@ -60,10 +60,12 @@ impl Config {
         let top_level = !self.lora.is_empty()
             || self.prompt_cache.is_some()
             || self.prompt_cache_prefix.is_some()
-            || self.prompt_cache_prefix_file.is_some();
+            || self.prompt_cache_prefix_file.is_some()
+            || self.vision_encoder.is_some();
         if top_level && self.model.is_none() && (self.models_dir.is_some() || !self.models.is_empty()) {
             return Err(
-                "lora and prompt_cache* belong to --model; for a [[models]] table give them in the table".into()
+                "lora, prompt_cache* and vision_encoder belong to --model; for a [[models]] table give them in the table"
+                    .into()
             );
         }
         let p = self.prompt_cache_prefix.as_ref();

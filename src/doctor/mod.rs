@@ -10,6 +10,7 @@
 
 mod checks;
 mod smoke;
+mod vision;
 
 use crate::config::Config;
 use crate::metrics::board::Board;
@@ -124,6 +125,7 @@ async fn examine(config: &Config, args: &DoctorArgs) -> Report {
             for spec in &specs {
                 sizes.extend(checks::model(&plan, spec, &mut report));
                 checks::chat_template(&plan, spec, &mut report);
+                vision::encoder(&plan, spec, &mut report);
             }
         }
         Err(e) => report.push(Check::fail("models", e.to_string(), "give every model its own id")),

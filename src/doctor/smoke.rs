@@ -49,6 +49,8 @@ pub async fn run(config: &Config, report: &mut Report) {
         enable_thinking: false,
         tokens: None,
         lora: None,
+        images: Vec::new(),
+        image_timings: Default::default(),
         cache: Default::default(),
     };
     let mut generation = match engine.reserve() {

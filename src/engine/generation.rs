@@ -16,7 +16,7 @@ use super::schedule::Assigned;
 use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{Event, Finish, RunInput, RunRequest};
+use rkllm_sys::{Event, Finish, Images, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -94,7 +94,9 @@ impl Engine {
         let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        let prompt_tokens = tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
+        // usage.prompt_tokens: the text's tokens and the images'.
+        let prompt_tokens =
+            tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok()).map(|n| n + plan.image_timings.tokens);
         let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
@@ -167,15 +169,25 @@ impl Start {
         let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
         let engine = self.engine.clone();
         let assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()).await;
+        let mut image_figures = None;
         let (submitted, turn) = match assigned {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
-                let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan).await;
+                // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
+                let submitted = match engine.encode_images(&self.plan.images, self.plan.image_timings).await {
+                    Ok(encoded) => {
+                        let (images, figures) = encoded.unzip();
+                        image_figures = figures;
+                        submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan, images).await
+                    }
+                    Err(e) => Err(EndReason::RuntimeError(e)),
+                };
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
             Err(reason) => (Err(reason), None),
         };
         let mut timeline = Timeline::new(self.received);
+        timeline.images = image_figures.or((!self.plan.images.is_empty()).then_some(self.plan.image_timings));
         let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
@@ -234,19 +246,23 @@ async fn submit(
     tokens: Option<&[i32]>,
     hints: &CacheHints,
     run: &RunPlan,
+    images: Option<Images>,
 ) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
+    // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
+    let tokens = tokens.filter(|_| images.is_none());
     let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
-    let request = match &plan {
+    let mut request = match &plan {
         Some(plan) => RunRequest {
             save_prompt_cache: plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned()),
             ..run.request(plan.input(), true)
         },
         None => run.request(RunInput::Prompt(run.prompt.clone()), false),
     };
+    request.images = images;
     match engine.model.submit(request, tx) {
         Ok(control) => Ok((SlotControl::single(control), events, plan)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),

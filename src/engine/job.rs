@@ -1,6 +1,7 @@
 //! What the API hands the engine: a prompt, limits and sampling choices.
 
 use crate::sampling::SamplingOverrides;
+use std::sync::Arc;
 
 /// One generation request, already validated by the API layer.
 #[derive(Debug, Clone)]
@@ -19,6 +20,11 @@ pub struct Job {
     pub tokens: Option<Vec<i32>>,
     /// The LoRA adapter to run with (loaded with the model); `None`: the base model.
     pub lora: Option<String>,
+    /// The images, in the order of the prompt's markers (empty: a text job).
+    /// Their embeddings are made in the job's turn (`vision.rs`).
+    pub images: Vec<ImageInput>,
+    /// `count`, `tokens` and `preprocess_ms` filled in by the api.
+    pub image_timings: crate::metrics::ImageTimings,
     /// What the conversation cache matches the prompt with besides its ids.
     pub cache: CacheHints,
 }
@@ -42,4 +48,13 @@ pub struct Resent {
     pub start: usize,
     pub end: usize,
     pub view: String,
+}
+
+/// One image of a job, preprocessed by the api.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    /// The cache key (a content hash of `pixels`).
+    pub hash: u128,
+    /// `height × width × 3` bytes, RGB, NHWC.
+    pub pixels: Arc<Vec<u8>>,
 }

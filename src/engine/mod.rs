@@ -19,6 +19,7 @@ mod prompt_cache;
 mod queue;
 mod saved;
 mod schedule;
+mod vision;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
@@ -26,13 +27,14 @@ pub use backend::{
 pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
-pub use job::{CacheHints, Job, Resent};
+pub use job::{CacheHints, ImageInput, Job, Resent};
 pub use npu::Npu;
 pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
 pub use saved::SavedSettings;
 pub use schedule::ScheduleSettings;
+pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -50,6 +52,8 @@ pub enum EngineError {
     Adapter { name: String, source: rkllm_sys::ModelError },
     #[error("{0}")]
     PromptCache(String),
+    #[error("{0}")]
+    Vision(String),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -112,6 +116,8 @@ pub struct EngineSettings {
     pub loras: Vec<LoraAdapter>,
     /// A prompt-cache file made if needed and loaded after the adapters (`prompt_cache.rs`).
     pub prompt_cache: Option<PromptCacheSettings>,
+    /// A vision-language model's image encoder (`vision.rs`).
+    pub vision: Option<VisionSettings>,
     /// Conversations saved as prompt-cache files beside the resident one
     /// (`saved.rs`); used with the conversation cache only.
     pub saved: Option<SavedSettings>,
@@ -145,6 +151,8 @@ pub struct Engine {
     prompt_cache: Option<prompt_cache::PromptCache>,
     /// The names of the LoRA adapters loaded with the model.
     adapters: Vec<String>,
+    /// `Some` for a vision-language model.
+    vision: Option<vision::Vision>,
     /// `Some` when conversations are saved as files (with `kv`).
     saved: Option<std::sync::Mutex<saved::Saved>>,
 }
@@ -167,14 +175,26 @@ impl Engine {
             npu,
             loras,
             prompt_cache,
+            vision,
             saved,
         } = settings;
+        if vision.is_some() && schedule.batch > 1 {
+            // Batched runs take text slots only (`batch.rs`).
+            return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
+        }
+        // Before the (slow) model load: a missing encoder or unknown tags fail fast.
+        let vision = vision
+            .map(|v| vision::Vision::open(&v, runtime.kind, &model_path))
+            .transpose()
+            .map_err(EngineError::Vision)?;
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
             n_batch: schedule.batch,
+            // ABI 1.2 takes the image tags at init (1.3: with each run).
+            image_tags: vision.as_ref().map(|v| v.info().tags.clone()),
             ..InitConfig::new(model_path.clone())
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
@@ -226,6 +246,7 @@ impl Engine {
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             adapters: loras.into_iter().map(|l| l.name).collect(),
+            vision,
         })
     }
 

@@ -27,6 +27,10 @@ pub(super) struct RunPlan {
     pub lora: Option<String>,
     /// Sampling fields the request set that this runtime cannot apply per run.
     pub ignored: Vec<&'static str>,
+    /// The job's images (empty: a text job), embedded in its turn (`vision.rs`).
+    pub images: Vec<super::job::ImageInput>,
+    /// Their figures as the api measured them (count, tokens, preprocessing).
+    pub image_timings: crate::metrics::ImageTimings,
 }
 
 impl RunPlan {
@@ -45,6 +49,8 @@ impl RunPlan {
             sampling,
             lora: job.lora,
             ignored: if per_run { Vec::new() } else { given },
+            images: job.images,
+            image_timings: job.image_timings,
         }
     }
 
@@ -59,6 +65,8 @@ impl RunPlan {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            images: Vec::new(),
+            image_timings: Default::default(),
             cache: Default::default(),
         };
         RunPlan::new(abi, SamplingParams::RKLLM_DEFAULTS, limit, job)
@@ -82,6 +90,7 @@ impl RunPlan {
             capture: None,
             lora: self.lora.clone(),
             save_prompt_cache: None,
+            images: None,
         }
     }
 
@@ -111,6 +120,8 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            images: Vec::new(),
+            image_timings: Default::default(),
             cache: Default::default(),
         }
     }

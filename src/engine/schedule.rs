@@ -258,6 +258,8 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: lora.map(str::to_owned),
+            images: Vec::new(),
+            image_timings: Default::default(),
             cache: Default::default(),
         };
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);

@@ -17,7 +17,7 @@ pub mod telemetry;
 pub mod timeline;
 
 pub use request_log::{usage_prompt_tokens, Finished, Kind};
-pub use timeline::{RuntimePerf, Timeline, Timings};
+pub use timeline::{ImageTimings, RuntimePerf, Timeline, Timings};
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -58,6 +58,9 @@ pub struct Metrics {
     queue: ByKind,
     prefill: Histogram,
     decode: Histogram,
+    encoder: Histogram,
+    encoder_runs: Counter,
+    image_cache_hits: Counter,
     prompt_tokens: Counter,
     cached_prompt_tokens: Counter,
     kv_cache_mismatches: Counter,
@@ -92,6 +95,9 @@ impl Metrics {
             queue: Family::new_with_constructor(histogram),
             prefill: histogram(),
             decode: histogram(),
+            encoder: histogram(),
+            encoder_runs: Counter::default(),
+            image_cache_hits: Counter::default(),
             prompt_tokens: Counter::default(),
             cached_prompt_tokens: Counter::default(),
             kv_cache_mismatches: Counter::default(),
@@ -121,6 +127,11 @@ impl Metrics {
             ("rkllmd_inter_token_latency_seconds", "gaps between consecutive tokens (n − 1 per request)", &self.itl),
             ("rkllmd_request_prefill_time_seconds", "first_token − admitted", &self.prefill),
             ("rkllmd_request_decode_time_seconds", "last_token − first_token, for n ≥ 2", &self.decode),
+            (
+                "rkllmd_image_encoder_seconds",
+                "a request's vision-encoder runs, summed (requests whose images all came from the cache: none)",
+                &self.encoder,
+            ),
         ] {
             r.register(name, help, h.clone());
         }
@@ -170,6 +181,12 @@ impl Metrics {
             "rkllmd_tools_dropped",
             "Tool definitions left out of chat prompts because they did not fit the context (tools_overflow = select; timings.tools_dropped)",
             self.tools_dropped.clone(),
+        );
+        r.register("rkllmd_image_encoder_runs", "Images the vision encoder ran on", self.encoder_runs.clone());
+        r.register(
+            "rkllmd_image_cache_hits",
+            "Images whose embedding came from the model's embedding cache",
+            self.image_cache_hits.clone(),
         );
         r.register("rkllmd_requests", "Completion, embedding and rerank requests by outcome", self.requests.clone());
         r.register(
@@ -221,6 +238,13 @@ impl Metrics {
         self.cached_prompt_tokens.inc_by(t.cache_n.unsigned_abs());
         self.generation_tokens.inc_by(u64::from(t.predicted_n));
         self.tools_dropped.inc_by(u64::from(t.tools_dropped));
+        if let Some(images) = t.images {
+            if let Some(s) = seconds(images.encoder_ms) {
+                self.encoder.observe(s);
+            }
+            self.encoder_runs.inc_by(u64::from(images.encoder_runs));
+            self.image_cache_hits.inc_by(u64::from(images.cache_hits));
+        }
         if let Some(found) = t.cache {
             self.conversation_cache.get_or_create(&CacheLabels { found, reason: t.cache_miss.unwrap_or("") }).inc();
         }

@@ -182,6 +182,12 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         runtime_generate_tokens = perf.map(|p| p.generate_tokens),
         runtime_memory_mb = perf.map(|p| p.memory_usage_mb),
         runtime_batch_size = perf.map(|p| p.batch_size),
+        images = t.images.map(|i| i.count),
+        image_tokens = t.images.map(|i| i.tokens),
+        image_preprocess_ms = t.images.map(|i| i.preprocess_ms),
+        image_encoder_ms = t.images.and_then(|i| i.encoder_ms),
+        image_encoder_runs = t.images.map(|i| i.encoder_runs),
+        image_cache_hits = t.images.map(|i| i.cache_hits),
         "request finished"
     );
 }

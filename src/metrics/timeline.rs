@@ -29,6 +29,26 @@ pub struct Timeline {
     /// How the conversation cache found the prompt (`resident`, `restored`,
     /// `miss`) and, for a miss, why; `None` when it was not used.
     pub cache: Option<(&'static str, Option<&'static str>)>,
+    /// A request with images: their figures.
+    pub images: Option<ImageTimings>,
+}
+
+/// The `timings.images` object of a request with images (docs/timings.md).
+#[derive(Debug, Clone, Copy, Default, Serialize, ToSchema, PartialEq)]
+pub struct ImageTimings {
+    /// Images in the request.
+    pub count: u32,
+    /// Prompt tokens the images take: per image its tokens and start/end tags.
+    pub tokens: u32,
+    /// Decoding and preprocessing every image (before the queue).
+    pub preprocess_ms: f64,
+    /// The encoder's runs, summed (inside the queue turn, before `admitted`);
+    /// null when every embedding came from the cache.
+    pub encoder_ms: Option<f64>,
+    /// Images the encoder ran on.
+    pub encoder_runs: u32,
+    /// Images whose embedding came from the model's embedding cache.
+    pub cache_hits: u32,
 }
 
 impl Timeline {
@@ -42,6 +62,7 @@ impl Timeline {
             tokens: 0,
             batch_n: 1,
             prompt_cache_n: None,
+            images: None,
             cache: None,
         }
     }
@@ -133,6 +154,9 @@ pub struct Timings {
     /// context (`tools_overflow = "select"`); set by the api.
     pub tools_dropped: u32,
     pub runtime: Option<RuntimePerf>,
+    /// Only for a request with images.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImageTimings>,
 }
 
 fn ms(from: Instant, to: Instant) -> f64 {
@@ -175,6 +199,7 @@ impl Timings {
             instance: super::observer().instance(),
             tools_dropped: 0,
             runtime: perf,
+            images: t.images,
         }
     }
 }

@@ -108,6 +108,8 @@ pub struct Found {
     pub chat_template: Option<PathBuf>,
     /// `<stem>.tokenizer.json` beside the file.
     pub tokenizer: Option<PathBuf>,
+    /// The first `<stem>*.rknn` beside the file, by name: its vision encoder.
+    pub vision_encoder: Option<PathBuf>,
 }
 
 /// Every `*.rkllm` in `dir` and in its direct subfolders (one model per
@@ -145,7 +147,14 @@ pub fn discover(dir: &Path) -> Result<Vec<Found>, String> {
         };
         let chat_template = sidecar("chat_template.jinja").or_else(|| sidecar("tokenizer_config.json"));
         let tokenizer = sidecar("tokenizer.json");
-        found.push(Found { id, file, chat_template, tokenizer });
+        let vision_encoder = file.parent().and_then(|d| read(d).ok()).and_then(|siblings| {
+            siblings.into_iter().find(|p| {
+                p.is_file()
+                    && p.extension().is_some_and(|e| e == "rknn")
+                    && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(id.as_str()))
+            })
+        });
+        found.push(Found { id, file, chat_template, tokenizer, vision_encoder });
     }
     Ok(found)
 }
@@ -183,6 +192,14 @@ mod tests {
         assert_eq!(ids, ["b", "Qwen3-1.7B"]);
         assert_eq!(found[0].tokenizer.as_deref(), Some(dir.path().join("b.tokenizer.json").as_path()));
         assert_eq!(found[1].tokenizer, None);
+        assert_eq!(found[0].vision_encoder, None);
+
+        std::fs::write(dir.path().join("qwen/Qwen3-1.7B_vision_rk3588.rknn"), "x").unwrap();
+        let found = discover(dir.path()).unwrap();
+        assert_eq!(
+            found[1].vision_encoder.as_deref(),
+            Some(dir.path().join("qwen/Qwen3-1.7B_vision_rk3588.rknn").as_path())
+        );
 
         std::fs::create_dir(dir.path().join("other")).unwrap();
         std::fs::write(dir.path().join("other/b.rkllm"), "x").unwrap();

@@ -34,6 +34,21 @@ pub(crate) struct RunInput {
     pub prompt: Option<String>,
     /// The ids, when `input_type` is TOKEN and the pointer is not NULL.
     pub token_ids: Option<Vec<i32>>,
+    /// The images, when `input_type` is MULTIMODAL (its prompt is `prompt`).
+    pub images: Option<ImageInput>,
+}
+
+/// The images of a multimodal input, as read from the C struct.
+#[derive(Debug, Clone)]
+pub(crate) struct ImageInput {
+    /// Each image's colour, from its first token's features 0–2.
+    pub colours: Vec<[u8; 3]>,
+    pub n_image_tokens: usize,
+    pub width: usize,
+    pub height: usize,
+    /// ABI 1.3: start, end, content as sent with the run; `None` on 1.2
+    /// (the init's tags apply).
+    pub tags: Option<[Option<String>; 3]>,
 }
 
 /// An `RKLLMInferParam` (all defaults for a NULL pointer).

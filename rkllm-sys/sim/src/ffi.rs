@@ -11,7 +11,8 @@
 
 use crate::call::{self, InferOptions, InitParams, RunInput};
 use crate::engine::{Callback, SimModel};
-use crate::{handles, log};
+use crate::forward::EMBD_SIZE;
+use crate::{handles, log, vision};
 use rkllm_sys::common::*;
 use rkllm_sys::{v1_2, v1_3, AbiTypes, Functions, SamplingParams, V1_2, V1_3};
 use std::ffi::{c_char, c_int, c_void};
@@ -104,6 +105,7 @@ macro_rules! read_input {
                 } else {
                     None
                 },
+                images: None,
             }
         }
     }};
@@ -166,7 +168,24 @@ impl SimAbi for V1_2 {
     }
 
     unsafe fn read_input(input: *const v1_2::RKLLMInput) -> RunInput {
-        read_input!(input)
+        let mut read = read_input!(input);
+        if read.input_type == RKLLMInputType::Multimodal as i32 {
+            // SAFETY: the caller's contract; the image fields are the 1.2 header's.
+            unsafe {
+                let m = (*input).input.multimodal_input;
+                read.prompt = call::text(m.prompt);
+                read.images = Some(vision::read(
+                    EMBD_SIZE,
+                    m.image_embed,
+                    m.n_image,
+                    m.n_image_tokens,
+                    m.image_width,
+                    m.image_height,
+                    None,
+                ));
+            }
+        }
+        read
     }
 
     unsafe fn read_infer(infer: *const v1_2::RKLLMInferParam) -> InferOptions {
@@ -216,7 +235,26 @@ impl SimAbi for V1_3 {
     }
 
     unsafe fn read_input(input: *const v1_3::RKLLMInput) -> RunInput {
-        read_input!(input)
+        let mut read = read_input!(input);
+        if read.input_type == RKLLMInputType::Multimodal as i32 {
+            // SAFETY: the caller's contract; the tags are NULL or C strings.
+            unsafe {
+                let m = (*input).input.multimodal_input;
+                let i = m.image;
+                let tags = [call::text(i.image_start), call::text(i.image_end), call::text(i.image_content)];
+                read.prompt = call::text(m.prompt);
+                read.images = Some(vision::read(
+                    EMBD_SIZE,
+                    i.image_embed,
+                    i.n_image,
+                    i.n_image_tokens,
+                    i.image_width,
+                    i.image_height,
+                    Some(tags),
+                ));
+            }
+        }
+        read
     }
 
     unsafe fn read_infer(infer: *const v1_3::RKLLMInferParam) -> InferOptions {

@@ -46,6 +46,8 @@ pub(crate) struct SlotInput {
     pub ids: Vec<u32>,
     /// How many of `ids` are the template's system part.
     pub system: usize,
+    /// A multimodal input's reply: what the model sees (`vision`).
+    pub vision: Option<String>,
 }
 
 impl SimModel {
@@ -168,7 +170,7 @@ impl SimModel {
                 let prompt = input.prompt.as_deref().ok_or_else(empty)?;
                 let system = if state.kv[slot].is_empty() { state.template.system_ids() } else { Vec::new() };
                 let ids = [system.as_slice(), &state.template.turn_ids(prompt)].concat();
-                Ok(SlotInput { text: prompt.to_owned(), ids, system: system.len() })
+                Ok(SlotInput { text: prompt.to_owned(), ids, system: system.len(), vision: None })
             }
             t if t == RKLLMInputType::Token as i32 => {
                 let sent = input.token_ids.as_deref().filter(|ids| !ids.is_empty()).ok_or_else(empty)?;
@@ -178,11 +180,23 @@ impl SimModel {
                     return Err(format!("E rkllm: {which}token id {bad} is outside the vocabulary (0..{vocab})"));
                 }
                 // Token input is prefilled as sent: no template, no system part.
-                Ok(SlotInput { text: decode(&ids), ids, system: 0 })
+                Ok(SlotInput { text: decode(&ids), ids, system: 0, vision: None })
+            }
+            t if t == RKLLMInputType::Multimodal as i32 => {
+                let prompt = input.prompt.as_deref().ok_or_else(empty)?;
+                let images = input.images.as_ref().ok_or_else(empty)?;
+                let system = if state.kv[slot].is_empty() { state.template.system_ids() } else { Vec::new() };
+                let checked = crate::vision::check(prompt, images, self.params.img.as_ref(), &state.template, &system)?;
+                Ok(SlotInput {
+                    text: checked.text,
+                    ids: checked.ids,
+                    system: system.len(),
+                    vision: Some(checked.reply),
+                })
             }
             other => Err(format!(
-                "E rkllm: {which}input_type {other} is not simulated; the simulated runtime takes RKLLM_INPUT_PROMPT \
-                 and RKLLM_INPUT_TOKEN only"
+                "E rkllm: {which}input_type {other} is not simulated; the simulated runtime takes RKLLM_INPUT_PROMPT, \
+                 RKLLM_INPUT_TOKEN and RKLLM_INPUT_MULTIMODAL only"
             )),
         }
     }
@@ -227,7 +241,10 @@ impl SimModel {
                 seed: self.config.seed ^ crate::adapters::lora_salt(lora.as_ref()),
                 sampling: infer.sampling.unwrap_or(self.params.sampling),
                 reply_tokens: self.config.reply_tokens,
-                scripted: self.script.as_ref().and_then(|s| s.reply_for(&context)),
+                scripted: checked
+                    .vision
+                    .as_deref()
+                    .or_else(|| self.script.as_ref().and_then(|s| s.reply_for(&context))),
                 ignore_eos: self.params.ignore_eos_token == Some(true),
                 limit,
             });

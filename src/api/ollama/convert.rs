@@ -4,7 +4,7 @@
 use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
 use crate::api::error::ApiError;
 use crate::api::request::{
-    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, Prompt, StopSequences, Validated,
+    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, ContentPart, ImageUrl, Prompt, StopSequences, Validated,
 };
 use crate::api::Loaded;
 use crate::conversation::{ReasoningMode, ToolsOverflow};
@@ -34,11 +34,25 @@ fn think(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
     }
 }
 
-fn no_images(images: Option<&Vec<Value>>, param: &str) -> Result<(), ApiError> {
-    if images.is_some_and(|i| !i.is_empty()) {
-        return Err(ApiError::invalid_value(param, "Images are not supported: this server has no vision support."));
+/// A message's text and Ollama `images` (base64 strings, no position of
+/// their own) as OpenAI content: the images first, then the text, as the
+/// vision models' own examples order them.
+fn with_images(text: String, images: Option<&Vec<Value>>, param: &str) -> Result<Content, ApiError> {
+    let Some(images) = images.filter(|i| !i.is_empty()) else { return Ok(Content::Text(text)) };
+    let mut parts = Vec::with_capacity(images.len() + 1);
+    for (k, image) in images.iter().enumerate() {
+        let Some(data) = image.as_str() else {
+            return Err(ApiError::image(
+                &format!("{param}[{k}]"),
+                "invalid_image",
+                "Each image must be a base64 string.",
+            ));
+        };
+        let url = if data.starts_with("data:") { data.to_owned() } else { format!("data:;base64,{data}") };
+        parts.push(ContentPart { kind: "image_url".into(), text: None, image_url: Some(ImageUrl::Url(url)) });
     }
-    Ok(())
+    parts.push(ContentPart { kind: "text".into(), text: Some(text), image_url: None });
+    Ok(Content::Parts(parts))
 }
 
 /// The context a request may fill: `options.num_ctx`, which may not exceed
@@ -77,7 +91,6 @@ fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
 }
 
 fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMessage, ApiError> {
-    no_images(m.images.as_ref(), &format!("messages[{i}].images"))?;
     let role = match m.role.as_str() {
         "system" => ChatRole::System,
         "user" => ChatRole::User,
@@ -104,7 +117,7 @@ fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMess
     let tool_call_id = (role == ChatRole::Tool).then(|| m.tool_name.clone().unwrap_or_else(|| "tool".into()));
     Ok(ChatMessage {
         role,
-        content: Some(Content::Text(m.content.clone())),
+        content: Some(with_images(m.content.clone(), m.images.as_ref(), &format!("messages[{i}].images"))?),
         tool_calls,
         tool_call_id,
         name: m.tool_name.clone().filter(|_| role == ChatRole::Tool),
@@ -139,7 +152,6 @@ pub fn chat(
 
 /// A generate request as a job; `None` when the prompt is empty (a load request).
 pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Option<Validated>, ApiError> {
-    no_images(req.images.as_ref(), "images")?;
     for (param, given) in [("suffix", req.suffix.is_some()), ("template", req.template.is_some())] {
         if given {
             return Err(ApiError::invalid_value(
@@ -151,6 +163,12 @@ pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Optio
     let Some(prompt) = req.prompt.clone().filter(|p| !p.is_empty()) else { return Ok(None) };
     let mut common = common(&req.common, model)?;
     if req.raw == Some(true) {
+        if req.images.as_ref().is_some_and(|i| !i.is_empty()) {
+            return Err(ApiError::invalid_value(
+                "raw",
+                "`raw` prompts cannot carry images: they have no template to place them in.",
+            ));
+        }
         // Raw: the prompt as written, no template; no legacy 16-token default.
         common.max_tokens = common.max_tokens.or(Some(model.engine.limits().max_new_tokens));
         return openai::CompletionRequest { prompt: Prompt::One(prompt), common }.validate(id, model).map(Some);
@@ -158,9 +176,10 @@ pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Optio
     let mut messages = Vec::new();
     for (role, text) in [(ChatRole::System, req.system.clone()), (ChatRole::User, Some(prompt))] {
         if let Some(text) = text {
+            let images = (role == ChatRole::User).then_some(req.images.as_ref()).flatten();
             messages.push(ChatMessage {
                 role,
-                content: Some(Content::Text(text)),
+                content: Some(with_images(text, images, "images")?),
                 tool_calls: None,
                 tool_call_id: None,
                 name: None,

@@ -97,19 +97,21 @@ pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaErr
 /// A loaded model's capabilities; an unloaded one's from its prompt
 /// settings alone (its template found and compiled, the model not loaded).
 async fn capabilities(status: &Status) -> Vec<&'static str> {
+    // An encoder is configured before the model is loaded.
+    let vision = status.spec.engine.vision.is_some();
     if let Some(loaded) = &status.loaded {
-        return crate::api::models::capabilities(&loaded.model.prompter);
+        return crate::api::models::capabilities(&loaded.model.prompter, vision);
     }
     let (settings, path) = (status.spec.prompt.clone(), status.spec.path.clone());
     let prompter = tokio::task::spawn_blocking(move || Prompter::load(&settings, &path)).await;
     let error = match prompter {
-        Ok(Ok(prompter)) => return crate::api::models::capabilities(&prompter),
+        Ok(Ok(prompter)) => return crate::api::models::capabilities(&prompter, vision),
         Ok(Err(e)) => e.to_string(),
         Err(e) => e.to_string(),
     };
     // The model will not load either (and say so then): only what every model does.
     tracing::warn!(model = %status.spec.id, %error, "/api/show: the model's chat template or tokenizer does not load");
-    vec!["completion", "embedding"]
+    [&["completion", "embedding"][..], if vision { &["vision"] } else { &[] }].concat()
 }
 
 /// What is known of a model without loading it; the template once it is loaded.

@@ -1,6 +1,7 @@
 //! Wire messages → the conversation layer's input: pure functions of the
 //! request, each error naming the offending field.
 
+use super::images::{ImageRef, MARKER};
 use super::wire::{ChatCompletionRequest, ChatMessage, ChatRole, Content};
 use crate::api::error::ApiError;
 use crate::api::structured::has_nul;
@@ -9,11 +10,15 @@ use serde_json::Value;
 
 /// The chat request's messages, tools and template variables as the
 /// conversation layer takes them.
-pub fn chat_input(req: &ChatCompletionRequest) -> Result<ChatInput, ApiError> {
+/// Image parts become a marker in their message's text, in place, and an
+/// [`ImageRef`] each, in prompt order.
+pub fn chat_input(req: &ChatCompletionRequest) -> Result<(ChatInput, Vec<ImageRef>), ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::invalid_value("messages", "`messages` must contain at least one message."));
     }
-    let messages = req.messages.iter().enumerate().map(|(i, m)| to_message(i, m)).collect::<Result<Vec<_>, _>>()?;
+    let mut images = Vec::new();
+    let messages =
+        req.messages.iter().enumerate().map(|(i, m)| to_message(i, m, &mut images)).collect::<Result<Vec<_>, _>>()?;
     for (param, value) in [
         ("tools", req.tools.as_ref().map(|t| Value::Array(t.clone()))),
         ("chat_template_kwargs", req.chat_template_kwargs.clone().map(Value::Object)),
@@ -39,10 +44,10 @@ pub fn chat_input(req: &ChatCompletionRequest) -> Result<ChatInput, ApiError> {
     if let Some(effort) = req.reasoning_effort {
         variables.entry("enable_thinking").or_insert(Value::Bool(effort.thinking()));
     }
-    Ok(ChatInput { messages, tools, tool_choice, variables })
+    Ok((ChatInput { messages, tools, tool_choice, variables }, images))
 }
 
-fn to_message(i: usize, m: &ChatMessage) -> Result<Message, ApiError> {
+fn to_message(i: usize, m: &ChatMessage, images: &mut Vec<ImageRef>) -> Result<Message, ApiError> {
     use conversation::Role;
     let role = match m.role {
         ChatRole::System | ChatRole::Developer => Role::System,
@@ -79,11 +84,21 @@ fn to_message(i: usize, m: &ChatMessage) -> Result<Message, ApiError> {
             let mut text = String::new();
             for (j, part) in parts.iter().enumerate() {
                 let param = format!("messages[{i}].content[{j}]");
-                match (part.kind.as_str(), &part.text) {
-                    ("text", Some(t)) => text.push_str(t),
-                    ("text", None) => return Err(ApiError::invalid_value(&param, "A text part needs `text`.")),
-                    (kind, _) => {
-                        return Err(ApiError::invalid_value(&param, format!("Content parts of type `{kind}` are not supported; only `text` parts are (this server has no vision support).")));
+                match (part.kind.as_str(), &part.text, &part.image_url) {
+                    ("text", Some(t), _) => text.push_str(t),
+                    ("text", None, _) => return Err(ApiError::invalid_value(&param, "A text part needs `text`.")),
+                    ("image_url", _, _) if m.role != ChatRole::User => {
+                        return Err(ApiError::invalid_value(&param, "Only `user` messages carry images."));
+                    }
+                    ("image_url", _, Some(image)) => {
+                        text.push_str(MARKER);
+                        images.push(ImageRef { param: format!("{param}.image_url"), url: image.url().to_owned() });
+                    }
+                    ("image_url", _, None) => {
+                        return Err(ApiError::invalid_value(&param, "An image part needs `image_url`."));
+                    }
+                    (kind, _, _) => {
+                        return Err(ApiError::invalid_value(&param, format!("Content parts of type `{kind}` are not supported; only `text` and `image_url` parts are.")));
                     }
                 }
             }

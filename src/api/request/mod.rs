@@ -3,10 +3,12 @@
 //! request into an engine [`Job`] (limits, prompt rendering and counting).
 
 mod convert;
+mod images;
 mod size;
 mod tools_fit;
 mod wire;
 
+pub use images::ImageRef;
 pub use size::PromptSize;
 pub use wire::*;
 
@@ -134,6 +136,8 @@ impl Common {
                 enable_thinking: false,
                 tokens: None,
                 lora: None,
+                images: Vec::new(),
+                image_timings: Default::default(),
                 cache: CacheHints { resent: None, conversation: self.prompt_cache_key.clone() },
             },
             stream,
@@ -163,7 +167,7 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
-        let mut chat = convert::chat_input(self)?;
+        let (mut chat, images) = convert::chat_input(self)?;
         let format = ResponseFormat::parse(self.response_format.as_ref())?;
         if let Some(format) = &format {
             format.instruct(&mut chat.messages);
@@ -171,7 +175,9 @@ impl ChatCompletionRequest {
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
         let mut rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
+        let markers = rendered.prompt.matches(images::MARKER).count();
         let mut v = self.common.validate(id, rendered.prompt.clone(), max_tokens, limit)?;
+        images::attach(&mut v.job, &images, markers, model)?;
         let mut size = measure(&mut v.job, model, "messages");
         let room = tools_fit::reply_room(max_tokens, size.context, limit);
         let mut tools_dropped = 0;
@@ -203,9 +209,10 @@ impl ChatCompletionRequest {
 
     /// The rendered prompt's tokens by the model's tokenizer, every tool
     /// included (`None` without a tokenizer): what Anthropic's
-    /// `count_tokens` answers. Not checked against the context.
+    /// `count_tokens` answers. Not checked against the context; images (which
+    /// the Messages API does not take) would not be counted.
     pub fn count_tokens(&self, model: &Loaded) -> Result<Option<usize>, ApiError> {
-        let chat = convert::chat_input(self)?;
+        let (chat, _images) = convert::chat_input(self)?;
         let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         Ok(model.prompter.tokenize(&rendered.prompt).map(|ids| ids.len()))
     }
@@ -260,13 +267,17 @@ fn prompt_error(e: PromptError) -> ApiError {
 /// The prompt's size: its bytes, and with a tokenizer its exact count
 /// (the ids then go with the job).
 fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
-    let ids = model.prompter.tokenize(&job.prompt);
+    // With images, the text is what remains around the markers: the runtime
+    // replaces each marker with the image's tags and tokens.
+    let text = if job.images.is_empty() { job.prompt.clone() } else { job.prompt.replace(images::MARKER, "") };
+    let ids = model.prompter.tokenize(&text);
     let size = PromptSize {
         param,
-        bytes: job.prompt.len(),
+        bytes: text.len(),
         tokens: ids.as_ref().map(Vec::len),
         context: model.engine.limits().max_context_len as usize,
         without_tools: None,
+        images: (!job.images.is_empty()).then_some((job.images.len(), job.image_timings.tokens as usize)),
     };
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());

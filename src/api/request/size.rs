@@ -32,6 +32,9 @@ pub struct PromptSize {
     /// The same request without its tools, when tools were offered and the
     /// prompt may not fit (measured only then).
     pub without_tools: Option<WithoutTools>,
+    /// The request's images and the prompt tokens they take (beyond `tokens`
+    /// and `bytes`, which count the text).
+    pub images: Option<(usize, usize)>,
 }
 
 #[derive(Debug, Clone)]
@@ -45,7 +48,11 @@ impl PromptSize {
     /// Whether the prompt may be longer than the context: exactly with a
     /// tokenizer, else by the one-token-per-byte bound.
     pub fn may_overflow(&self) -> bool {
-        self.tokens.unwrap_or(self.bytes) >= self.context
+        self.tokens.unwrap_or(self.bytes) + self.image_tokens() >= self.context
+    }
+
+    fn image_tokens(&self) -> usize {
+        self.images.map_or(0, |(_, tokens)| tokens)
     }
 
     fn lower_bound(bytes: usize) -> usize {
@@ -54,7 +61,7 @@ impl PromptSize {
 
     /// The prompt's tokens as far as they are known: exact, or the least it can be.
     fn known_tokens(&self) -> usize {
-        self.tokens.unwrap_or_else(|| Self::lower_bound(self.bytes))
+        self.tokens.unwrap_or_else(|| Self::lower_bound(self.bytes)) + self.image_tokens()
     }
 
     /// Refuses a prompt that leaves no room for the reply (`max_tokens` if
@@ -110,9 +117,24 @@ impl PromptSize {
     }
 
     fn error(&self, message: String) -> ApiError {
-        let mut e = ApiError::bad_request(Some(self.param), format!("{message}{}", self.tools_share()));
+        let mut e =
+            ApiError::bad_request(Some(self.param), format!("{message}{}{}", self.images_share(), self.tools_share()));
         e.body.code = Some("context_length_exceeded");
         e
+    }
+
+    /// " 2 images take 396 of those tokens (198 each); …" for a request with images.
+    fn images_share(&self) -> String {
+        match self.images {
+            Some((n, tokens)) if n > 0 => format!(
+                " {n} image{} take{} {} of those tokens ({} each on this model): send fewer images.",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "s" } else { "" },
+                group(tokens),
+                group(tokens / n)
+            ),
+            _ => String::new(),
+        }
     }
 
     /// " 36 tool definitions take ~11k of 13.9k tokens; …" when tools were offered.
@@ -170,6 +192,8 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            images: Vec::new(),
+            image_timings: Default::default(),
             cache: Default::default(),
         }
     }
@@ -188,7 +212,14 @@ mod tests {
 
     #[test]
     fn without_a_tokenizer_only_a_clear_overflow_is_refused() {
-        let size = |bytes| PromptSize { param: "messages", bytes, tokens: None, context: 4096, without_tools: None };
+        let size = |bytes| PromptSize {
+            param: "messages",
+            bytes,
+            tokens: None,
+            context: 4096,
+            without_tools: None,
+            images: None,
+        };
         // 8 bytes per token at most: 32,768 bytes are at least 4,096 tokens.
         assert!(size(32_760).check(&job(None)).is_ok());
         let e = size(32_768).check(&job(None)).unwrap_err();
@@ -220,6 +251,7 @@ mod tests {
             tokens: Some(13_950),
             context: 4096,
             without_tools: Some(WithoutTools { tools: 36, bytes: 9_000, tokens: Some(2_930) }),
+            images: None,
         };
         let e = size.check(&job(None)).unwrap_err();
         assert!(e.body.message.contains("resulted in 13,950 tokens"), "{}", e.body.message);

@@ -70,12 +70,31 @@ pub enum ChatRole {
     Tool,
 }
 
-/// One content part; only `text` parts are supported.
+/// One content part: `text`, or `image_url` (a base64 `data:` URL) for a
+/// model with a vision encoder.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
     pub text: Option<String>,
+    pub image_url: Option<ImageUrl>,
+}
+
+/// `{"url": "data:image/png;base64,…", "detail": …}` (`detail` is ignored:
+/// the encoder has one input size); a bare URL string is taken too.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ImageUrl {
+    Object { url: String, detail: Option<String> },
+    Url(String),
+}
+
+impl ImageUrl {
+    pub fn url(&self) -> &str {
+        match self {
+            ImageUrl::Object { url, .. } | ImageUrl::Url(url) => url,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]

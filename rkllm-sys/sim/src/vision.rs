@@ -1,0 +1,118 @@
+//! Multimodal runs (`RKLLM_INPUT_MULTIMODAL`): what the simulated model
+//! "sees". The simulated encoder (`rknn-sim`) writes each image's mean
+//! colour, divided by 255, into features 0–2 of every image token; this
+//! reads them back from each image's first token, so the reply names, in
+//! order, the colour of every image as the encoder received it:
+//! `I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0000ff (392x392).`
+//! A wrong offset, a wrong image count or a wrong embedding width shows up
+//! as a wrong colour.
+
+use crate::call::ImageInput;
+use crate::template::ChatTemplate;
+use crate::vocab::SPECIAL_TOKENS;
+
+/// The prompt's placeholder for one image (`rkllm.h`: "one `<image>` per image").
+const MARKER: &str = "<image>";
+
+/// The id standing for each image token (and its start and end tags) in
+/// the simulated KV cache: `<|endoftext|>`, which no reply produces.
+fn image_token_id() -> u32 {
+    let special = crate::vocab_size() - SPECIAL_TOKENS.len();
+    (special + SPECIAL_TOKENS.iter().position(|t| *t == "<|endoftext|>").unwrap_or(0)) as u32
+}
+
+/// Reads the images of a multimodal input.
+///
+/// # Safety
+/// `embed` is NULL or holds `n_image × n_image_tokens × embed_width` floats
+/// (`embed_width`: the simulated model's hidden size).
+pub(crate) unsafe fn read(
+    embed_width: usize,
+    embed: *const f32,
+    n_image: usize,
+    n_image_tokens: usize,
+    width: usize,
+    height: usize,
+    tags: Option<[Option<String>; 3]>,
+) -> ImageInput {
+    let colours = if embed.is_null() || n_image_tokens == 0 {
+        Vec::new()
+    } else {
+        (0..n_image)
+            .map(|i| {
+                // SAFETY: within the caller's buffer (the contract above).
+                let first = unsafe { std::slice::from_raw_parts(embed.add(i * n_image_tokens * embed_width), 3) };
+                [0, 1, 2].map(|c| (first[c] * 255.0).round().clamp(0.0, 255.0) as u8)
+            })
+            .collect()
+    };
+    ImageInput { colours, n_image_tokens, width, height, tags }
+}
+
+/// What the model says about the images.
+pub(crate) fn describe(images: &ImageInput) -> String {
+    let each: Vec<String> = images
+        .colours
+        .iter()
+        .enumerate()
+        .map(|(i, [r, g, b])| format!("image {} is #{r:02x}{g:02x}{b:02x} ({}x{})", i + 1, images.width, images.height))
+        .collect();
+    let n = images.colours.len();
+    format!("I see {n} image{}: {}.", if n == 1 { "" } else { "s" }, each.join(", "))
+}
+
+/// A checked multimodal input: the text the model reads (the prompt
+/// without its markers), the ids it prefills, and its reply.
+pub(crate) struct Checked {
+    pub text: String,
+    pub ids: Vec<u32>,
+    pub reply: String,
+}
+
+/// Checks a multimodal input and what it prefills: `system`, the turn
+/// without the markers, then per image its start tag, `n_image_tokens`
+/// image tokens and its end tag. The error is the line to print.
+pub(crate) fn check(
+    prompt: &str,
+    images: &ImageInput,
+    init_tags: Option<&[Option<String>; 3]>,
+    template: &ChatTemplate,
+    system: &[u32],
+) -> Result<Checked, String> {
+    let tags = images.tags.as_ref().or(init_tags);
+    if !tags.is_some_and(|t| t.iter().all(|tag| tag.as_deref().is_some_and(|s| !s.is_empty()))) {
+        return Err("E rkllm: multimodal input without image start/end/content tags (ABI 1.3: in the input; \
+                    1.2: img_start/img_end/img_content at init)"
+            .into());
+    }
+    let markers = prompt.matches(MARKER).count();
+    if images.colours.is_empty() || markers != images.colours.len() {
+        return Err(format!(
+            "E rkllm: the prompt has {markers} {MARKER} markers for {} images (image_embed NULL or n_image 0 counts as none)",
+            images.colours.len()
+        ));
+    }
+    if images.width == 0 || images.height == 0 {
+        return Err("E rkllm: multimodal input with image_width or image_height 0".into());
+    }
+    let text = prompt.replace(MARKER, "");
+    let per_image = images.n_image_tokens + 2;
+    let mut ids = [system, &template.turn_ids(&text)].concat();
+    ids.extend(std::iter::repeat_n(image_token_id(), per_image * images.colours.len()));
+    Ok(Checked { text, ids, reply: describe(images) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_each_images_first_token() {
+        let mut embed = [0.0f32; 2 * 3 * 8];
+        embed[..3].copy_from_slice(&[1.0, 0.0, 0.0]);
+        embed[3 * 8..3 * 8 + 3].copy_from_slice(&[0.0, 0.5, 1.0]);
+        let images = unsafe { read(8, embed.as_ptr(), 2, 3, 392, 392, None) };
+        assert_eq!(images.colours, vec![[255, 0, 0], [0, 128, 255]]);
+        assert_eq!(describe(&images), "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0080ff (392x392).");
+    }
+}

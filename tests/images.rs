@@ -1,0 +1,207 @@
+//! Images through the binary over HTTP, on the simulated LLM and encoder:
+//! each refusal's 400, the context check with images, the embedding cache
+//! (encoder runs counted by /metrics), ABI 1.2's tags at init, a models
+//! directory's encoder pairing, and an encoder failure reported.
+
+mod common;
+use common::*;
+use serde_json::{json, Value};
+
+const VL: &str = "sim:qwen2.5-vl-3b?time_scale=0";
+/// The id every test serves the model as.
+const ID: [&str; 2] = ["--model-id", "m"];
+
+fn png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::RgbImage::from_pixel(width, height, image::Rgb(rgb)).write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+fn data_url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+fn image(url: &str) -> Value {
+    json!({"type": "image_url", "image_url": {"url": url}})
+}
+
+fn with_images(urls: &[String]) -> Value {
+    let mut parts: Vec<Value> = urls.iter().map(|u| image(u)).collect();
+    parts.push(json!({"type": "text", "text": "What is this?"}));
+    json!({"model": "m", "messages": [{"role": "user", "content": parts}]})
+}
+
+async fn chat(d: &Daemon, body: Value) -> (u16, Value) {
+    let r = d.post("/v1/chat/completions", body).await;
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+fn content(body: &Value) -> &str {
+    body["choices"][0]["message"]["content"].as_str().unwrap_or_else(|| panic!("no content: {body}"))
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("{name} missing"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn each_bad_image_is_a_400_and_the_daemon_keeps_serving() {
+    let d = Daemon::start(&[
+        ID[0],
+        ID[1],
+        "--model",
+        VL,
+        "--max-images",
+        "2",
+        "--max-image-bytes",
+        "100000",
+        "--max-image-pixels",
+        "1000000",
+    ]);
+    let red = data_url(&png(8, 8, [255, 0, 0]));
+    let mut cut = png(64, 64, [1, 2, 3]);
+    cut.truncate(cut.len() - 20);
+    let zeros = data_url(&vec![0u8; 150_000]);
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (with_images(&[data_url(&cut)]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&["data:image/png;base64,@@@@".into()]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&[data_url(b"plain text, not an image")]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&["https://example.com/cat.png".into()]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&[red.clone(), red.clone(), red.clone()]), "too_many_images", "messages[0].content[2].image_url"),
+        (with_images(&[zeros]), "image_too_large", "messages[0].content[0].image_url"),
+        (with_images(&[data_url(&png(1001, 1000, [0; 3]))]), "image_too_large", "messages[0].content[0].image_url"),
+        (
+            json!({"model": "m", "messages": [{"role": "user", "content": "a literal <image> marker"}]}),
+            "invalid_value",
+            "messages",
+        ),
+        (
+            json!({"model": "m", "messages": [{"role": "assistant", "content": [image(&red)]}, {"role": "user", "content": "hi"}]}),
+            "invalid_value",
+            "messages[0].content[0]",
+        ),
+    ];
+    for (body, code, param) in cases {
+        let (status, reply) = chat(&d, body).await;
+        assert_eq!(status, 400, "{reply}");
+        assert_eq!(reply["error"]["code"], code, "{reply}");
+        assert_eq!(reply["error"]["param"], param, "{reply}");
+    }
+    let (status, reply) = chat(&d, with_images(&[red])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #ff0000 (392x392).");
+}
+
+#[tokio::test]
+async fn the_context_check_counts_the_images() {
+    let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--max-context-len", "400", "--max-new-tokens", "100"]);
+    let urls = [data_url(&png(4, 4, [0, 0, 0])), data_url(&png(4, 4, [255; 3]))];
+    let (status, reply) = chat(&d, with_images(&urls[..1])).await;
+    assert_eq!(status, 200, "one image (198 tokens) fits: {reply}");
+    let (status, reply) = chat(&d, with_images(&urls)).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["code"], "context_length_exceeded");
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2 images take 396 of those tokens (198 each"), "{message}");
+}
+
+#[tokio::test]
+async fn the_encoder_runs_once_per_distinct_image() {
+    let d = Daemon::start(&[ID[0], ID[1], "--model", VL]);
+    let (a, b) = (data_url(&png(10, 10, [10, 20, 30])), data_url(&png(12, 12, [200, 100, 0])));
+    let (_, first) = chat(&d, with_images(&[a.clone(), b.clone()])).await;
+    assert_eq!(content(&first), "I see 2 images: image 1 is #0a141e (392x392), image 2 is #c86400 (392x392).");
+    // The same pictures again (b re-encoded at another size: the same pixels after resizing), and a twice.
+    let b_again = data_url(&png(24, 24, [200, 100, 0]));
+    let (_, second) = chat(&d, with_images(&[b_again, a.clone(), a])).await;
+    assert_eq!(
+        content(&second),
+        "I see 3 images: image 1 is #c86400 (392x392), image 2 is #0a141e (392x392), image 3 is #0a141e (392x392)."
+    );
+    assert_eq!(second["timings"]["images"]["encoder_runs"], 0, "{}", second["timings"]);
+    assert_eq!(second["timings"]["images"]["cache_hits"], 3);
+    assert_eq!(second["usage"]["prompt_tokens"], second["timings"]["runtime"]["prefill_tokens"]);
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&metrics, "rkllmd_image_encoder_runs_total"), 2.0);
+    assert_eq!(metric(&metrics, "rkllmd_image_cache_hits_total"), 3.0);
+    assert_eq!(metric(&metrics, "rkllmd_image_encoder_seconds_count"), 1.0, "the second request ran no encoder");
+    assert!(d.wait_log("image_encoder_runs=2"), "the request log names the runs");
+}
+
+#[tokio::test]
+async fn abi_1_2_takes_the_tags_at_init() {
+    let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--runtime-abi", "1.2"]);
+    let (status, reply) = chat(&d, with_images(&[data_url(&png(5, 5, [0, 255, 0]))])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #00ff00 (392x392).");
+}
+
+#[tokio::test]
+async fn a_models_directory_pairs_each_model_with_its_encoder() {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["qwen2-vl-2b.rkllm", "qwen2-vl-2b_vision_rk3588.rknn", "plain.rkllm"] {
+        std::fs::write(dir.path().join(file), "x").unwrap();
+    }
+    let dir_arg = dir.path().to_str().unwrap();
+    let d = Daemon::start_with_env(
+        &["--backend", "sim", "--models-dir", dir_arg, "--template", "chatml"],
+        &[("RKLLM_SIM_TIME_SCALE", "0")],
+    );
+    let show = |model: &'static str| {
+        let d = &d;
+        async move {
+            let r = d.post("/api/show", json!({"model": model})).await;
+            r.json::<Value>().await.unwrap()["capabilities"].clone()
+        }
+    };
+    assert_eq!(show("qwen2-vl-2b").await, json!(["completion", "tools", "thinking", "vision"]));
+    assert_eq!(show("plain").await, json!(["completion", "tools", "thinking"]));
+    let mut body = with_images(&[data_url(&png(3, 3, [1, 2, 3]))]);
+    body["model"] = json!("qwen2-vl-2b");
+    let (status, reply) = chat(&d, body.clone()).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #010203 (392x392).");
+    body["model"] = json!("plain");
+    let (status, reply) = chat(&d, body).await;
+    assert_eq!((status, reply["error"]["code"].as_str()), (400, Some("images_not_supported")), "{reply}");
+}
+
+#[tokio::test]
+async fn an_encoder_failure_is_reported_and_the_daemon_keeps_serving() {
+    let d = Daemon::start_with_env(&[ID[0], ID[1], "--model", VL], &[("RKNN_SIM_FAIL", "run")]);
+    let (status, reply) = chat(&d, with_images(&[data_url(&png(3, 3, [1, 2, 3]))])).await;
+    assert_eq!(status, 500, "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("vision encoder failed"), "{reply}");
+    let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": "text only"}]})).await;
+    assert_eq!(status, 200, "{reply}");
+}
+
+#[tokio::test]
+async fn a_run_with_images_does_not_start_on_a_kept_conversation() {
+    // The in-process simulator brings a tokenizer: the conversation cache is on,
+    // and a text turn leaves its conversation in the KV cache.
+    let d = Daemon::start(&[
+        ID[0],
+        ID[1],
+        "--model",
+        "sim:qwen2.5-vl-3b?time_scale=0&reply_tokens=4",
+        "--max-context-len",
+        "600",
+        "--max-new-tokens",
+        "50",
+    ]);
+    let long = "the ".repeat(400);
+    let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": long}]})).await;
+    assert_eq!(status, 200, "{reply}");
+    let kept = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(kept > 380, "the text turn fills {kept} of 600 positions");
+    // 400-odd kept positions and this run's 200-odd would not fit together.
+    let (status, reply) = chat(&d, with_images(&[data_url(&png(3, 3, [9, 9, 9]))])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #090909 (392x392).");
+}
