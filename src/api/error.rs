@@ -159,6 +159,19 @@ impl ApiError {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "The server is shutting down.").code("shutting_down")
     }
 
+    /// The runtime has not returned from an aborted run: nothing can run
+    /// until it does (or the service manager restarts the daemon).
+    pub fn runtime_unresponsive() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "The runtime has not returned from an aborted run; retry later.",
+        )
+        .code("runtime_unresponsive");
+        e.retry_after = Some(5);
+        e
+    }
+
     pub fn runtime(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("runtime_error")
     }

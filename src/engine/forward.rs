@@ -60,11 +60,18 @@ impl Engine {
         self: &Arc<Self>,
         job: ForwardJob,
     ) -> Result<impl Future<Output = Forward> + Send + 'static, EngineError> {
-        let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
+        let place = self.enter_queue()?;
         let engine = self.clone();
         Ok(async move {
             let mut timeline = Timeline::new(job.received);
-            let _turn = engine.queue.wait_turn(place).await;
+            // As a generation's: no waiting past the shutdown's abort or behind a stuck runtime.
+            let _turn = tokio::select! {
+                turn = engine.queue.wait_turn(place) => turn,
+                reason = engine.halt.halted() => {
+                    timeline.finished = Some(Instant::now());
+                    return Forward { outputs: Err(reason), timeline, perf: None };
+                }
+            };
             let admitted = Instant::now();
             timeline.admitted = Some(admitted);
             let single = job.inputs.len() == 1;

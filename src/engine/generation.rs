@@ -6,6 +6,7 @@
 
 use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
+use super::halt::ABORT_GRACE;
 use super::job::Job;
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
@@ -18,6 +19,7 @@ use rkllm_sys::{BatchInput, Event, Finish, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Instant;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::oneshot;
 
@@ -72,7 +74,7 @@ impl Engine {
     /// Queues a job. Refused at once when the queue is full; otherwise the
     /// returned stream waits for its turn when first polled.
     pub fn submit(self: &Arc<Self>, job: Job) -> Result<Generation, EngineError> {
-        let place = self.queue.try_enter().ok_or(EngineError::QueueFull)?;
+        let place = self.enter_queue()?;
         let per_run = self.info.abi.per_run_sampling();
         let given = job.sampling.given();
         let limit = job.max_new_tokens.unwrap_or(self.limits.max_new_tokens).min(self.limits.max_new_tokens);
@@ -120,6 +122,10 @@ impl Engine {
                         return;
                     }
                     Next::Gone => break,
+                    Next::Unanswered => {
+                        yield GenEvent::Done(run.unanswered());
+                        return;
+                    }
                 };
                 match run.step(event) {
                     Step::Token(text) => yield GenEvent::Token { text },
@@ -152,65 +158,70 @@ struct Start {
 impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
-    async fn run(mut self) -> Result<Run, Outcome> {
-        let first_token_timeout = self.engine.limits.first_token_timeout(self.job.prompt.len());
-        let engine = self.engine.clone();
-        let (submitted, turn) = match &engine.scheduler {
-            Some(scheduler) => {
-                let input = BatchInput { input: self.request.input, enable_thinking: self.request.enable_thinking };
-                let per_run = engine.info.abi.per_run_sampling();
-                let sampling = self.request.sampling.or(per_run.then_some(engine.defaults));
-                let lora = self.request.lora;
-                let slot = engine.batch_slot(scheduler, self.place, input, sampling, lora, self.limit).await;
-                (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
-            }
-            None => {
-                let turn = engine.queue.wait_turn(self.place).await;
-                let submitted = submit(&engine, self.job.tokens.as_deref(), self.request, self.limit).await;
-                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
+    async fn run(self) -> Result<Run, Outcome> {
+        let Start { engine, job, prompt_tokens, request, limit, place, stop, mut waiting, prompt_cache } = self;
+        let first_token_timeout = engine.limits.first_token_timeout(job.prompt.len());
+        let turn_and_run = async {
+            match &engine.scheduler {
+                Some(scheduler) => {
+                    let input = BatchInput { input: request.input, enable_thinking: request.enable_thinking };
+                    let per_run = engine.info.abi.per_run_sampling();
+                    let sampling = request.sampling.or(per_run.then_some(engine.defaults));
+                    let slot = engine.batch_slot(scheduler, place, input, sampling, request.lora, limit).await;
+                    (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
+                }
+                None => {
+                    let turn = engine.queue.wait_turn(place).await;
+                    let submitted = submit(&engine, job.tokens.as_deref(), request, limit).await;
+                    (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
+                }
             }
         };
-        let mut timeline = Timeline::new(self.job.received);
-        let abandoned = self.waiting.start();
+        // A queued job stops waiting at the shutdown's abort, or when the
+        // runtime is stuck in an aborted run (`halt.rs`).
+        let (submitted, turn) = tokio::select! {
+            done = turn_and_run => done,
+            reason = engine.halt.halted() => {
+                waiting.start();
+                return Err(Outcome::without_run(reason, Timeline::new(job.received), prompt_tokens));
+            }
+        };
+        let mut timeline = Timeline::new(job.received);
+        let abandoned = waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
                 (control, events, plan)
             }
-            Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
+            Err(reason) => return Err(Outcome::without_run(reason, timeline, prompt_tokens)),
         };
         let mut reason = None;
+        let mut aborted_at = None;
         {
-            let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = stop.lock().unwrap_or_else(|e| e.into_inner());
             if s.requested {
                 control.abort();
+                aborted_at = Some(Instant::now());
                 reason = Some(EndReason::Stopped);
             }
             s.control = Some(control.clone());
         }
         let guard = RunGuard {
-            engine: self.engine.clone(),
+            engine: engine.clone(),
             control,
             events,
             turn,
             timeline,
-            prompt_tokens: self.prompt_tokens,
+            prompt_tokens,
             dropped: 0,
             finished: false,
             abandoned,
+            aborted_at,
         };
-        let generated = Vec::new();
-        Ok(Run {
-            guard,
-            stop: self.stop,
-            limit: self.limit,
-            first_token_timeout,
-            deadline: None,
-            reason,
-            plan,
-            generated,
-            prompt_cache: self.prompt_cache,
-        })
+        // Until `Started` the runtime thread is about to start (the turn is
+        // held): the first-token allowance covers that moment too.
+        let deadline = Some(tokio::time::Instant::now() + first_token_timeout);
+        Ok(Run { guard, stop, limit, first_token_timeout, deadline, reason, plan, generated: Vec::new(), prompt_cache })
     }
 }
 
@@ -244,8 +255,7 @@ struct Run {
     stop: StopHandle,
     limit: u32,
     first_token_timeout: std::time::Duration,
-    /// Until admission there is no deadline of ours (the turn is held, so
-    /// the runtime thread is about to start); then first-token, then total.
+    /// First-token (from submission, then from admission), then total.
     deadline: Option<tokio::time::Instant>,
     /// Why the run is ending, once something decided it (limit, time-out).
     reason: Option<EndReason>,
@@ -265,6 +275,15 @@ enum Next {
     LeftBatch,
     /// The runtime thread is gone.
     Gone,
+    /// The run was aborted and did not return within [`ABORT_GRACE`].
+    Unanswered,
+}
+
+/// What ended a wait for the runtime's next event.
+enum Waited {
+    Event(Option<Event>),
+    Deadline,
+    Closing,
 }
 
 enum Step {
@@ -274,29 +293,51 @@ enum Step {
 }
 
 impl Run {
-    /// The next event from the runtime thread; a deadline that passes first
-    /// aborts the run (whose `Finished` then follows) or, in a batch, leaves it.
+    /// The next event from the runtime thread. A deadline that passes first,
+    /// or the shutdown's abort, aborts the run (whose `Finished` then follows)
+    /// or, in a batch, leaves it; an aborted run gets [`ABORT_GRACE`] to
+    /// return before the generation ends without it.
     async fn next_event(&mut self) -> Next {
-        let next = |event: Option<Event>| event.map_or(Next::Gone, Next::Event);
         loop {
             if self.guard.control.is_batched() && (self.reason.is_some() || stop_requested(&self.stop)) {
                 return Next::LeftBatch;
             }
-            let deadline = self.deadline.filter(|_| self.reason.is_none());
-            let Some(deadline) = deadline else { return next(self.guard.events.recv().await) };
-            match tokio::time::timeout_at(deadline, self.guard.events.recv()).await {
-                Ok(event) => return next(event),
-                Err(_) => {
+            if self.guard.aborted_at.is_none() && stop_requested(&self.stop) {
+                // `Generation::stop` aborted the run.
+                self.guard.aborted_at = Some(Instant::now());
+            }
+            let aborted_at = self.guard.aborted_at;
+            let wait_until = match aborted_at {
+                Some(at) => Some(tokio::time::Instant::from_std(at + ABORT_GRACE)),
+                None => self.deadline,
+            };
+            let engine = self.guard.engine.clone();
+            let waited = tokio::select! {
+                event = self.guard.events.recv() => Waited::Event(event),
+                () = sleep_until(wait_until) => Waited::Deadline,
+                () = engine.halt.closed(), if aborted_at.is_none() => Waited::Closing,
+            };
+            match waited {
+                Waited::Event(event) => return event.map_or(Next::Gone, Next::Event),
+                Waited::Deadline if aborted_at.is_some() => return Next::Unanswered,
+                Waited::Deadline => {
                     let which = if self.guard.timeline.first_token.is_none() {
                         Deadline::FirstToken
                     } else {
                         Deadline::Request
                     };
-                    self.reason = Some(EndReason::Timeout(which));
-                    self.guard.control.abort();
+                    self.abort(EndReason::Timeout(which));
                 }
+                Waited::Closing => self.abort(EndReason::ShuttingDown),
             }
         }
+    }
+
+    /// Ends the run early for `reason` (unless something already decided its end).
+    fn abort(&mut self, reason: EndReason) {
+        self.reason.get_or_insert(reason);
+        self.guard.control.abort();
+        self.guard.aborted_at.get_or_insert_with(Instant::now);
     }
 
     fn step(&mut self, event: Event) -> Step {
@@ -333,10 +374,12 @@ impl Run {
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
         }
         if timeline.tokens == self.limit {
-            self.reason = Some(EndReason::Length);
-            if !engine.info.abi.per_run_sampling() {
+            if engine.info.abi.per_run_sampling() {
+                // The runtime stops at the per-run limit by itself.
+                self.reason = Some(EndReason::Length);
+            } else {
                 // ABI 1.2 cannot take a per-run limit: enforce it here.
-                self.guard.control.abort();
+                self.abort(EndReason::Length);
             }
         }
         Step::Token(token.text)
@@ -406,10 +449,30 @@ impl Run {
         outcome
     }
 
+    /// The aborted run did not return in time: the client gets the ending
+    /// its abort was for now, and the guard's drop drains the run in the
+    /// background, holding the turn (`guards.rs`).
+    fn unanswered(&mut self) -> Outcome {
+        // Delivered with `Done`: the drain hands over nothing.
+        self.guard.abandoned = None;
+        let reason = self.reason.take().unwrap_or(EndReason::Stopped);
+        let mut outcome = Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens);
+        outcome.dropped_tokens = self.guard.dropped;
+        outcome
+    }
+
     /// The runtime thread went away without finishing the run.
     fn thread_gone(mut self) -> Outcome {
         self.guard.finished = true;
         let reason = EndReason::RuntimeError("the runtime thread stopped".into());
         Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens)
+    }
+}
+
+/// Sleeps until `at`; never wakes without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -8,6 +8,7 @@ mod batch;
 mod forward;
 mod generation;
 mod guards;
+mod halt;
 mod job;
 mod kv;
 mod liveness;
@@ -29,13 +30,15 @@ pub use queue::QueueState;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
+    /// An aborted run has not returned ([`halt`]): nothing can run until it does.
+    #[error("the runtime did not return from an aborted run")]
+    Unresponsive,
     #[error("loading the model failed: {0}")]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
@@ -103,8 +106,8 @@ pub struct EngineSettings {
 
 pub struct Engine {
     model: Model,
-    /// Set at shutdown: queued jobs end without running.
-    closing: AtomicBool,
+    /// The shutdown's abort, and a runtime that ignores an abort: queued jobs end without running.
+    halt: halt::Halt,
     queue: queue::Queue,
     info: RuntimeInfo,
     defaults: SamplingParams,
@@ -171,7 +174,7 @@ impl Engine {
         };
         Ok(Engine {
             model,
-            closing: AtomicBool::new(false),
+            halt: halt::Halt::default(),
             queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,
@@ -216,12 +219,20 @@ impl Engine {
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.
     pub fn abort_all(&self) {
-        self.closing.store(true, Ordering::SeqCst);
+        self.halt.close();
         self.model.abort_active();
     }
 
     fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst)
+        self.halt.is_closing()
+    }
+
+    /// A queue place, unless the queue is full or the runtime is stuck in an aborted run.
+    fn enter_queue(&self) -> Result<queue::Place, EngineError> {
+        if self.halt.is_unresponsive() {
+            return Err(EngineError::Unresponsive);
+        }
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
 }
 
