@@ -107,6 +107,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
         cors_origins: config.cors_origins.clone(),
         body_limit_bytes: config.body_limit_bytes,
         keepalive: Duration::from_secs(config.keepalive_secs),
+        write_timeout: Duration::from_secs(config.write_timeout_secs),
         reasoning: config.reasoning,
         metrics_on_main_listener: config.metrics_addr.is_none(),
         max_new_tokens: config.max_new_tokens,

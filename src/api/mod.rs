@@ -13,6 +13,7 @@ mod health;
 mod metrics;
 mod models;
 mod ollama;
+mod outbox;
 mod record;
 mod reply;
 pub mod request;
@@ -61,6 +62,8 @@ pub struct Settings {
     pub body_limit_bytes: usize,
     /// Between keep-alive comments on a quiet stream.
     pub keepalive: std::time::Duration,
+    /// How long a response may wait for its client to read (`outbox.rs`).
+    pub write_timeout: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
     /// `/metrics` is served here (not on a listener of its own).

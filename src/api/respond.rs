@@ -53,7 +53,7 @@ pub async fn respond(
     // daemon counts the prompt itself (no keep-alive comments meanwhile).
     let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
     let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
-    let mut pieces = Box::pin(pieces);
+    let mut pieces = Box::pin(super::outbox::read_ahead(pieces, state.settings.write_timeout));
     let first = if hold_headers { pieces.next().await } else { None };
     let mut response = match first {
         Some(Piece::Failed(e)) => e.into_response(),

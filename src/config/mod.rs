@@ -105,6 +105,9 @@ pub struct Config {
     /// Open connections at most; one more gets 503 and is closed.
     #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
+    /// Seconds a streamed response may wait for its client to read before the client is dropped.
+    #[arg(long, env = "RKLLMD_WRITE_TIMEOUT_SECS", default_value_t = 30)]
+    pub write_timeout_secs: u64,
     /// Seconds between keep-alive comments on a quiet stream.
     #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
     pub keepalive_secs: u64,

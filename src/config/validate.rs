@@ -25,8 +25,8 @@ impl Config {
         if !(1..=8).contains(&self.batch) {
             return invalid(format!("batch must be between 1 and 8, got {}", self.batch));
         }
-        if self.keepalive_secs == 0 {
-            return invalid("keepalive_secs must be at least 1".into());
+        if self.keepalive_secs == 0 || self.write_timeout_secs == 0 {
+            return invalid("keepalive_secs and write_timeout_secs must be at least 1".into());
         }
         if self.header_read_timeout_secs == 0 || self.body_idle_timeout_secs == 0 || self.max_connections == 0 {
             return invalid(

@@ -129,5 +129,6 @@ async fn answer(
         return Ok(axum::Json(done).into_response());
     };
     let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
+    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
     Ok(if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
 }
