@@ -6,7 +6,7 @@ mod convert;
 mod size;
 mod wire;
 
-pub use size::PromptSize;
+pub use size::{refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN};
 pub use wire::*;
 
 use super::error::ApiError;
@@ -146,6 +146,10 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
+        // What every template renders verbatim (assistant turns may be cut, e.g. their reasoning).
+        let verbatim: usize =
+            self.messages.iter().filter(|m| m.role != ChatRole::Assistant).map(|m| content_bytes(&m.content)).sum();
+        size::refuse_unfittable("messages", verbatim, model.engine.limits().max_context_len as usize)?;
         let mut chat = convert::chat_input(self)?;
         let format = ResponseFormat::parse(self.response_format.as_ref())?;
         if let Some(format) = &format {
@@ -175,6 +179,11 @@ impl ChatCompletionRequest {
 
 impl CompletionRequest {
     pub fn validate(&self, id: &str, model: &Loaded, received: Instant) -> Result<Validated, ApiError> {
+        let bytes = match &self.prompt {
+            Prompt::One(p) => p.len(),
+            Prompt::Many(v) => v.iter().map(String::len).sum(),
+        };
+        size::refuse_unfittable("prompt", bytes, model.engine.limits().max_context_len as usize)?;
         let prompt = match &self.prompt {
             Prompt::One(p) => p.clone(),
             Prompt::Many(v) if v.len() == 1 => v[0].clone(),
@@ -206,19 +215,32 @@ fn prompt_error(e: PromptError) -> ApiError {
 }
 
 /// The prompt's size: its bytes, and with a tokenizer its exact count
-/// (the ids then go with the job).
+/// (the ids then go with the job). A prompt that clearly cannot fit is not
+/// tokenized: `check` refuses it by its bytes.
 fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
-    let ids = model.prompter.tokenize(&job.prompt);
+    let context = model.engine.limits().max_context_len as usize;
+    let not_tokenized = size::too_long_to_tokenize(job.prompt.len(), context);
+    let ids = if not_tokenized { None } else { model.prompter.tokenize(&job.prompt) };
     let size = PromptSize {
         param,
         bytes: job.prompt.len(),
         tokens: ids.as_ref().map(Vec::len),
-        context: model.engine.limits().max_context_len as usize,
+        not_tokenized,
+        context,
         without_tools: None,
     };
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
     size
+}
+
+/// The bytes of a message's text.
+fn content_bytes(content: &Option<Content>) -> usize {
+    match content {
+        None => 0,
+        Some(Content::Text(text)) => text.len(),
+        Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum(),
+    }
 }
 
 /// The same conversation rendered without its tools, to name their share
@@ -228,9 +250,8 @@ fn without_tools(model: &Loaded, mut chat: ChatInput) -> Option<size::WithoutToo
     chat.tools.clear();
     chat.tool_choice = ToolChoice::None;
     let prompt = model.prompter.render(&chat).ok()?.prompt;
-    Some(size::WithoutTools {
-        tools,
-        bytes: prompt.len(),
-        tokens: model.prompter.tokenize(&prompt).map(|ids| ids.len()),
-    })
+    let context = model.engine.limits().max_context_len as usize;
+    let tokens =
+        if size::too_long_to_tokenize(prompt.len(), context) { None } else { model.prompter.tokenize(&prompt) };
+    Some(size::WithoutTools { tools, bytes: prompt.len(), tokens: tokens.map(|ids| ids.len()) })
 }
