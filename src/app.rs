@@ -105,6 +105,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
     api::Settings {
         api_key: config.api_key.clone(),
         cors_origins: config.cors_origins.clone(),
+        allowed_hosts: config.allowed_hosts.iter().cloned().chain(host_name()).collect(),
         body_limit_bytes: config.body_limit_bytes,
         keepalive: Duration::from_secs(config.keepalive_secs),
         write_timeout: Duration::from_secs(config.write_timeout_secs),
@@ -306,6 +307,18 @@ fn model_created(model_path: &str) -> u64 {
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| d.as_secs())
         .unwrap_or_else(api::unix_now)
+}
+
+/// The machine's host name, which the server answers to as well (e.g.
+/// `http://rock5b:8080`); `None` if it cannot be read.
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into our buffer.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    std::str::from_utf8(&buf[..end]).ok().filter(|name| !name.is_empty()).map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -73,6 +73,12 @@ impl ApiError {
             .code("method_not_allowed")
     }
 
+    /// A browser request from a foreign web origin, or under a host name the
+    /// server does not answer to (`cross_site.rs`).
+    pub fn cross_site(code: &'static str, message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "invalid_request_error", message).code(code)
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

@@ -4,6 +4,7 @@
 mod auth;
 mod chat;
 mod completions;
+mod cross_site;
 mod docs;
 mod embeddings;
 pub mod error;
@@ -59,6 +60,8 @@ pub struct Settings {
     pub api_key: Option<String>,
     /// Origins allowed by CORS ("*" for any); empty: CORS off.
     pub cors_origins: Vec<String>,
+    /// Host names besides addresses and local names (`cross_site.rs`); `*`: any.
+    pub allowed_hosts: Vec<String>,
     pub body_limit_bytes: usize,
     /// Between keep-alive comments on a quiet stream.
     pub keepalive: std::time::Duration,
@@ -196,7 +199,8 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
-    app.with_state(state)
+    // Outermost: a foreign origin's preflight is refused too.
+    app.layer(axum::middleware::from_fn_with_state(state.clone(), cross_site::check)).with_state(state)
 }
 
 /// A body whose `Content-Length` is over the limit is refused before any of

@@ -93,6 +93,9 @@ pub struct Config {
     /// Origins allowed by CORS (comma-separated; "*" for any). Default: CORS off.
     #[arg(long, env = "RKLLMD_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
+    /// Host names the server answers to besides IP addresses, localhost, .local/.internal names and the machine's name (comma-separated; "*" for any).
+    #[arg(long, env = "RKLLMD_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "RKLLMD_BODY_LIMIT_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub body_limit_bytes: usize,
