@@ -204,6 +204,13 @@ async fn keys_cors_root_and_the_document() {
     assert_eq!(get(("x-api-key", "k")).await, 200);
     assert_eq!(get(("authorization", "Bearer k")).await, 200);
     assert_eq!(get(("x-api-key", "wrong")).await, 401);
+    // The public /health names no file while the key keeps /v1/system private.
+    let (_, h) = d.get_json("/health").await;
+    assert_eq!(h["runtime"]["backend"], "sim", "{h}");
+    assert!(h["runtime"].get("origin").is_none() && h["runtime"].get("model_path").is_none(), "{h}");
+    let system = d.client().get(format!("{}/v1/system", d.url)).header("x-api-key", "k").send().await.unwrap();
+    let system: Value = system.json().await.unwrap();
+    assert_eq!(system["runtime"]["model_path"], "sim:instant", "{system}");
 
     let preflight = d
         .client()

@@ -63,7 +63,14 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         reason: stalled,
         version: env!("CARGO_PKG_VERSION"),
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
-        runtime: loaded.map(|l| l.engine.info().into()),
+        runtime: loaded.map(|l| {
+            let runtime = Runtime::from(l.engine.info());
+            if state.settings.api_key.is_some() {
+                runtime.without_paths()
+            } else {
+                runtime
+            }
+        }),
         model: loaded.map(|l| l.model_id.clone()),
         loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
         queue,
