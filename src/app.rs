@@ -119,6 +119,7 @@ pub fn listener_settings(config: &Config) -> crate::listener::Settings {
     crate::listener::Settings {
         header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
         body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs),
+        body_timeout: Duration::from_secs(config.body_timeout_secs),
         max_connections: config.max_connections,
     }
 }

@@ -115,6 +115,15 @@ impl ApiError {
         .code("body_timeout")
     }
 
+    pub fn body_too_slow(total_secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body did not arrive whole within {total_secs} s (body_timeout_secs)."),
+        )
+        .code("body_timeout")
+    }
+
     pub fn too_many_connections(max: usize) -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

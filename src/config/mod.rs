@@ -105,6 +105,9 @@ pub struct Config {
     /// Seconds a request body may go without data while it is read (then 408).
     #[arg(long, env = "RKLLMD_BODY_IDLE_TIMEOUT_SECS", default_value_t = 20)]
     pub body_idle_timeout_secs: u64,
+    /// Seconds a request body may take in all, however steadily it arrives (then 408).
+    #[arg(long, env = "RKLLMD_BODY_TIMEOUT_SECS", default_value_t = 60)]
+    pub body_timeout_secs: u64,
     /// Open connections at most; one more gets 503 and is closed.
     #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
