@@ -4,8 +4,11 @@
 //! (`invalid rkllm model!`, `failed to malloc npu memory`, …) only on the
 //! process's stdout/stderr. To put those lines into the error the daemon
 //! reports, file descriptors 1 and 2 are redirected into a pipe for the
-//! duration of the call, then restored; the captured text is also written
-//! back to stderr so the operator's terminal or journal still shows it.
+//! duration of the call, then restored; each captured line is also emitted
+//! as a log event (target `rkllm_runtime`) so the operator's terminal or
+//! journal still shows it, in the log's format. The daemon writes its own
+//! log to a duplicate of stderr taken at start, so no other thread's log
+//! line ends up in the capture.
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -57,7 +60,20 @@ pub fn capture_output<R>(f: impl FnOnce() -> R) -> (R, String) {
         libc::close(saved_out);
         libc::close(saved_err);
         let bytes = reader.join().unwrap_or_default();
-        let _ = std::io::stderr().write_all(&bytes);
-        (result, String::from_utf8_lossy(&bytes).into_owned())
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        emit(&text);
+        (result, text)
+    }
+}
+
+/// The runtime's lines as log events: its errors (`E rkllm: …`) and
+/// warnings as warnings (the caller reports what failed), the rest as info.
+fn emit(text: &str) {
+    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        if line.starts_with("E ") || line.starts_with("W ") {
+            tracing::warn!(target: "rkllm_runtime", "{line}");
+        } else {
+            tracing::info!(target: "rkllm_runtime", "{line}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 12] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 11] = [
     "hang_after",
     "kv_size_skew",
     "eos_in_cache",
+    "init_ms",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -45,6 +46,8 @@ pub(crate) struct SimConfig {
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
     pub eos_in_cache: bool,
+    /// `rkllm_init` takes this long (not scaled: a slow model load).
+    pub init_ms: f64,
 }
 
 #[derive(Debug)]
@@ -95,6 +98,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some("1") => true,
             Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
         },
+        init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
     })
 }
 

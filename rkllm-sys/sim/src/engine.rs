@@ -141,6 +141,7 @@ impl SimModel {
                 "E rkllm: n_batch {n_batch}: the simulated runtime batches at most {MAX_BATCH} sequences (the manual recommends no more)"
             )]));
         }
+        std::thread::sleep(std::time::Duration::from_secs_f64(config.init_ms / 1000.0));
         if let Some(kind) = &config.fail_init {
             return Err(failed(&[config::fail_init_line(kind)]));
         }
