@@ -55,6 +55,8 @@ struct BatchContext {
     surprises: Vec<String>,
     shared: Arc<Shared>,
     cancelled: Arc<AtomicBool>,
+    /// The run's id, for a re-issued abort (see `model.rs`'s `RunContext`).
+    id: u64,
     reissued_abort: bool,
 }
 
@@ -112,6 +114,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         surprises: Vec::new(),
         shared: shared.clone(),
         cancelled: cancelled.clone(),
+        id,
         reissued_abort: false,
     };
     let started = Instant::now();
@@ -170,8 +173,7 @@ impl BatchContext {
             }
             if !self.reissued_abort && self.cancelled.load(Ordering::SeqCst) {
                 self.reissued_abort = true;
-                // SAFETY: called during the run, so the handle is alive.
-                unsafe { (self.shared.abort)(self.shared.handle) };
+                self.shared.reissue_abort(self.id);
             }
         } else if state == call_state::FINISH {
             self.perf = self.batch_perf(results);

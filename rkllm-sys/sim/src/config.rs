@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 14] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -21,6 +21,8 @@ pub const KEYS: [&str; 12] = [
     "kv_size_skew",
     "eos_in_cache",
     "init_ms",
+    "abort_lag",
+    "reentrant_abort",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -48,6 +50,10 @@ pub(crate) struct SimConfig {
     pub eos_in_cache: bool,
     /// `rkllm_init` takes this long (not scaled: a slow model load).
     pub init_ms: f64,
+    /// Tokens a run still delivers after an abort (a runtime that notices it late).
+    pub abort_lag: usize,
+    /// `rkllm_abort` called from inside the result callback deadlocks.
+    pub reentrant_abort_deadlocks: bool,
 }
 
 #[derive(Debug)]
@@ -99,6 +105,12 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
         },
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
+        abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),
+        reentrant_abort_deadlocks: match value("reentrant_abort").as_deref().map(str::trim) {
+            None | Some("ok") => false,
+            Some("deadlock") => true,
+            Some(v) => return Err(invalid("reentrant_abort", v, "ok or deadlock")),
+        },
     })
 }
 

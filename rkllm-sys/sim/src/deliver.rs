@@ -121,6 +121,7 @@ impl SimModel {
         let decode = self.scaled(self.config.profile.decode_ms);
         let mut first_token = None;
         let mut generated = 0;
+        let mut lag = self.config.abort_lag;
         let end = loop {
             let active = reply.slots.iter().filter(|s| !s.finished()).count();
             if active == 0 {
@@ -131,13 +132,20 @@ impl SimModel {
                 hang();
             }
             if self.gate.wait_until(due) {
-                break End::Aborted;
+                if lag == 0 {
+                    break End::Aborted;
+                }
+                // Noticed late (`abort_lag`): this token still comes, at its pace.
+                lag -= 1;
+                if let Some(left) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(left);
+                }
             }
             if self.config.error_after == Some(reply.steps) {
                 break End::Error;
             }
             first_token.get_or_insert_with(Instant::now);
-            let answer = caller.step(&mut reply.slots);
+            let answer = in_callback(|| caller.step(&mut reply.slots));
             generated += active;
             reply.steps += 1;
             // Absolute deadlines keep the pace exact; a step more than one
@@ -182,4 +190,21 @@ fn peak_memory_mb() -> f32 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
     kb.map_or(0.0, |kb| (kb / 1024.0) as f32)
+}
+
+thread_local! {
+    /// Set while this thread is inside the result callback.
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn in_callback<R>(f: impl FnOnce() -> R) -> R {
+    IN_CALLBACK.with(|c| c.set(true));
+    let result = f();
+    IN_CALLBACK.with(|c| c.set(false));
+    result
+}
+
+/// Whether the calling thread is inside the result callback (a re-entrant call).
+pub(crate) fn inside_callback() -> bool {
+    IN_CALLBACK.with(std::cell::Cell::get)
 }

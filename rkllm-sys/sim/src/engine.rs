@@ -173,7 +173,15 @@ impl SimModel {
     }
 
     pub fn abort(&self) -> c_int {
-        self.recorder.write(json!({"call": "abort", "running": self.gate.is_running()}));
+        let reentrant = crate::deliver::inside_callback();
+        self.recorder.write(json!({"call": "abort", "running": self.gate.is_running(), "reentrant": reentrant}));
+        if reentrant && self.config.reentrant_abort_deadlocks {
+            // As a runtime that holds one lock around the callback and in abort.
+            crate::log::line("E rkllm: rkllm_abort called from inside the result callback: deadlocked");
+            loop {
+                std::thread::park();
+            }
+        }
         self.gate.abort();
         0
     }
