@@ -18,8 +18,15 @@ use axum::Router;
 
 /// The exposition: accumulated request metrics and this moment's gauges.
 pub async fn scrape(State(state): State<AppState>) -> Response {
+    match super::system::off_the_async_thread(move || exposition(&state)).await {
+        Ok(response) => response,
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+fn exposition(state: &AppState) -> Response {
     let observer = crate::metrics::observer();
-    let system = SystemInfo::gather(&state);
+    let system = SystemInfo::gather(state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
     let queue = state.models().ok().map(|r| {
