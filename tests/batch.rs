@@ -161,7 +161,7 @@ async fn a_client_leaving_mid_batch_is_dropped_and_the_others_finish() {
     let (text, finish, timings) = stays.await.unwrap();
     assert_eq!((text.as_str(), finish.as_str(), &timings["batch_n"]), (REPLIES[1].1, "stop", &json!(2)));
     d.wait_queue(|running, waiting| running == 0 && waiting == 0).await;
-    assert!(d.log().contains("client_disconnected=true"), "{}", d.log());
+    assert!(d.wait_log("client_disconnected=true"), "{}", d.log());
 }
 
 #[tokio::test]
