@@ -145,7 +145,7 @@ impl SimModel {
                 break End::Error;
             }
             first_token.get_or_insert_with(Instant::now);
-            let answer = in_callback(|| caller.step(&mut reply.slots));
+            let answer = crate::gate::in_callback(|| caller.step(&mut reply.slots));
             generated += active;
             reply.steps += 1;
             // Absolute deadlines keep the pace exact; a step more than one
@@ -190,21 +190,4 @@ fn peak_memory_mb() -> f32 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok());
     kb.map_or(0.0, |kb| (kb / 1024.0) as f32)
-}
-
-thread_local! {
-    /// Set while this thread is inside the result callback.
-    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn in_callback<R>(f: impl FnOnce() -> R) -> R {
-    IN_CALLBACK.with(|c| c.set(true));
-    let result = f();
-    IN_CALLBACK.with(|c| c.set(false));
-    result
-}
-
-/// Whether the calling thread is inside the result callback (a re-entrant call).
-pub(crate) fn inside_callback() -> bool {
-    IN_CALLBACK.with(std::cell::Cell::get)
 }

@@ -173,7 +173,7 @@ impl SimModel {
     }
 
     pub fn abort(&self) -> c_int {
-        let reentrant = crate::deliver::inside_callback();
+        let reentrant = crate::gate::inside_callback();
         self.recorder.write(json!({"call": "abort", "running": self.gate.is_running(), "reentrant": reentrant}));
         if reentrant && self.config.reentrant_abort_deadlocks {
             // As a runtime that holds one lock around the callback and in abort.
