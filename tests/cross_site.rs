@@ -54,6 +54,12 @@ async fn foreign_origins_and_host_names_are_refused_by_default() {
     let local = format!("localhost:{port}");
     assert_eq!(send(&d, "POST", "/api/generate", &[("host", local.as_str())], GENERATE).await.0, 200);
     assert_eq!(send(&d, "POST", "/api/generate", &[], GENERATE).await.0, 200);
+    // The document names the refusal.
+    let (_, doc) = d.get_json("/openapi.json").await;
+    for path in ["/v1/chat/completions", "/v1/models/{id}/unload"] {
+        let responses = &doc["paths"][path]["post"]["responses"];
+        assert!(responses.get("403").is_some(), "{path}: {responses}");
+    }
 }
 
 #[tokio::test]
