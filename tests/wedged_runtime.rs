@@ -66,6 +66,9 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let e: serde_json::Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
     assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
+    // Not ready: a load balancer must stop sending requests here.
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
 }
 
 #[tokio::test]

@@ -94,7 +94,8 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
         Err(_) => "loading",
         Ok(r) => {
             let loaded = r.loaded();
-            let mut stalled = false;
+            // A runtime stuck in an aborted run refuses every request already.
+            let mut stalled = loaded.iter().any(|m| m.engine.is_unresponsive());
             for m in &loaded {
                 stalled |= m.engine.check_alive(PING_TIMEOUT).await.is_err();
             }

@@ -227,6 +227,11 @@ impl Engine {
         self.halt.is_closing()
     }
 
+    /// The runtime has not returned from an aborted run (`halt.rs`): nothing can run now.
+    pub fn is_unresponsive(&self) -> bool {
+        self.halt.is_unresponsive()
+    }
+
     /// A queue place, unless the queue is full or the runtime is stuck in an aborted run.
     fn enter_queue(&self) -> Result<queue::Place, EngineError> {
         if self.halt.is_unresponsive() {
