@@ -13,7 +13,9 @@ use crate::api;
 use crate::config::{Backend, Config, LoraArg, ModelTable};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
-use crate::engine::{EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings};
+use crate::engine::{
+    EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, ScheduleSettings,
+};
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
 use std::sync::Arc;
@@ -67,7 +69,11 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         model_path: String::new(),
         limits: limits(config),
         queue_depth: config.queue_depth,
-        batch: config.batch,
+        schedule: ScheduleSettings {
+            batch: config.batch,
+            gather: Duration::from_millis(config.batch_gather_ms),
+            max_passed_over: config.queue_max_passed_over,
+        },
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
         disable_runtime_template: false,

@@ -249,3 +249,77 @@ async fn batch_one_is_todays_path_and_batch_is_checked() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("1..=8"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// Clients that send their next request as soon as their reply ends.
+async fn closed_loop(api: &Api, rounds: usize) -> Vec<Vec<Value>> {
+    let clients: Vec<_> = REPLIES
+        .iter()
+        .map(|(key, _)| {
+            let (api, key) = (api.clone(), key.to_string());
+            tokio::spawn(async move {
+                let mut timings = Vec::new();
+                for round in 0..rounds {
+                    let (_, finish, t) = streamed(&api, &format!("{key}, round {round}"), json!({})).await;
+                    assert_eq!(finish, "stop");
+                    timings.push(t);
+                }
+                timings
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for client in clients {
+        all.push(client.await.unwrap());
+    }
+    all
+}
+
+#[tokio::test]
+async fn closed_loop_clients_gather_into_full_batches() {
+    closed_loop_gathers(false).await;
+}
+
+#[tokio::test]
+async fn through_dlopen_closed_loop_clients_gather_into_full_batches() {
+    closed_loop_gathers(true).await;
+}
+
+async fn closed_loop_gathers(dlopen: bool) {
+    let (d, _script) = daemon(dlopen, "", &["--batch-gather-ms", "200"]);
+    let rounds = 4;
+    let timings = closed_loop(&Api::of(&d), rounds).await;
+    // The first request starts alone, at once, and the others queue behind
+    // it; after a run the next one waits for the clients whose replies just
+    // ended, so from then on all four share every run — but for the end,
+    // where the client that started alone is one request ahead of the rest.
+    let batch_n: Vec<Vec<u64>> =
+        timings.iter().map(|t| t.iter().map(|t| t["batch_n"].as_u64().unwrap_or(0)).collect()).collect();
+    for (client, n) in batch_n.iter().enumerate() {
+        assert_eq!(n[1..rounds - 1], [4, 4], "client {client}: the middle rounds ran in full batches: {batch_n:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_lone_client_never_waits_for_a_batch_to_gather() {
+    let (d, _script) = daemon(false, "", &["--batch-gather-ms", "1000"]);
+    // The first on an idle daemon; the next ones right after a run, by the
+    // only client there is (expected alone: nobody else to wait for).
+    for key in ["ALPHA", "CHARLIE", "ALPHA"] {
+        let (_, finish, timings) = streamed(&Api::of(&d), key, json!({})).await;
+        assert_eq!((finish.as_str(), &timings["batch_n"]), ("stop", &json!(1)));
+        let queue_ms = timings["queue_ms"].as_f64().unwrap();
+        assert!(queue_ms < 500.0, "a lone request starts at once, not after the 1 s gathering time: {timings}");
+    }
+}
+
+#[tokio::test]
+async fn a_runtime_whose_abort_does_not_end_a_batch_is_reported() {
+    // A lone job's run is aborted when its reply ends early (here at a stop
+    // sequence), which is what ends its filler slots' decoding; this runtime
+    // ignores the abort.
+    let (d, _script) = daemon(false, "&batch_abort_ignored=1", &[]);
+    let (text, finish, _) = streamed(&Api::of(&d), "BRAVO", json!({"stop": ["with"]})).await;
+    assert_eq!((text.as_str(), finish.as_str()), ("Bravo speaking, ", "stop"));
+    assert!(d.wait_log("steps after rkllm_abort"), "the fillers decoding on is reported: {}", d.log());
+    assert!(d.log().contains("contradicts rkllmd's reading of the manual"), "{}", d.log());
+}

@@ -54,6 +54,17 @@ async fn full_queue_is_429_with_retry_after_and_a_queued_client_that_leaves_neve
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["error"]["type"], "rate_limit_error");
     assert_eq!(d.get_json("/health/ready").await.0, 503, "not ready while the queue is full");
+    // The queue is asked before the request is prepared: one that validation
+    // would refuse (`n` = 2) and a long one are refused for the queue alike.
+    let mut invalid = chat("m", "third");
+    invalid["n"] = json!(2);
+    let long = chat("m", &"word ".repeat(4000));
+    for body in [invalid, long] {
+        let r = d.post("/v1/chat/completions", body).await;
+        assert_eq!(r.status(), 429, "{}", r.text().await.unwrap());
+    }
+    let r = d.post("/v1/embeddings", json!({"model": "m", "input": "third"})).await;
+    assert_eq!(r.status(), 429, "embeddings take a place in the same queue");
 
     // The queued client leaves: its place is freed and it never runs.
     queued.abort();

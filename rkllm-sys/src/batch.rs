@@ -14,7 +14,9 @@
 //!   as a surprise; so are figures in several slots.
 //!
 //! Whether one slot can be stopped alone is not assumed: `rkllm_abort` ends
-//! the whole run, and the caller decides when that is right.
+//! the whole run, and the caller decides when that is right. That the abort
+//! does end it is checked: more than a couple of steps after it is a
+//! surprise (the caller ends a batch's filler slots that way).
 
 use crate::abi::Functions;
 use crate::callback::{enter, leave, token, userdata, OnResult, Shared};
@@ -58,7 +60,14 @@ struct BatchContext {
     /// The run's id, for a re-issued abort (see `model.rs`'s `RunContext`).
     id: u64,
     reissued_abort: bool,
+    /// Steps delivered after the abort was re-issued.
+    steps_after_abort: u32,
 }
+
+/// Steps a run may still deliver after its abort was re-issued (one under
+/// way when it came, one more for slack): more means the abort did not end
+/// the run, so its slots — fillers too — decode on at the NPU's cost.
+const STEPS_AFTER_ABORT: u32 = 2;
 
 pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, run: BatchRun) {
     let BatchRun { req, id, cancelled, slots, done } = run;
@@ -116,6 +125,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         cancelled: cancelled.clone(),
         id,
         reissued_abort: false,
+        steps_after_abort: 0,
     };
     let started = Instant::now();
     for events in ctx.slots.iter().filter_map(|s| s.events.as_ref()) {
@@ -171,7 +181,15 @@ impl BatchContext {
                     self.surprises.push(format!("batch slot {i}: {surprise}"));
                 }
             }
-            if !self.reissued_abort && self.cancelled.load(Ordering::SeqCst) {
+            if self.reissued_abort {
+                self.steps_after_abort += 1;
+                if self.steps_after_abort == STEPS_AFTER_ABORT + 1 {
+                    self.surprises.push(format!(
+                        "the run went on for more than {STEPS_AFTER_ABORT} steps after rkllm_abort: aborting does not end \
+                         a batched run, so its slots (fillers too) decode on"
+                    ));
+                }
+            } else if self.cancelled.load(Ordering::SeqCst) {
                 self.reissued_abort = true;
                 self.shared.reissue_abort(self.id);
             }

@@ -10,7 +10,6 @@ use super::AppState;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
-use std::time::Instant;
 
 /// Creates a chat completion (`stream: true` for server-sent events).
 #[utoipa::path(
@@ -32,10 +31,9 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let received = Instant::now();
-    let model = state.lease(&req.common.model, None).await?;
+    let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
     let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);
-    let validated = prepare(&model, move |model| req.validate(&id, model, reasoning, received)).await?;
-    respond(&state, model, validated, Shape::Chat, meta, &counting).await
+    let validated = prepare(&model, move |model| req.validate(&id, model, reasoning)).await?;
+    respond(&state, model, place, validated, Shape::Chat, meta, &counting).await
 }

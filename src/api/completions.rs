@@ -10,7 +10,6 @@ use super::AppState;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Extension;
-use std::time::Instant;
 
 /// Creates a text completion of a raw prompt (no chat template);
 /// `max_tokens` defaults to 16 as in OpenAI's API.
@@ -33,10 +32,9 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let received = Instant::now();
-    let model = state.lease(&req.common.model, None).await?;
+    let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("cmpl", &model);
     let id = meta.id.clone();
-    let validated = prepare(&model, move |model| req.validate(&id, model, received)).await?;
-    respond(&state, model, validated, Shape::Text, meta, &counting).await
+    let validated = prepare(&model, move |model| req.validate(&id, model)).await?;
+    respond(&state, model, place, validated, Shape::Text, meta, &counting).await
 }

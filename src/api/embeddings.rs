@@ -9,12 +9,11 @@ use super::record::Counting;
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
-use crate::engine::EndReason;
+use crate::engine::{EndReason, Place};
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
 use rkllm_sys::{Capture, RunInput};
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 use utoipa::ToSchema;
 
 /// OpenAI's limit on inputs per request. They run one after the other in
@@ -99,12 +98,11 @@ pub async fn create(
     axum::Extension(counting): axum::Extension<Counting>,
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<axum::Json<EmbeddingList>, ApiError> {
-    let received = Instant::now();
     // Held until the reply is built, so the model is not unloaded under it.
-    let lease = state.lease(&req.model, None).await?;
+    let (lease, place) = state.lease_queued(&req.model, None).await?;
     let input = req.input;
     let inputs = prepare(&lease, move |loaded| run_inputs(loaded, input)).await?;
-    let out = vectors(&lease, received, inputs, req.dimensions, true, &counting).await?;
+    let out = vectors(&lease, place, inputs, req.dimensions, true, &counting).await?;
     let format = req.encoding_format.unwrap_or_default();
     let data = out
         .vectors
@@ -140,7 +138,7 @@ pub(super) struct Vectors {
 /// trained for it, which the daemon cannot tell.
 pub(super) async fn vectors(
     lease: &Lease,
-    received: Instant,
+    place: Place,
     inputs: Vec<RunInput>,
     dimensions: Option<u32>,
     normalise: bool,
@@ -148,7 +146,7 @@ pub(super) async fn vectors(
 ) -> Result<Vectors, ApiError> {
     let pooling = lease.embed.pooling;
     let capture = Capture::HiddenLayer { rows: pooling.rows() };
-    let mut ran = forward::run(lease, Kind::Embedding, received, inputs, capture, counting).await?;
+    let mut ran = forward::run(lease, place, Kind::Embedding, inputs, capture, counting).await?;
     let width = ran.outputs.first().map_or(0, |m| m.width);
     if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
         return Err(ran.refuse(status::wrong_dimensions(ApiError::invalid_value(

@@ -5,7 +5,7 @@
 use super::error::ApiError;
 use super::record::{Counting, ForwardRecord};
 use super::status;
-use crate::engine::ForwardJob;
+use crate::engine::{ForwardJob, Place};
 use crate::metrics::{Kind, RuntimePerf, Timeline, Timings};
 use crate::registry::Lease;
 use rkllm_sys::{Capture, Matrix, RunInput};
@@ -22,21 +22,22 @@ pub struct Ran {
     record: ForwardRecord,
 }
 
-/// Queues the job and waits for it. A refusal of the queue (full) is not
-/// recorded here; a job that did not complete is, with its reason's status.
+/// Queues the job in its place and waits for it; a job that did not
+/// complete is recorded with its reason's status.
 pub async fn run(
     lease: &Lease,
+    place: Place,
     kind: Kind,
-    received: Instant,
     inputs: Vec<RunInput>,
     capture: Capture,
     counting: &Counting,
 ) -> Result<Ran, ApiError> {
     let count = inputs.len();
-    let job = ForwardJob { inputs, capture, received, lora: lease.adapter.clone() };
-    let pending = lease.engine.forward(job).map_err(|e| status::refused(&e))?;
-    // From here the request is the record's to count, even if the client leaves.
-    let record = ForwardRecord::new(kind, &lease.served_id(), count, received, counting);
+    let job = ForwardJob { inputs, capture, lora: lease.adapter.clone() };
+    let pending = lease.engine.forward(place, job);
+    // From here the request is the record's to count, even if the client
+    // leaves (a record of a job that never ran starts when it was handed in).
+    let record = ForwardRecord::new(kind, &lease.served_id(), count, Instant::now(), counting);
     let forward = pending.await;
     match forward.outputs {
         Ok(outputs) => {

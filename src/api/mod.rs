@@ -27,6 +27,7 @@ mod structured;
 mod system;
 
 use crate::conversation::ReasoningMode;
+use crate::engine::Place;
 use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
@@ -122,6 +123,15 @@ impl AppState {
         self.models()?.acquire(model, keep_alive).await.map_err(|e| registry_error(&e))
     }
 
+    /// The model and a place in its queue, for a job: a full queue is a 429
+    /// before anything of the request is prepared (`Registry::acquire_queued`).
+    pub async fn lease_queued(&self, model: &str, keep_alive: Option<KeepAlive>) -> Result<(Lease, Place), ApiError> {
+        if self.is_shutting_down() {
+            return Err(ApiError::shutting_down());
+        }
+        self.models()?.acquire_queued(model, keep_alive).await.map_err(|e| registry_error(&e))
+    }
+
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
     }
@@ -147,6 +157,8 @@ pub fn registry_error(e: &RegistryError) -> ApiError {
         RegistryError::NotFound(id) => ApiError::model_not_found(id),
         RegistryError::Load { .. } | RegistryError::Interrupted(_) => ApiError::model_load_failed(e.to_string()),
         RegistryError::TooLarge { .. } => ApiError::model_load_failed(e.to_string()),
+        RegistryError::QueueFull(_) => status::refused(&crate::engine::EngineError::QueueFull),
+        RegistryError::Unresponsive(_) => status::refused(&crate::engine::EngineError::Unresponsive),
     }
 }
 

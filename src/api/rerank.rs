@@ -16,7 +16,6 @@ use axum::extract::State;
 use axum::{Extension, Json};
 use rkllm_sys::{Capture, Rows};
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 use utoipa::ToSchema;
 
 /// A document: a string, or Jina's `{"text": …}`.
@@ -130,9 +129,8 @@ async fn rerank(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<RerankRequest>,
 ) -> Result<Json<RerankResponse>, ApiError> {
-    let received = Instant::now();
     // Held until the reply is built, so the model is not unloaded under it.
-    let lease = state.lease(&req.model, None).await?;
+    let (lease, place) = state.lease_queued(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;
     let format = loaded.embed.rerank_format;
     let answers = format.answer_tokens();
@@ -158,7 +156,7 @@ async fn rerank(
     })
     .await?;
     let capture = Capture::Logits { rows: Rows::Last, columns };
-    let ran = forward::run(&lease, Kind::Rerank, received, inputs, capture, &counting).await?;
+    let ran = forward::run(&lease, place, Kind::Rerank, inputs, capture, &counting).await?;
     let prompt_tokens = ran.prompt_tokens;
     let mut results: Vec<RerankResult> = ran
         .outputs

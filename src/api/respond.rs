@@ -8,6 +8,7 @@ use super::request::Validated;
 use super::response::*;
 use super::AppState;
 use crate::conversation::{Delta as ReplyDelta, Reply};
+use crate::engine::Place;
 use crate::registry::Lease;
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -41,6 +42,7 @@ const TEMPLATE_MODE: HeaderName = HeaderName::from_static("x-rkllmd-template-mod
 pub async fn respond(
     state: &AppState,
     model: Lease,
+    place: Place,
     v: Validated,
     shape: Shape,
     meta: Meta,
@@ -52,14 +54,15 @@ pub async fn respond(
     // wait for the first piece, so that the refusal is a 400 as when the
     // daemon counts the prompt itself (no keep-alive comments meanwhile).
     let hold_headers = v.stream && v.checks.size.tokens.is_none() && v.checks.size.may_overflow();
-    let (pieces, ignored) = start(model, v.job, &meta.id, v.stops, v.rules, v.checks, counting)?;
+    let (streamed, include_usage) = (v.stream, v.include_usage);
+    let (pieces, ignored) = start(model, place, v, &meta.id, counting);
     let mut pieces = Box::pin(super::outbox::read_ahead(pieces, state.settings.write_timeout));
     let first = if hold_headers { pieces.next().await } else { None };
     let mut response = match first {
         Some(Piece::Failed(e)) => e.into_response(),
-        first if v.stream => {
+        first if streamed => {
             let pieces = futures_util::stream::iter(first).chain(pieces);
-            stream(pieces, shape, meta, v.include_usage, state.settings.keepalive).into_response()
+            stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response()
         }
         _ => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
     };
@@ -72,19 +75,18 @@ pub async fn respond(
     Ok(response)
 }
 
-/// Submits a job and gives its reply as pieces (holding the lease), with
-/// the sampling fields the runtime ignored (comma-separated).
+/// Submits a job in its queue place and gives its reply as pieces (holding
+/// the lease), with the sampling fields the runtime ignored (comma-separated).
 pub fn start(
     model: Lease,
-    job: crate::engine::Job,
+    place: Place,
+    v: Validated,
     id: &str,
-    stops: Vec<String>,
-    rules: crate::conversation::ReplyRules,
-    checks: super::request::Checks,
     counting: &Counting,
-) -> Result<(impl futures_util::Stream<Item = Piece> + Send + 'static, String), ApiError> {
+) -> (impl futures_util::Stream<Item = Piece> + Send + 'static, String) {
+    let Validated { job, stops, rules, checks, .. } = v;
     let job = crate::engine::Job { lora: model.adapter.clone(), ..job };
-    let mut generation = model.engine.submit(job).map_err(|e| super::status::refused(&e))?;
+    let mut generation = model.engine.submit(place, job);
     let record = Record::new(id.to_owned(), model.served_id(), &mut generation, counting);
     let ignored = generation.ignored_params.join(",");
     if !ignored.is_empty() {
@@ -95,7 +97,7 @@ pub fn start(
         let _held = &model;
         piece
     });
-    Ok((pieces, ignored))
+    (pieces, ignored)
 }
 
 async fn collect(

@@ -81,6 +81,12 @@ pub struct Config {
     /// Sequences per NPU run (n_batch, 1-8): queued requests with the same sampling share one batched run; 1 (the default until verified on a board) runs one request at a time.
     #[arg(long, env = "RKLLMD_BATCH", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
     pub batch: u8,
+    /// With batch > 1: milliseconds a batch waits, after a run ends, for that run's clients to send again before it starts with empty slots (a lone client never waits).
+    #[arg(long, env = "RKLLMD_BATCH_GATHER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
+    pub batch_gather_ms: u64,
+    /// Times a waiting request may be passed over for one whose conversation is warm in the KV cache before it goes first (0: strict arrival order).
+    #[arg(long, env = "RKLLMD_QUEUE_MAX_PASSED_OVER", default_value_t = 4)]
+    pub queue_max_passed_over: u32,
     /// Upper limit and default for generated tokens per request.
     #[arg(long, env = "RKLLMD_MAX_NEW_TOKENS", default_value_t = 2048)]
     pub max_new_tokens: u32,

@@ -273,7 +273,7 @@ pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
             } else {
                 report.push(Check::ok(TITLE, text));
             }
-            report.push(conversation_cache(spec.engine.conversation_cache, spec.engine.batch, &prompter));
+            report.push(conversation_cache(spec.engine.conversation_cache, spec.engine.schedule.batch, &prompter));
         }
         Err(e) => report.push(Check::fail(
             TITLE,

@@ -44,15 +44,14 @@ pub async fn run(config: &Config, report: &mut Report) {
     let job = Job {
         id: "doctor-smoke".into(),
         prompt: "Hello".into(),
-        received: Instant::now(),
         max_new_tokens: Some(1),
         sampling: SamplingOverrides::default(),
         enable_thinking: false,
         tokens: None,
         lora: None,
     };
-    let mut generation = match engine.submit(job) {
-        Ok(g) => g,
+    let mut generation = match engine.reserve() {
+        Ok(place) => engine.submit(place, job),
         Err(e) => {
             report.push(Check::fail(TITLE, format!("cannot submit a run: {e}"), "report this with the log"));
             return;

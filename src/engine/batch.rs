@@ -1,30 +1,29 @@
-//! Batched decoding (`batch` = N > 1): queued jobs that can share a run go
-//! to the NPU together, one slot each, and every slot streams to its own
-//! generation.
+//! Batched decoding (`batch` = N > 1): a group of jobs the scheduler
+//! (`schedule.rs`) put together goes to the NPU in one run, one slot each,
+//! and every slot streams to its own generation.
 //!
-//! One scheduler task owns the waiting jobs. It takes the queue's turn, then
-//! gathers, in arrival order, up to N jobs with the same sampling values and
-//! LoRA adapter as the oldest one (the runtime takes sampling, the adapter,
-//! `max_new_tokens` and `keep_history` per run) and starts one batched run: prompt input, no
-//! history kept, the group's largest token limit (each generation ends its
-//! own reply at its own limit). It never waits for a batch to fill: a lone job
-//! starts at once. Slots without a job get a one-token filler input, because
-//! the runtime reads exactly N inputs (`rkllm-sys/src/batch.rs`). A job that
-//! arrives while a batch runs waits for the next run: a run cannot take a
-//! slot mid-way.
+//! The runtime takes sampling, the adapter, `max_new_tokens` and
+//! `keep_history` per run, so a group shares sampling and adapter; the run
+//! gets the group's largest token limit (each generation ends its own reply
+//! at its own limit) and keeps no history. Slots without a job get a
+//! one-token filler input, because the runtime reads exactly N inputs
+//! (`rkllm-sys/src/batch.rs`; whether it accepts fewer is open in the
+//! manual, and the simulator refuses it). A filler's reply is never read,
+//! and the run is aborted as soon as the last real reply ends, so fillers
+//! cost only while a real reply runs beside them (docs/performance.md).
 //!
 //! A slot is left by its generation (client gone, stop sequence, limit,
 //! time-out): its tokens are dropped from then on, and the run is aborted
 //! only once every slot has been left — `rkllm_abort` ends the whole run.
 
 use super::outcome::EndReason;
-use super::queue::{Permit, Place};
+use super::plan::RunPlan;
+use super::queue::{Permit, Place, Turn};
 use super::Engine;
-use rkllm_sys::{BatchInput, BatchRequest, Event, RunControl, RunInput, SamplingParams};
-use std::collections::VecDeque;
+use rkllm_sys::{BatchInput, BatchRequest, Event, Finish, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use std::sync::Arc;
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::oneshot;
 
 /// The text of a slot no job fills: one token, so it adds next to nothing to
@@ -71,107 +70,65 @@ pub(super) struct Slot {
     pub jobs: u32,
 }
 
-/// A job waiting for a batch.
-struct Waiting {
-    input: BatchInput,
-    /// The sampling the job's run needs (`None`: the init values).
-    sampling: Option<SamplingParams>,
-    /// The LoRA adapter (`None`: the base model): one per run, like sampling.
-    lora: Option<String>,
-    limit: u32,
-    place: Place,
-    slot: oneshot::Sender<Result<Slot, EndReason>>,
-}
-
-/// The engine's side of the scheduler: where jobs are handed in.
-pub(super) struct Scheduler {
+/// A batched run under way: its turn is held until the runtime returned.
+pub(super) struct BatchRun {
+    done: oneshot::Receiver<Finish>,
+    turn: Turn,
+    jobs: usize,
     size: usize,
-    jobs: UnboundedSender<Waiting>,
-    /// Taken by the first job, which starts the task (the engine is built
-    /// outside any async runtime).
-    task: Mutex<Option<UnboundedReceiver<Waiting>>>,
-}
-
-impl Scheduler {
-    pub fn new(size: u8) -> Self {
-        let (jobs, rx) = mpsc::unbounded_channel();
-        Scheduler { size: usize::from(size), jobs, task: Mutex::new(Some(rx)) }
-    }
-
-    pub fn size(&self) -> usize {
-        self.size
-    }
 }
 
 impl Engine {
-    /// Waits for a slot in a batched run (holding `place` meanwhile).
-    pub(super) async fn batch_slot(
-        self: &Arc<Self>,
-        scheduler: &Scheduler,
-        place: Place,
-        input: BatchInput,
-        sampling: Option<SamplingParams>,
-        lora: Option<String>,
-        limit: u32,
-    ) -> Result<Slot, EndReason> {
-        let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(jobs) = pending {
-            tokio::spawn(schedule(Arc::downgrade(self), jobs));
-        }
-        let (slot, assigned) = oneshot::channel();
-        let gone = || EndReason::RuntimeError("the batch scheduler stopped".into());
-        scheduler.jobs.send(Waiting { input, sampling, lora, limit, place, slot }).map_err(|_| gone())?;
-        assigned.await.map_err(|_| gone())?
-    }
-
-    /// Starts one batched run for `group` and waits until `rkllm_run` returned.
-    async fn run_batch(&self, permit: Permit, group: Vec<Waiting>, size: usize) {
+    /// Starts one batched run for `group` (plans and their queue places):
+    /// each job's slot, in order, and the run to be ended with
+    /// [`Engine::end_batch`] once the slots are handed out.
+    pub(super) fn start_batch(
+        &self,
+        permit: Permit,
+        group: Vec<(Arc<RunPlan>, Place)>,
+        size: usize,
+    ) -> Result<(Vec<Slot>, BatchRun), EndReason> {
         if self.is_closing() {
-            for job in group {
-                let _ = job.slot.send(Err(EndReason::ShuttingDown));
-            }
-            return;
+            return Err(EndReason::ShuttingDown);
         }
-        let per_run = self.info.abi.per_run_sampling();
-        let limit = group.iter().map(|j| j.limit).max().unwrap_or(1);
-        let sampling = group[0].sampling.filter(|s| per_run && *s != self.defaults);
-        let lora = group[0].lora.clone();
+        // The group shares sampling and adapter (`schedule.rs`); the run goes
+        // on to the longest limit, each slot ending its reply at its own.
+        let first = group[0].0.clone();
+        let max_new_tokens = group.iter().filter_map(|(plan, _)| plan.max_new_tokens).max();
         let jobs = group.len();
         let mut inputs = Vec::with_capacity(size);
         let mut channels = Vec::with_capacity(size);
         let mut receivers = Vec::with_capacity(jobs);
         let mut places = Vec::with_capacity(jobs);
-        let mut replies = Vec::with_capacity(jobs);
-        for job in group {
+        for (plan, place) in group {
             let (tx, rx) = mpsc::unbounded_channel();
-            inputs.push(job.input);
+            inputs.push(plan.batch_input());
             channels.push(Some(tx));
             receivers.push(rx);
-            places.push(job.place);
-            replies.push(job.slot);
+            places.push(place);
         }
         let filler = BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false };
         inputs.resize(size, filler);
         channels.resize(size, None);
         let turn = self.queue.start(permit, places);
-        let request = BatchRequest { slots: inputs, max_new_tokens: per_run.then_some(limit as i32), sampling, lora };
-        let (control, done) = match self.model.submit_batch(request, channels) {
-            Ok(submitted) => submitted,
-            Err(e) => {
-                for reply in replies {
-                    let _ = reply.send(Err(EndReason::RuntimeError(e.to_string())));
-                }
-                return;
-            }
-        };
+        let request =
+            BatchRequest { slots: inputs, max_new_tokens, sampling: first.sampling, lora: first.lora.clone() };
+        let (control, done) =
+            self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
         let wanted = Arc::new(AtomicUsize::new(jobs));
-        for (reply, events) in replies.into_iter().zip(receivers) {
-            let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
-            if let Err(Ok(slot)) = reply.send(Ok(Slot { control, events, jobs: jobs as u32 })) {
-                // Its client left while the batch was being put together.
-                slot.control.abort();
-            }
-        }
+        let slots = receivers
+            .into_iter()
+            .map(|events| {
+                let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
+                Slot { control, events, jobs: jobs as u32 }
+            })
+            .collect();
+        Ok((slots, BatchRun { done, turn, jobs, size }))
+    }
+
+    /// Waits until the batched run's `rkllm_run` returned, then frees its turn.
+    pub(super) async fn end_batch(&self, run: BatchRun) {
+        let BatchRun { done, turn, jobs, size } = run;
         if let Ok(finish) = done.await {
             for surprise in &finish.surprises {
                 tracing::error!(
@@ -183,101 +140,5 @@ impl Engine {
         }
         self.sample_kv_cache();
         drop(turn);
-    }
-}
-
-/// The scheduler task: one batched run at a time, for as long as the engine lives.
-async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>) {
-    let mut waiting = VecDeque::new();
-    loop {
-        if waiting.is_empty() {
-            match jobs.recv().await {
-                Some(job) => waiting.push_back(job),
-                None => return,
-            }
-        }
-        let Some(engine) = engine.upgrade() else { return };
-        let Some(scheduler) = engine.scheduler.as_ref() else { return };
-        let size = scheduler.size();
-        let permit = engine.queue.wait_permit().await;
-        while let Ok(job) = jobs.try_recv() {
-            waiting.push_back(job);
-        }
-        // Jobs whose clients left while waiting free their places here.
-        waiting.retain(|job| !job.slot.is_closed());
-        let group = take_group(&mut waiting, size);
-        if !group.is_empty() {
-            engine.run_batch(permit, group, size).await;
-        }
-    }
-}
-
-/// The oldest job and, in arrival order, up to `size − 1` more that can share
-/// its run (the same sampling values and adapter).
-fn take_group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
-    let Some(first) = waiting.pop_front() else { return Vec::new() };
-    let mut group = vec![first];
-    let mut rest = VecDeque::with_capacity(waiting.len());
-    while let Some(job) = waiting.pop_front() {
-        if group.len() < size && job.sampling == group[0].sampling && job.lora == group[0].lora {
-            group.push(job);
-        } else {
-            rest.push_back(job);
-        }
-    }
-    *waiting = rest;
-    group
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::queue::Queue;
-    use super::*;
-
-    fn job(queue: &Queue, top_k: i32) -> (Waiting, oneshot::Receiver<Result<Slot, EndReason>>) {
-        let (slot, rx) = oneshot::channel();
-        let sampling = Some(SamplingParams { top_k, ..SamplingParams::RKLLM_DEFAULTS });
-        let input = BatchInput { input: RunInput::Prompt(format!("k{top_k}")), enable_thinking: false };
-        (Waiting { input, sampling, lora: None, limit: 8, place: queue.try_enter().expect("room"), slot }, rx)
-    }
-
-    #[test]
-    fn jobs_with_different_adapters_do_not_share_a_run() {
-        let queue = Queue::new(16, crate::engine::Npu::default());
-        let mut receivers = Vec::new();
-        let mut waiting: VecDeque<_> = [None, Some("a"), None, Some("a"), Some("b")]
-            .into_iter()
-            .map(|lora| {
-                let (w, rx) = job(&queue, 1);
-                receivers.push(rx);
-                Waiting { lora: lora.map(str::to_owned), ..w }
-            })
-            .collect();
-        let adapters = |g: &[Waiting]| g.iter().map(|j| j.lora.clone()).collect::<Vec<_>>();
-        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![None, None]);
-        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("a".to_owned()); 2]);
-        assert_eq!(adapters(&take_group(&mut waiting, 4)), vec![Some("b".to_owned())]);
-    }
-
-    #[test]
-    fn groups_share_sampling_keep_arrival_order_and_size() {
-        let queue = Queue::new(16, crate::engine::Npu::default());
-        let mut receivers = Vec::new();
-        let mut waiting: VecDeque<_> = [1, 2, 1, 1, 2, 1, 1]
-            .into_iter()
-            .map(|k| {
-                let (w, rx) = job(&queue, k);
-                receivers.push(rx);
-                w
-            })
-            .collect();
-        let top_k = |g: &[Waiting]| g.iter().map(|j| j.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
-        let first = take_group(&mut waiting, 4);
-        assert_eq!(top_k(&first), vec![Some(1); 4], "the oldest job's sampling, up to the batch size");
-        let prompts: Vec<_> = first.iter().map(|j| j.input.input.clone()).collect();
-        assert_eq!(prompts[3], RunInput::Prompt("k1".into()));
-        assert_eq!(top_k(&take_group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
-        assert_eq!(top_k(&take_group(&mut waiting, 4)), vec![Some(1)], "a lone job is not held back");
-        assert!(take_group(&mut waiting, 4).is_empty());
     }
 }

@@ -4,7 +4,8 @@
 //! order; its inputs run one after the other inside that turn.
 
 use super::outcome::{Deadline, EndReason};
-use super::{Engine, EngineError};
+use super::queue::Place;
+use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
 use std::future::Future;
@@ -17,8 +18,6 @@ pub struct ForwardJob {
     /// Text (tokenized by the runtime) or token ids, one run each.
     pub inputs: Vec<RunInput>,
     pub capture: Capture,
-    /// When the request was received (the start of its timeline).
-    pub received: Instant,
     /// The LoRA adapter every input runs with; `None`: the base model.
     pub lora: Option<String>,
 }
@@ -54,16 +53,14 @@ impl Drop for RunningGuard<'_> {
 }
 
 impl Engine {
-    /// Queues a job. Refused at once when the queue is full; the returned
-    /// future waits for the turn, then runs every input.
-    pub fn forward(
-        self: &Arc<Self>,
-        job: ForwardJob,
-    ) -> Result<impl Future<Output = Forward> + Send + 'static, EngineError> {
-        let place = self.enter_queue()?;
+    /// Queues a job in the place [`Engine::reserve`] gave (its `received`
+    /// instant, as for a generation); the returned future waits for the
+    /// turn, then runs every input.
+    pub fn forward(self: &Arc<Self>, place: Place, job: ForwardJob) -> impl Future<Output = Forward> + Send + 'static {
+        let received = Instant::now();
         let engine = self.clone();
-        Ok(async move {
-            let mut timeline = Timeline::new(job.received);
+        async move {
+            let mut timeline = Timeline::new(received);
             // As a generation's: no waiting past the shutdown's abort or behind a stuck runtime.
             let _turn = tokio::select! {
                 turn = engine.queue.wait_turn(place) => turn,
@@ -83,7 +80,7 @@ impl Engine {
             timeline.finished = Some(last.as_ref().map_or_else(Instant::now, |f| f.at));
             let perf = last.and_then(|f| f.perf).filter(|_| single).map(RuntimePerf::from);
             Forward { outputs, timeline, perf }
-        })
+        }
     }
 
     /// Runs each input in turn (the caller holds the turn); the matrices and

@@ -10,12 +10,14 @@ use super::halt::ABORT_GRACE;
 use super::job::Job;
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
+use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
-use super::{Engine, EngineError};
+use super::schedule::Assigned;
+use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{BatchInput, Event, Finish, RunInput, RunRequest};
+use rkllm_sys::{Event, Finish, RunInput};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -71,36 +73,26 @@ impl Stream for Generation {
 }
 
 impl Engine {
-    /// Queues a job. Refused at once when the queue is full; otherwise the
-    /// returned stream waits for its turn when first polled.
-    pub fn submit(self: &Arc<Self>, job: Job) -> Result<Generation, EngineError> {
-        let place = self.enter_queue()?;
-        let per_run = self.info.abi.per_run_sampling();
-        let given = job.sampling.given();
-        let limit = job.max_new_tokens.unwrap_or(self.limits.max_new_tokens).min(self.limits.max_new_tokens);
-        let request = RunRequest {
-            input: RunInput::Prompt(job.prompt.clone()),
-            role: rkllm_sys::Role::User,
-            enable_thinking: job.enable_thinking,
-            keep_history: false,
-            max_new_tokens: per_run.then_some(limit as i32),
-            sampling: (per_run && !given.is_empty()).then(|| job.sampling.apply(self.defaults)),
-            capture: None,
-            lora: job.lora.clone(),
-            save_prompt_cache: None,
-        };
+    /// Queues a job in the place [`Engine::reserve`] gave; the returned
+    /// stream waits for its turn when first polled. The job is read and
+    /// validated now: this is its `received` instant (timings.md), so the
+    /// preparation before it is not counted as queueing.
+    pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
+        let received = Instant::now();
+        let tokens: Option<Arc<[i32]>> = job.tokens.as_deref().map(Arc::from);
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
-        let ignored_params = if per_run { Vec::new() } else { given };
+        let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
+        let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        let prompt_tokens = job.tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
-        let waiting = WaitGuard { received: job.received, prompt_tokens, abandoned: Some(abandoned_tx) };
+        let prompt_tokens = tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok());
+        let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
-            job,
+            plan,
+            tokens,
+            received,
             prompt_tokens,
-            request,
-            limit,
             place,
             stop: stop.clone(),
             waiting,
@@ -138,17 +130,18 @@ impl Engine {
             }
             yield GenEvent::Done(run.thread_gone());
         });
-        Ok(Generation { ignored_params, stop, events, abandoned: Some(abandoned) })
+        Generation { ignored_params, stop, events, abandoned: Some(abandoned) }
     }
 }
 
 /// A queued job, before its turn.
 struct Start {
     engine: Arc<Engine>,
-    job: Job,
+    plan: Arc<RunPlan>,
+    /// The prompt's ids (the conversation cache may send them instead of the text).
+    tokens: Option<Arc<[i32]>>,
+    received: Instant,
     prompt_tokens: Option<u32>,
-    request: RunRequest,
-    limit: u32,
     place: Place,
     stop: StopHandle,
     waiting: WaitGuard,
@@ -158,47 +151,39 @@ struct Start {
 impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
-    async fn run(self) -> Result<Run, Outcome> {
-        let Start { engine, job, prompt_tokens, request, limit, place, stop, mut waiting, prompt_cache } = self;
-        let first_token_timeout = engine.limits.first_token_timeout(job.prompt.len());
-        let turn_and_run = async {
-            match &engine.scheduler {
-                Some(scheduler) => {
-                    let input = BatchInput { input: request.input, enable_thinking: request.enable_thinking };
-                    let per_run = engine.info.abi.per_run_sampling();
-                    let sampling = request.sampling.or(per_run.then_some(engine.defaults));
-                    let slot = engine.batch_slot(scheduler, place, input, sampling, request.lora, limit).await;
-                    (slot.map(|slot| (slot.control, slot.events, None, slot.jobs)), None)
-                }
-                None => {
-                    let turn = engine.queue.wait_turn(place).await;
-                    let submitted = submit(&engine, job.tokens.as_deref(), request, limit).await;
-                    (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
-                }
-            }
-        };
+    async fn run(mut self) -> Result<Run, Outcome> {
+        let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
+        let engine = self.engine.clone();
         // A queued job stops waiting at the shutdown's abort, or when the
         // runtime is stuck in an aborted run (`halt.rs`).
-        let (submitted, turn) = tokio::select! {
-            done = turn_and_run => done,
+        let assigned = tokio::select! {
+            assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()) => assigned,
             reason = engine.halt.halted() => {
-                waiting.start();
-                return Err(Outcome::without_run(reason, Timeline::new(job.received), prompt_tokens));
+                self.waiting.start();
+                return Err(Outcome::without_run(reason, Timeline::new(self.received), self.prompt_tokens));
             }
         };
-        let mut timeline = Timeline::new(job.received);
-        let abandoned = waiting.start();
+        let (submitted, turn) = match assigned {
+            Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
+            Ok(Assigned::Alone(turn)) => {
+                let submitted = submit(&engine, self.tokens.as_deref(), &self.plan).await;
+                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
+            }
+            Err(reason) => (Err(reason), None),
+        };
+        let mut timeline = Timeline::new(self.received);
+        let abandoned = self.waiting.start();
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
                 (control, events, plan)
             }
-            Err(reason) => return Err(Outcome::without_run(reason, timeline, prompt_tokens)),
+            Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
         let mut reason = None;
         let mut aborted_at = None;
         {
-            let mut s = stop.lock().unwrap_or_else(|e| e.into_inner());
+            let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
             if s.requested {
                 control.abort();
                 aborted_at = Some(Instant::now());
@@ -212,7 +197,7 @@ impl Start {
             events,
             turn,
             timeline,
-            prompt_tokens,
+            prompt_tokens: self.prompt_tokens,
             dropped: 0,
             finished: false,
             abandoned,
@@ -221,28 +206,34 @@ impl Start {
         // Until `Started` the runtime thread is about to start (the turn is
         // held): the first-token allowance covers that moment too.
         let deadline = Some(tokio::time::Instant::now() + first_token_timeout);
-        Ok(Run { guard, stop, limit, first_token_timeout, deadline, reason, plan, generated: Vec::new(), prompt_cache })
+        Ok(Run {
+            guard,
+            stop: self.stop,
+            limit: self.plan.limit,
+            aborts_at_limit: self.plan.aborts_at_limit(),
+            first_token_timeout,
+            deadline,
+            reason,
+            plan,
+            generated: Vec::new(),
+            prompt_cache: self.prompt_cache,
+        })
     }
 }
 
 type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 
 /// Submits a job's own run (`batch` = 1), with the turn held.
-async fn submit(
-    engine: &Arc<Engine>,
-    tokens: Option<&[i32]>,
-    mut request: RunRequest,
-    limit: u32,
-) -> Result<Submitted, EndReason> {
+async fn submit(engine: &Arc<Engine>, tokens: Option<&[i32]>, run: &RunPlan) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, request.lora.as_deref(), limit).await;
-    if let Some(plan) = &plan {
-        request.input = plan.input();
-        request.keep_history = true;
-    }
+    let plan = engine.plan_kv(tokens, run.lora.as_deref(), run.limit).await;
+    let request = match &plan {
+        Some(plan) => run.request(plan.input(), true),
+        None => run.request(RunInput::Prompt(run.prompt.clone()), false),
+    };
     match engine.model.submit(request, tx) {
         Ok(control) => Ok((SlotControl::single(control), events, plan)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),
@@ -254,6 +245,8 @@ struct Run {
     guard: RunGuard,
     stop: StopHandle,
     limit: u32,
+    /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
+    aborts_at_limit: bool,
     first_token_timeout: std::time::Duration,
     /// First-token (from submission, then from admission), then total.
     deadline: Option<tokio::time::Instant>,
@@ -374,12 +367,12 @@ impl Run {
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
         }
         if timeline.tokens == self.limit {
-            if engine.info.abi.per_run_sampling() {
-                // The runtime stops at the per-run limit by itself.
-                self.reason = Some(EndReason::Length);
-            } else {
-                // ABI 1.2 cannot take a per-run limit: enforce it here.
+            if self.aborts_at_limit {
+                // The runtime was not told the limit (ABI 1.2): enforce it here.
                 self.abort(EndReason::Length);
+            } else {
+                // The runtime stops at the limit by itself.
+                self.reason = Some(EndReason::Length);
             }
         }
         Step::Token(token.text)

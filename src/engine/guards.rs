@@ -120,13 +120,15 @@ impl Drop for RunGuard {
             }
             engine.forget_kv();
             engine.sample_kv_cache();
-            drop(turn);
             let mut outcome = Outcome::without_run(EndReason::Abandoned, timeline, prompt_tokens);
             outcome.perf = perf;
             outcome.dropped_tokens = dropped;
             if let Some(tx) = abandoned {
                 let _ = tx.send(outcome);
             }
+            // The place last: until it is free the model is in use (the
+            // registry's "idle"), and the outcome is recorded before that.
+            drop(turn);
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(drain);

@@ -1,7 +1,6 @@
 //! What the API hands the engine: a prompt, limits and sampling choices.
 
 use crate::sampling::SamplingOverrides;
-use std::time::Instant;
 
 /// One generation request, already validated by the API layer.
 #[derive(Debug, Clone)]
@@ -10,7 +9,6 @@ pub struct Job {
     pub id: String,
     /// The fully rendered prompt (the runtime's own template is disabled).
     pub prompt: String,
-    pub received: Instant,
     /// `None` = the configured maximum.
     pub max_new_tokens: Option<u32>,
     pub sampling: SamplingOverrides,

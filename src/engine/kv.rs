@@ -138,6 +138,14 @@ impl Engine {
         Some(plan)
     }
 
+    /// Whether a job of these ids, run with `lora`, extends the conversation
+    /// the KV cache holds: the one question the scheduler asks of the cache
+    /// (`schedule.rs` lets such a job go first, its prefill mostly done).
+    pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
+        let (Some(kv), Some(ids)) = (self.kv.as_ref(), ids) else { return false };
+        lock(kv).plan(ids, lora, 0, u32::MAX).cached > 0
+    }
+
     /// After a cached run (turn still held): check the cache's size against
     /// what was sent and generated. Returns the tokens the run reused.
     pub(super) async fn settle_kv(&self, plan: &Plan, generated: &[i32]) -> u32 {

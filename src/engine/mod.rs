@@ -14,8 +14,10 @@ mod kv;
 mod liveness;
 mod npu;
 mod outcome;
+mod plan;
 mod prompt_cache;
 mod queue;
+mod schedule;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
@@ -26,7 +28,8 @@ pub use job::Job;
 pub use npu::Npu;
 pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
-pub use queue::QueueState;
+pub use queue::{Place, QueueState};
+pub use schedule::ScheduleSettings;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
@@ -85,8 +88,10 @@ pub struct EngineSettings {
     pub limits: Limits,
     /// Requests that may wait while one runs.
     pub queue_depth: usize,
-    /// Sequences per run (`n_batch`); above 1 every run is batched (`batch.rs`).
-    pub batch: u8,
+    /// Sequences per run (`n_batch`, above 1 every run is batched:
+    /// `batch.rs`), the batch's gathering time and the bound on locality
+    /// (`schedule.rs`).
+    pub schedule: ScheduleSettings,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -114,8 +119,8 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
-    /// `Some` with `batch` > 1.
-    scheduler: Option<batch::Scheduler>,
+    /// Picks every generation's turn (`schedule.rs`).
+    scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
 }
@@ -128,7 +133,7 @@ impl Engine {
             model_path,
             limits,
             queue_depth,
-            batch,
+            schedule,
             base_domain_id,
             sampling,
             disable_runtime_template,
@@ -143,7 +148,7 @@ impl Engine {
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
-            n_batch: batch,
+            n_batch: schedule.batch,
             ..InitConfig::new(model_path.clone())
         };
         let model = Model::load(runtime.runtime.clone(), init)?;
@@ -180,8 +185,8 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && batch == 1).then(Default::default),
-            scheduler: (batch > 1).then(|| batch::Scheduler::new(batch)),
+            kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
         })
     }
@@ -205,7 +210,7 @@ impl Engine {
     }
     /// Sequences per run (1: unbatched).
     pub fn batch(&self) -> usize {
-        self.scheduler.as_ref().map_or(1, batch::Scheduler::size)
+        self.scheduler.size()
     }
     pub fn sampling_defaults(&self) -> SamplingParams {
         self.defaults
@@ -215,6 +220,22 @@ impl Engine {
     }
     pub fn queue_full(&self) -> bool {
         self.queue.is_full()
+    }
+    /// Whether any queue place is held: a job waits, runs, or its aborted
+    /// run is being drained (the registry's test of "idle", with its leases).
+    pub fn in_use(&self) -> bool {
+        self.queue.in_use()
+    }
+    /// A place in the queue, or `QueueFull` (`Unresponsive` while the runtime
+    /// is stuck in an aborted run: `halt.rs`) at once. Taken before a request
+    /// is prepared (rendered, tokenized), so that a full daemon refuses
+    /// without doing that work, as TGI's permit and Ollama's pending channel
+    /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
+    pub fn reserve(&self) -> Result<Place, EngineError> {
+        if self.halt.is_unresponsive() {
+            return Err(EngineError::Unresponsive);
+        }
+        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.
@@ -230,14 +251,6 @@ impl Engine {
     /// The runtime has not returned from an aborted run (`halt.rs`): nothing can run now.
     pub fn is_unresponsive(&self) -> bool {
         self.halt.is_unresponsive()
-    }
-
-    /// A queue place, unless the queue is full or the runtime is stuck in an aborted run.
-    fn enter_queue(&self) -> Result<queue::Place, EngineError> {
-        if self.halt.is_unresponsive() {
-            return Err(EngineError::Unresponsive);
-        }
-        self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
 }
 

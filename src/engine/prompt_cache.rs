@@ -20,9 +20,10 @@
 //! cache is off (`registry/load.rs`), because whether `rkllm_clear_kv_cache`
 //! and `keep_history` keep or drop a loaded prompt cache is not documented.
 
+use super::plan::RunPlan;
 use super::{Engine, EngineError};
 use crate::metrics::RuntimePerf;
-use rkllm_sys::{Event, Model, RunRequest};
+use rkllm_sys::{Event, Model, RunInput, RunRequest};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -174,17 +175,16 @@ fn save(model: &Model, file: &Path, prefix: &str) -> Result<u32, EngineError> {
             Err(e) => return Err(failed(&stale, format!("cannot replace it: {e}"))),
         }
     }
-    let per_run = model.abi().per_run_sampling();
+    let plan = RunPlan::plain(model.abi(), prefix, 1);
     let request = RunRequest {
-        max_new_tokens: per_run.then_some(1),
         save_prompt_cache: Some(file.to_string_lossy().into_owned()),
-        ..RunRequest::prompt(prefix)
+        ..plan.request(RunInput::Prompt(prefix.to_owned()), false)
     };
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let control = model.submit(request, tx)?;
     let finish = loop {
         match events.blocking_recv() {
-            Some(Event::Token(_)) if !per_run => control.abort(),
+            Some(Event::Token(_)) if plan.aborts_at_limit() => control.abort(),
             Some(Event::Finished(finish)) => break finish,
             Some(_) => {}
             None => return Err(rkllm_sys::ModelError::ThreadGone.into()),

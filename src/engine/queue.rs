@@ -2,13 +2,13 @@
 //!
 //! Two semaphores: `capacity` (queue depth + the one running) is taken with
 //! `try_acquire` so a full queue is refused at once; `turn` (one permit) is
-//! awaited, and tokio's semaphore is fair, so waiters run in arrival order. A
-//! client that goes away while waiting drops its future and with it its
-//! place; nothing else has to clean up. A job whose turn came also takes
-//! the NPU ([`super::npu`]), shared with every other model's queue.
-//!
-//! With batching (`batch.rs`) the scheduler takes the turn for a whole
-//! batched run, holding the places of all its jobs until the run returns.
+//! awaited, and tokio's semaphore is fair, so waiters run in arrival order:
+//! the scheduler task (`schedule.rs`, which picks among the generations) and
+//! embedding/rerank jobs. A place is dropped with whatever holds it (a
+//! job whose client went away); nothing else has to clean up. A run whose
+//! turn came also takes the NPU ([`super::npu`]), shared with every other
+//! model's queue. A batched run's turn holds the places of all its jobs
+//! until the run returns.
 
 use super::npu::{Npu, NpuTurn};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -115,6 +115,11 @@ impl Queue {
 
     pub fn is_full(&self) -> bool {
         self.capacity.available_permits() == 0
+    }
+
+    /// Some place is held (waiting, running, or draining an aborted run).
+    pub fn in_use(&self) -> bool {
+        self.capacity.available_permits() < self.depth + 1
     }
 }
 

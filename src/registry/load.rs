@@ -49,11 +49,11 @@ pub fn load(
     let conversation_cache = spec.engine.conversation_cache
         && prompter.renders()
         && prompter.has_tokenizer()
-        && spec.engine.batch == 1
+        && spec.engine.schedule.batch == 1
         && !prompt_cache;
     if spec.engine.conversation_cache && !conversation_cache {
-        if spec.engine.batch > 1 {
-            tracing::info!(model = %spec.id, batch = spec.engine.batch, "conversation cache off: batched runs keep no history");
+        if spec.engine.schedule.batch > 1 {
+            tracing::info!(model = %spec.id, batch = spec.engine.schedule.batch, "conversation cache off: batched runs keep no history");
         } else if prompt_cache {
             // Whether clearing or keeping the KV cache keeps a loaded prompt cache is undocumented.
             tracing::info!(model = %spec.id, "conversation cache off: the model has a prompt-cache file (engine/prompt_cache.rs)");

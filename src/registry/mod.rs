@@ -22,7 +22,7 @@ pub use load::{load, LoadFailure};
 pub use spec::{discover, Found, KeepAlive, ModelSpec};
 
 use crate::conversation::Prompter;
-use crate::engine::{open_runtime, BackendError, Engine, OpenedRuntime, RuntimeSettings};
+use crate::engine::{open_runtime, BackendError, Engine, EngineError, OpenedRuntime, Place, RuntimeSettings};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -61,6 +61,10 @@ pub enum RegistryError {
     TooLarge { id: String, size: u64, budget: u64 },
     #[error("the load of `{0}` stopped unexpectedly")]
     Interrupted(String),
+    #[error("the request queue of `{0}` is full")]
+    QueueFull(String),
+    #[error("the runtime of `{0}` has not returned from an aborted run")]
+    Unresponsive(String),
 }
 
 /// What `/v1/models`, `/api/tags` and `/api/ps` show of one model.
@@ -86,12 +90,17 @@ struct Slot {
     last_used: Instant,
     /// Deadline once idle; `None` = forever.
     expires: Option<Instant>,
+    /// Leases out now: counted when one is made and when it is handed back,
+    /// both under the registry's lock (never read off the `Arc`, whose
+    /// count any new clone would change).
+    leases: usize,
 }
 
 impl Slot {
-    /// Nobody but the registry (and `extra` holders the caller knows of) holds it.
-    fn idle(&self, extra: usize) -> bool {
-        Arc::strong_count(&self.model) <= 1 + extra && Arc::strong_count(&self.model.engine) == 1
+    /// No lease is out and the engine holds no queue place (nothing waits,
+    /// runs, or is being drained after an abort; `Engine::in_use`).
+    fn idle(&self) -> bool {
+        self.leases == 0 && !self.model.engine.in_use()
     }
 }
 
@@ -230,10 +239,7 @@ impl Registry {
                 loaded: state.loaded.get(&spec.id).map(|slot| LoadedStatus {
                     model: slot.model.clone(),
                     since: slot.since,
-                    expires: slot
-                        .expires
-                        .filter(|_| slot.idle(0))
-                        .map(|at| now.1 + at.saturating_duration_since(now.0)),
+                    expires: slot.expires.filter(|_| slot.idle()).map(|at| now.1 + at.saturating_duration_since(now.0)),
                 }),
             })
             .collect()
@@ -250,30 +256,60 @@ impl Registry {
     /// The model, loaded if it is not; `keep_alive` overrides the daemon's
     /// for this request's release.
     pub async fn acquire(self: &Arc<Self>, id: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, RegistryError> {
+        Ok(self.acquire_with(id, keep_alive, |_| Ok(())).await?.0)
+    }
+
+    /// A lease and a place in the model's queue. A loaded model's queue is
+    /// asked first, under the registry's lock: a full queue refuses at once,
+    /// before any lease (so a refusal is no use of the model and does not
+    /// restart its keep-alive clock) and before the request is prepared.
+    pub async fn acquire_queued(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<(Lease, Place), RegistryError> {
+        self.acquire_with(id, keep_alive, |model| {
+            model.engine.reserve().map_err(|e| match e {
+                EngineError::Unresponsive => RegistryError::Unresponsive(model.model_id.clone()),
+                _ => RegistryError::QueueFull(model.model_id.clone()),
+            })
+        })
+        .await
+    }
+
+    /// A lease, with what `take` takes of the model before the lease is made
+    /// (refusing it when `take` does).
+    async fn acquire_with<T>(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: Option<KeepAlive>,
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Result<(Lease, T), RegistryError> {
         let (spec, adapter) = self.resolve(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
         let spec = spec.clone();
-        let mut lease = self.acquire_model(&spec, keep_alive).await?;
+        let (mut lease, taken) = self.acquire_model(&spec, keep_alive, take).await?;
         lease.adapter = adapter;
-        Ok(lease)
+        Ok((lease, taken))
     }
 
     /// A lease of the base model (`acquire` names the adapter).
-    async fn acquire_model(
+    async fn acquire_model<T>(
         self: &Arc<Self>,
         spec: &Arc<ModelSpec>,
         keep_alive: Option<KeepAlive>,
-    ) -> Result<Lease, RegistryError> {
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Result<(Lease, T), RegistryError> {
         let id = spec.id.as_str();
         let keep_alive = keep_alive.unwrap_or(self.settings.keep_alive);
         let started = Instant::now();
-        if let Some(lease) = self.lease_loaded(id, keep_alive, Duration::ZERO) {
-            return Ok(lease);
+        if let Some(leased) = self.lease_loaded(id, keep_alive, Duration::ZERO, &take) {
+            return leased;
         }
         let Some(lock) = self.load_locks.get(id) else { return Err(RegistryError::NotFound(id.to_owned())) };
         let _loading = lock.lock().await;
         // Loaded by the request ahead of us while we waited.
-        if let Some(lease) = self.lease_loaded(id, keep_alive, started.elapsed()) {
-            return Ok(lease);
+        if let Some(leased) = self.lease_loaded(id, keep_alive, started.elapsed(), &take) {
+            return leased;
         }
         self.make_room(spec).await?;
         let loading = spec.clone();
@@ -294,15 +330,19 @@ impl Registry {
         tracing::info!(model = %id, load_ms = started.elapsed().as_millis() as u64, "model loaded");
         state.loaded.insert(
             id.to_owned(),
-            Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None },
+            Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None, leases: 1 },
         );
-        Ok(Lease {
+        // Another request may have filled the new queue since the insert;
+        // the model stays loaded either way.
+        let taken = take(&loaded)?;
+        let lease = Lease {
             model: Some(loaded),
             registry: self.clone(),
             keep_alive,
             load_duration: started.elapsed(),
             adapter: None,
-        })
+        };
+        Ok((lease, taken))
     }
 
     /// The runtime for these settings, opened once.
@@ -319,17 +359,30 @@ impl Registry {
         Ok(opened)
     }
 
-    fn lease_loaded(self: &Arc<Self>, id: &str, keep_alive: KeepAlive, waited: Duration) -> Option<Lease> {
+    /// A lease of the model if it is loaded, `take` asked first.
+    fn lease_loaded<T>(
+        self: &Arc<Self>,
+        id: &str,
+        keep_alive: KeepAlive,
+        waited: Duration,
+        take: impl Fn(&Loaded) -> Result<T, RegistryError>,
+    ) -> Option<Result<(Lease, T), RegistryError>> {
         let mut state = self.state();
         let slot = state.loaded.get_mut(id)?;
+        let taken = match take(&slot.model) {
+            Ok(taken) => taken,
+            Err(e) => return Some(Err(e)),
+        };
         slot.last_used = Instant::now();
-        Some(Lease {
+        slot.leases += 1;
+        let lease = Lease {
             model: Some(slot.model.clone()),
             registry: self.clone(),
             keep_alive,
             load_duration: waited,
             adapter: None,
-        })
+        };
+        Some(Ok((lease, taken)))
     }
 
     /// Unloads least recently used idle models until `spec` fits, then
@@ -338,6 +391,7 @@ impl Registry {
         if let Some(budget) = self.settings.memory_budget_bytes.filter(|&b| spec.size_bytes > b) {
             return Err(RegistryError::TooLarge { id: spec.id.clone(), size: spec.size_bytes, budget });
         }
+        let mut said = false;
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -349,7 +403,12 @@ impl Registry {
                         state.reserved.push((spec.id.clone(), spec.size_bytes));
                         victims
                     }
-                    None => Vec::new(),
+                    None => {
+                        if !std::mem::replace(&mut said, true) {
+                            tracing::info!(model = %spec.id, "loading waits for room: the loaded models are in use");
+                        }
+                        Vec::new()
+                    }
                 }
             };
             let reserved = self.state().reserved.iter().any(|(r, _)| *r == spec.id);
@@ -379,7 +438,7 @@ impl Registry {
                 && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
         };
         let mut idle: Vec<(&String, Instant)> =
-            state.loaded.iter().filter(|(_, s)| s.idle(0)).map(|(id, s)| (id, s.last_used)).collect();
+            state.loaded.iter().filter(|(_, s)| s.idle()).map(|(id, s)| (id, s.last_used)).collect();
         idle.sort_by_key(|(_, used)| *used);
         let mut chosen = Vec::new();
         for (id, _) in idle {
@@ -407,8 +466,8 @@ impl Registry {
             };
             slot.last_used = now;
             slot.expires = keep_alive.deadline(now);
-            // Counting the reference handed back here, dropped below.
-            if keep_alive.is_zero() && slot.idle(1) {
+            slot.leases = slot.leases.saturating_sub(1);
+            if keep_alive.is_zero() && slot.idle() {
                 state.loaded.remove(&model.model_id).map(|s| s.model)
             } else {
                 None
@@ -434,7 +493,7 @@ impl Registry {
             let mut state = self.state();
             let Some(slot) = state.loaded.get_mut(id) else { return Ok(false) };
             slot.expires = Some(Instant::now());
-            if slot.idle(0) {
+            if slot.idle() {
                 state.loaded.remove(id).map(|s| s.model)
             } else {
                 None
@@ -462,7 +521,7 @@ impl Registry {
                 let expired: Vec<String> = state
                     .loaded
                     .iter()
-                    .filter(|(_, s)| s.expires.is_some_and(|at| at <= now) && s.idle(0))
+                    .filter(|(_, s)| s.expires.is_some_and(|at| at <= now) && s.idle())
                     .map(|(id, _)| id.clone())
                     .collect();
                 let models: Vec<_> = expired.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect();
@@ -483,12 +542,50 @@ impl Registry {
     }
 }
 
-/// Drops the registry's last reference on a blocking thread: the runtime
-/// thread is joined and `rkllm_destroy` called before this returns.
+/// How long an unload waits for the last transient holders of the model
+/// (a status snapshot, a finished generation's stream) before it says so.
+const HELD_WARN: Duration = Duration::from_secs(5);
+
+/// Destroys the model on a blocking thread: the runtime thread is joined
+/// and `rkllm_destroy` called before this returns. The model was chosen
+/// because no lease and no queue place holds it; anything that still holds
+/// a reference lets go within moments (a status snapshot, a finished
+/// stream), and the destroy waits for that here rather than happening
+/// wherever the last reference drops (an async task, which it would block).
+/// A holder that does not let go is a bug, said once as a WARN.
 async fn unload(model: Arc<Loaded>) {
     let id = model.model_id.clone();
     let started = Instant::now();
-    if tokio::task::spawn_blocking(move || drop(model)).await.is_err() {
+    let destroy = move || {
+        let mut warned = false;
+        let mut held = model;
+        let loaded = loop {
+            match Arc::try_unwrap(held) {
+                Ok(loaded) => break loaded,
+                Err(again) => held = again,
+            }
+            if !warned && started.elapsed() > HELD_WARN {
+                tracing::warn!(model = %held.model_id, "unloading waits: something still holds the model although no lease or queue place does");
+                warned = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let Loaded { mut engine, .. } = loaded;
+        loop {
+            match Arc::try_unwrap(engine) {
+                Ok(engine) => return drop(engine),
+                Err(again) => engine = again,
+            }
+            if !warned && started.elapsed() > HELD_WARN {
+                tracing::warn!(
+                    "unloading waits: something still holds the engine although no lease or queue place does"
+                );
+                warned = true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    if tokio::task::spawn_blocking(destroy).await.is_err() {
         tracing::error!(model = %id, "unloading the model panicked");
     }
     tracing::info!(model = %id, unload_ms = started.elapsed().as_millis() as u64, "model unloaded");

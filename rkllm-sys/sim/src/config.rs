@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 15] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 14] = [
     "hang_after",
     "kv_size_skew",
     "eos_in_cache",
+    "batch_abort_ignored",
     "init_ms",
     "abort_lag",
     "reentrant_abort",
@@ -48,6 +49,8 @@ pub(crate) struct SimConfig {
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
     pub eos_in_cache: bool,
+    /// A fault: a batched run ignores `rkllm_abort` and decodes every slot to its end.
+    pub batch_abort_ignored: bool,
     /// `rkllm_init` takes this long (not scaled: a slow model load).
     pub init_ms: f64,
     /// Tokens a run still delivers after an abort (a runtime that notices it late).
@@ -103,6 +106,11 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             None | Some("0") => false,
             Some("1") => true,
             Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
+        },
+        batch_abort_ignored: match value("batch_abort_ignored").as_deref().map(str::trim) {
+            None | Some("0") => false,
+            Some("1") => true,
+            Some(v) => return Err(invalid("batch_abort_ignored", v, "0 or 1")),
         },
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
         abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),

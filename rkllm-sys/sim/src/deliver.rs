@@ -131,7 +131,8 @@ impl SimModel {
             if self.config.hang_after == Some(reply.steps) {
                 hang();
             }
-            if self.gate.wait_until(due) {
+            // The `batch_abort_ignored` fault decodes on (unpaced) to the end.
+            if self.gate.wait_until(due) && !(self.config.batch_abort_ignored && reply.slots.len() > 1) {
                 if lag == 0 {
                     break End::Aborted;
                 }

@@ -50,6 +50,7 @@
 //! | `reentrant_abort` | `ok` (default) or `deadlock` | `deadlock`: `rkllm_abort` called from inside the result callback never returns (as a runtime holding one lock around the callback and in abort); the record marks every abort `reentrant` or not |
 //! | `init_ms` | number | `rkllm_init` takes this long (a slow model load; not scaled by `time_scale`) |
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
+//! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //!
 //! `fail_init` is the switch that makes `rkllm_init` fail.
 //!

@@ -8,7 +8,6 @@ use crate::api::Loaded;
 use crate::conversation::ReasoningMode;
 use crate::registry::KeepAlive;
 use serde_json::{json, Map, Value};
-use std::time::Instant;
 
 /// `keep_alive`: seconds or a duration string; `null`/absent = the daemon's.
 pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> {
@@ -112,7 +111,7 @@ fn message(i: usize, m: &InMessage, calls_before: &mut usize) -> Result<ChatMess
 }
 
 /// A chat request as a job; `None` when it has no messages (a load request).
-pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> Result<Option<Validated>, ApiError> {
+pub fn chat(req: &ChatRequest, id: &str, model: &Loaded) -> Result<Option<Validated>, ApiError> {
     let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
     let mut calls = 0;
     let messages = messages.iter().enumerate().map(|(i, m)| message(i, m, &mut calls)).collect::<Result<_, _>>()?;
@@ -126,16 +125,11 @@ pub fn chat(req: &ChatRequest, id: &str, model: &Loaded, received: Instant) -> R
         response_format: response_format(req.common.format.as_ref()),
         common: common(&req.common, model)?,
     };
-    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+    openai.validate(id, model, ReasoningMode::Split).map(Some)
 }
 
 /// A generate request as a job; `None` when the prompt is empty (a load request).
-pub fn generate(
-    req: &GenerateRequest,
-    id: &str,
-    model: &Loaded,
-    received: Instant,
-) -> Result<Option<Validated>, ApiError> {
+pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Option<Validated>, ApiError> {
     no_images(req.images.as_ref(), "images")?;
     for (param, given) in [("suffix", req.suffix.is_some()), ("template", req.template.is_some())] {
         if given {
@@ -150,9 +144,7 @@ pub fn generate(
     if req.raw == Some(true) {
         // Raw: the prompt as written, no template; no legacy 16-token default.
         common.max_tokens = common.max_tokens.or(Some(model.engine.limits().max_new_tokens));
-        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }
-            .validate(id, model, received)
-            .map(Some);
+        return openai::CompletionRequest { prompt: Prompt::One(prompt), common }.validate(id, model).map(Some);
     }
     let mut messages = Vec::new();
     for (role, text) in [(ChatRole::System, req.system.clone()), (ChatRole::User, Some(prompt))] {
@@ -177,7 +169,7 @@ pub fn generate(
         response_format: response_format(req.common.format.as_ref()),
         common,
     };
-    openai.validate(id, model, ReasoningMode::Split, received).map(Some)
+    openai.validate(id, model, ReasoningMode::Split).map(Some)
 }
 
 /// Ollama's `format` as OpenAI's `response_format`: `"json"` asks for a JSON

@@ -35,12 +35,15 @@ pub async fn embed(
         counting: &counting,
     };
     let truncate = req.truncate.unwrap_or(true);
-    let (model, load, out) = run(&state, ask, texts, truncate, req.dimensions, true, received).await?;
+    let (model, load, out) = run(&state, ask, texts, truncate, req.dimensions, true).await?;
     let ns = |ms: Option<f64>| ms.map_or(0, |ms| (ms * 1e6) as u64);
     Ok(Json(EmbedResponse {
         model,
         // A request with no input only loads the model, as Ollama's does.
-        total_duration: out.as_ref().map_or_else(|| received.elapsed().as_nanos() as u64, |o| ns(o.timings.e2e_ms)),
+        // Ollama's total includes the load, which comes before `received`.
+        total_duration: out
+            .as_ref()
+            .map_or_else(|| received.elapsed().as_nanos() as u64, |o| ns(o.timings.e2e_ms) + load.as_nanos() as u64),
         load_duration: load.as_nanos() as u64,
         prompt_eval_count: out.as_ref().map_or(0, |o| o.prompt_tokens),
         embeddings: out.map(|o| o.vectors).unwrap_or_default(),
@@ -54,7 +57,6 @@ pub async fn legacy(
     Extension(counting): Extension<Counting>,
     body: Bytes,
 ) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
-    let received = Instant::now();
     let req: LegacyEmbedRequest = parse(&body)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask {
@@ -63,7 +65,7 @@ pub async fn legacy(
         options: req.options.as_ref(),
         counting: &counting,
     };
-    let (_, _, out) = run(&state, ask, texts, false, None, false, received).await?;
+    let (_, _, out) = run(&state, ask, texts, false, None, false).await?;
     let embedding = out.and_then(|o| o.vectors.into_iter().next()).unwrap_or_default();
     Ok(Json(LegacyEmbedResponse { embedding }))
 }
@@ -87,14 +89,13 @@ async fn run(
     truncate: bool,
     dimensions: Option<u32>,
     normalise: bool,
-    received: Instant,
 ) -> Result<(String, Duration, Option<Vectors>), ApiError> {
     if ask.model.is_empty() {
         return Err(ApiError::invalid_value("model", "model is required"));
     }
     let keep_alive = convert::keep_alive(ask.keep_alive)?;
     // Held until the vectors are made, so the model is not unloaded under them.
-    let lease = state.lease(ask.model, keep_alive).await?;
+    let (lease, place) = state.lease_queued(ask.model, keep_alive).await?;
     let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease)?;
     if texts.is_empty() {
         return Ok((lease.served_id(), lease.load_duration, None));
@@ -104,7 +105,7 @@ async fn run(
         check_inputs(&inputs, context).map(|()| inputs)
     })
     .await?;
-    let out = vectors(&lease, received, inputs, dimensions, normalise, ask.counting).await?;
+    let out = vectors(&lease, place, inputs, dimensions, normalise, ask.counting).await?;
     Ok((lease.served_id(), lease.load_duration, Some(out)))
 }
 

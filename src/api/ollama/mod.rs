@@ -78,8 +78,7 @@ async fn chat(
     let received = Instant::now();
     let req: ChatRequest = parse(&body)?;
     let common = req.common.clone();
-    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model, received))
-        .await
+    answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model)).await
 }
 
 async fn generate(
@@ -90,7 +89,7 @@ async fn generate(
     let received = Instant::now();
     let req: GenerateRequest = parse(&body)?;
     let common = req.common.clone();
-    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model, received);
+    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
     answer(&state, &common, Shape::Generate, received, &counting, validate).await
 }
 
@@ -109,7 +108,7 @@ async fn answer(
         return Err(ApiError::invalid_value("model", "model is required").into());
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
-    let model = state.lease(&common.model, keep_alive).await?;
+    let (model, place) = state.lease_queued(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
@@ -128,7 +127,8 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let (pieces, _ignored) = start(model, v.job, &id, v.stops, v.rules, v.checks, counting)?;
+    let streamed = v.stream;
+    let (pieces, _ignored) = start(model, place, v, &id, counting);
     let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
-    Ok(if v.stream { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
+    Ok(if streamed { reply::stream(pieces, frame) } else { reply::collect(pieces, frame).await })
 }

@@ -61,9 +61,11 @@ impl Frame {
     fn stats(&self, summary: &Summary) -> Stats {
         let ns = |ms: Option<f64>| ms.map_or(0, |ms| (ms * 1e6) as u64);
         let t = &summary.timings;
+        let load = self.load.as_nanos() as u64;
         Stats {
-            total_duration: ns(t.e2e_ms),
-            load_duration: self.load.as_nanos() as u64,
+            // Ollama's total includes the load, which comes before `received`.
+            total_duration: ns(t.e2e_ms) + load,
+            load_duration: load,
             prompt_eval_count: summary.usage.prompt_tokens.unwrap_or(0),
             prompt_eval_duration: ns(t.prompt_ms),
             eval_count: t.predicted_n,

@@ -17,7 +17,6 @@ use crate::engine::Job;
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
-use std::time::Instant;
 
 /// Runs a request's preparation — rendering and tokenizing its prompt, the
 /// one step of a request whose cost grows with its size — on the blocking
@@ -65,14 +64,7 @@ pub struct Checks {
 pub const LEGACY_MAX_TOKENS: u32 = 16;
 
 impl Common {
-    fn validate(
-        &self,
-        id: &str,
-        prompt: String,
-        max_tokens: Option<u32>,
-        limit: u32,
-        received: Instant,
-    ) -> Result<Validated, ApiError> {
+    fn validate(&self, id: &str, prompt: String, max_tokens: Option<u32>, limit: u32) -> Result<Validated, ApiError> {
         if let Some(n) = self.n {
             if n != 1 {
                 return Err(ApiError::invalid_value(
@@ -113,7 +105,6 @@ impl Common {
             job: Job {
                 id: id.to_owned(),
                 prompt,
-                received,
                 max_new_tokens: max_tokens,
                 sampling,
                 enable_thinking: false,
@@ -130,13 +121,7 @@ impl Common {
 }
 
 impl ChatCompletionRequest {
-    pub fn validate(
-        &self,
-        id: &str,
-        model: &Loaded,
-        reasoning: ReasoningMode,
-        received: Instant,
-    ) -> Result<Validated, ApiError> {
+    pub fn validate(&self, id: &str, model: &Loaded, reasoning: ReasoningMode) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiError::invalid_value(
@@ -158,7 +143,7 @@ impl ChatCompletionRequest {
         let enable_thinking = chat.variables.get("enable_thinking").and_then(Value::as_bool).unwrap_or(false);
         let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         let limit = model.engine.limits().max_new_tokens;
-        let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit, received)?;
+        let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit)?;
         let mut size = measure(&mut v.job, model, "messages");
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
@@ -178,7 +163,7 @@ impl ChatCompletionRequest {
 }
 
 impl CompletionRequest {
-    pub fn validate(&self, id: &str, model: &Loaded, received: Instant) -> Result<Validated, ApiError> {
+    pub fn validate(&self, id: &str, model: &Loaded) -> Result<Validated, ApiError> {
         let bytes = match &self.prompt {
             Prompt::One(p) => p.len(),
             Prompt::Many(v) => v.iter().map(String::len).sum(),
@@ -197,7 +182,7 @@ impl CompletionRequest {
         convert::no_nul("prompt", &prompt)?;
         let limit = model.engine.limits().max_new_tokens;
         let max_tokens = Some(self.common.max_tokens.unwrap_or(LEGACY_MAX_TOKENS.min(limit)));
-        let mut v = self.common.validate(id, prompt, max_tokens, limit, received)?;
+        let mut v = self.common.validate(id, prompt, max_tokens, limit)?;
         let size = measure(&mut v.job, model, "prompt");
         size.check(&v.job)?;
         v.checks.size = size;

@@ -199,7 +199,6 @@ mod tests {
         Job {
             id: "x".into(),
             prompt: String::new(),
-            received: std::time::Instant::now(),
             max_new_tokens,
             sampling: Default::default(),
             enable_thinking: false,

@@ -1,0 +1,309 @@
+//! The scheduler of one model's runs: every generation waits here, and one
+//! task per engine picks what runs next — one job (`batch` = 1), or a group
+//! that shares a batched run (`batch.rs`).
+//!
+//! * **Locality.** Of the waiting jobs, one whose state is warm (today: it
+//!   extends the conversation in the KV cache, `Engine::is_warm`) goes
+//!   before older ones, because its prefill is mostly done. Fairness bounds
+//!   it: a job passed over `max_passed_over` times goes first, whatever is
+//!   warm (0: strict arrival order). So no job waits behind more than
+//!   `max_passed_over` others that arrived after it.
+//! * **Gathering** (`batch` > 1). A batched run cannot take a job once it
+//!   started, so after a run ends the scheduler waits up to `gather` for
+//!   the clients of that run to send again (closed loop) before starting
+//!   the next one with empty slots: they then share runs instead of
+//!   splitting into groups that never merge. It waits for as many as it
+//!   expects — those waiting plus the last run's jobs, at most a full batch
+//!   — so a lone client (expected alone) never waits, and nothing waits
+//!   after an idle spell (no run within `gather`).
+
+use super::batch::Slot;
+use super::outcome::EndReason;
+use super::plan::RunPlan;
+use super::queue::{Place, Turn};
+use super::Engine;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// How the scheduler picks (the composition root fills it in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleSettings {
+    /// Sequences per run (`n_batch`).
+    pub batch: u8,
+    /// How long after a run a batch waits for more jobs (`batch` > 1).
+    pub gather: Duration,
+    /// How often a waiting job may be passed over for a warm one.
+    pub max_passed_over: u32,
+}
+
+/// What a job is given when its turn comes.
+pub(super) enum Assigned {
+    /// A run of its own: the turn, held until its run has returned.
+    Alone(Turn),
+    /// A slot of a batched run (the scheduler holds that run's turn).
+    Batched(Slot),
+}
+
+/// A job waiting for its turn.
+pub(super) struct Waiting {
+    pub plan: Arc<RunPlan>,
+    /// The prompt's ids (what the warm test compares with the KV cache).
+    pub tokens: Option<Arc<[i32]>>,
+    pub place: Place,
+    /// Times a younger job went first.
+    passed: u32,
+    pub reply: oneshot::Sender<Result<Assigned, EndReason>>,
+}
+
+/// The engine's side of the scheduler: where jobs are handed in.
+pub(super) struct Scheduler {
+    settings: ScheduleSettings,
+    jobs: UnboundedSender<Waiting>,
+    /// Taken by the first job, which starts the task (the engine is built
+    /// outside any async runtime).
+    task: Mutex<Option<UnboundedReceiver<Waiting>>>,
+}
+
+impl Scheduler {
+    pub fn new(settings: ScheduleSettings) -> Self {
+        let (jobs, rx) = mpsc::unbounded_channel();
+        Scheduler {
+            settings: ScheduleSettings { batch: settings.batch.max(1), ..settings },
+            jobs,
+            task: Mutex::new(Some(rx)),
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        usize::from(self.settings.batch)
+    }
+}
+
+impl Engine {
+    /// Waits until the scheduler gives the job its turn (holding `place`
+    /// meanwhile); dropping the future leaves the queue.
+    pub(super) async fn wait_assigned(
+        self: &Arc<Self>,
+        place: Place,
+        plan: Arc<RunPlan>,
+        tokens: Option<Arc<[i32]>>,
+    ) -> Result<Assigned, EndReason> {
+        let scheduler = &self.scheduler;
+        let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(jobs) = pending {
+            tokio::spawn(schedule(Arc::downgrade(self), jobs, scheduler.settings));
+        }
+        let (reply, assigned) = oneshot::channel();
+        let gone = || EndReason::RuntimeError("the scheduler stopped".into());
+        scheduler.jobs.send(Waiting { plan, tokens, place, passed: 0, reply }).map_err(|_| gone())?;
+        assigned.await.map_err(|_| gone())?
+    }
+}
+
+/// The scheduler task: one run at a time, for as long as the engine lives.
+async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, settings: ScheduleSettings) {
+    let size = usize::from(settings.batch);
+    let mut waiting = VecDeque::new();
+    // Until when, and for how many jobs, the next batch gathers.
+    let mut gathering: Option<(Instant, usize)> = None;
+    loop {
+        if waiting.is_empty() {
+            match jobs.recv().await {
+                Some(job) => waiting.push_back(job),
+                None => return,
+            }
+        }
+        if size > 1 {
+            if let Some((until, expected)) = gathering.take().filter(|(until, _)| *until > Instant::now()) {
+                gather(&mut jobs, &mut waiting, expected, until).await;
+            }
+        }
+        let Some(engine) = engine.upgrade() else { return };
+        let permit = engine.queue.wait_permit();
+        tokio::pin!(permit);
+        // Until the turn comes, newcomers join and jobs whose clients left
+        // free their places at once (the queue's `waiting` count drops).
+        let permit = loop {
+            let arrived = tokio::select! {
+                permit = &mut permit => break permit,
+                job = jobs.recv() => job,
+                () = any_left(&mut waiting) => None,
+            };
+            waiting.extend(arrived);
+            waiting.retain(|job| !job.reply.is_closed());
+        };
+        while let Ok(job) = jobs.try_recv() {
+            waiting.push_back(job);
+        }
+        waiting.retain(|job| !job.reply.is_closed());
+        let warm = |job: &Waiting| engine.is_warm(job.tokens.as_deref(), job.plan.lora.as_deref());
+        let Some(first) = pick(&mut waiting, settings.max_passed_over, warm) else { continue };
+        if size == 1 {
+            let turn = engine.queue.start(permit, vec![first.place]);
+            // A client gone since: its turn is dropped with the error, and the loop picks again.
+            let _ = first.reply.send(Ok(Assigned::Alone(turn)));
+        } else {
+            let group = take_group(first, &mut waiting, size);
+            let ran = group.len();
+            let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reply, (j.plan, j.place))).unzip();
+            match engine.start_batch(permit, members, size) {
+                Ok((slots, run)) => {
+                    for (reply, slot) in replies.into_iter().zip(slots) {
+                        if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
+                            // Its client left while the batch was being put together.
+                            slot.control.abort();
+                        }
+                    }
+                    engine.end_batch(run).await;
+                }
+                Err(reason) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(reason.clone()));
+                    }
+                }
+            }
+            while let Ok(job) = jobs.try_recv() {
+                waiting.push_back(job);
+            }
+            // Every job of the run may come back, and those waiting are here;
+            // a client that came back early is counted twice, which costs at
+            // most `gather` (a lone client is counted once: it never waits).
+            let expected = (waiting.len() + ran).min(size);
+            gathering = Some((Instant::now() + settings.gather, expected));
+        }
+    }
+}
+
+/// Resolves when the client of some waiting job has gone.
+async fn any_left(waiting: &mut VecDeque<Waiting>) {
+    if waiting.is_empty() {
+        return std::future::pending().await;
+    }
+    futures_util::future::select_all(waiting.iter_mut().map(|job| Box::pin(job.reply.closed()))).await;
+}
+
+/// Waits until `waiting` has `expected` jobs or `until` passes.
+async fn gather(
+    jobs: &mut UnboundedReceiver<Waiting>,
+    waiting: &mut VecDeque<Waiting>,
+    expected: usize,
+    until: Instant,
+) {
+    while waiting.len() < expected {
+        match tokio::time::timeout_at(until, jobs.recv()).await {
+            Ok(Some(job)) => waiting.push_back(job),
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// Takes the job that runs next: the oldest, unless a younger one is warm
+/// and the oldest has been passed over fewer than `max_passed_over` times.
+/// Every job older than the one taken counts one more pass.
+fn pick(waiting: &mut VecDeque<Waiting>, max_passed_over: u32, warm: impl Fn(&Waiting) -> bool) -> Option<Waiting> {
+    let oldest = waiting.front()?;
+    let index =
+        if oldest.passed >= max_passed_over || warm(oldest) { 0 } else { waiting.iter().position(&warm).unwrap_or(0) };
+    for passed in waiting.iter_mut().take(index) {
+        passed.passed += 1;
+    }
+    if index > 0 {
+        tracing::debug!(passed = index, "a warm job goes before older ones");
+    }
+    waiting.remove(index)
+}
+
+/// `first` and, in arrival order, up to `size − 1` more that can share its
+/// run (the same sampling values and adapter).
+fn take_group(first: Waiting, waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
+    let mut group = vec![first];
+    let mut rest = VecDeque::with_capacity(waiting.len());
+    while let Some(job) = waiting.pop_front() {
+        if group.len() < size && job.plan.shares_run_with(&group[0].plan) {
+            group.push(job);
+        } else {
+            rest.push_back(job);
+        }
+    }
+    *waiting = rest;
+    group
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::queue::Queue;
+    use super::*;
+
+    fn job(queue: &Queue, top_k: i32, lora: Option<&str>) -> (Waiting, oneshot::Receiver<Result<Assigned, EndReason>>) {
+        let (reply, rx) = oneshot::channel();
+        let job = crate::engine::Job {
+            id: "j".into(),
+            prompt: format!("k{top_k}"),
+            max_new_tokens: Some(8),
+            sampling: crate::sampling::SamplingOverrides { top_k: Some(top_k), ..Default::default() },
+            enable_thinking: false,
+            tokens: None,
+            lora: lora.map(str::to_owned),
+        };
+        let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
+        let place = queue.try_enter().expect("room");
+        (Waiting { plan: Arc::new(plan), tokens: None, place, passed: 0, reply }, rx)
+    }
+
+    fn queue_of(
+        jobs: impl IntoIterator<Item = (i32, Option<&'static str>)>,
+    ) -> (VecDeque<Waiting>, Vec<oneshot::Receiver<Result<Assigned, EndReason>>>) {
+        let queue = Queue::new(16, crate::engine::Npu::default());
+        jobs.into_iter().map(|(k, lora)| job(&queue, k, lora)).unzip()
+    }
+
+    fn group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
+        match pick(waiting, 0, |_| false) {
+            Some(first) => take_group(first, waiting, size),
+            None => Vec::new(),
+        }
+    }
+
+    #[test]
+    fn jobs_with_different_adapters_do_not_share_a_run() {
+        let (mut waiting, _rx) = queue_of([(1, None), (1, Some("a")), (1, None), (1, Some("a")), (1, Some("b"))]);
+        let adapters = |g: &[Waiting]| g.iter().map(|j| j.plan.lora.clone()).collect::<Vec<_>>();
+        assert_eq!(adapters(&group(&mut waiting, 4)), vec![None, None]);
+        assert_eq!(adapters(&group(&mut waiting, 4)), vec![Some("a".to_owned()); 2]);
+        assert_eq!(adapters(&group(&mut waiting, 4)), vec![Some("b".to_owned())]);
+    }
+
+    #[test]
+    fn groups_share_sampling_keep_arrival_order_and_size() {
+        let (mut waiting, _rx) = queue_of([3, 2, 3, 3, 2, 3, 3].map(|k| (k, None)));
+        let top_k = |g: &[Waiting]| g.iter().map(|j| j.plan.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
+        let first = group(&mut waiting, 4);
+        assert_eq!(top_k(&first), vec![Some(3); 4], "the oldest job's sampling, up to the batch size");
+        assert_eq!(first[3].plan.prompt, "k3");
+        assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
+        assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(3)], "a lone job is not held back");
+        assert!(group(&mut waiting, 4).is_empty());
+    }
+
+    #[test]
+    fn a_warm_job_goes_first_until_the_oldest_was_passed_over_enough() {
+        // Jobs k2..k6 wait; the warm ones are k4 and k6 (say, follow-ups).
+        let (mut waiting, _rx) = queue_of([2, 3, 4, 5, 6].map(|k| (k, None)));
+        let warm = |job: &Waiting| matches!(job.plan.prompt.as_str(), "k4" | "k6");
+        let mut order = Vec::new();
+        while let Some(job) = pick(&mut waiting, 2, warm) {
+            order.push(job.plan.prompt.clone());
+        }
+        // k4 passes k2, k3 (1 pass each); k6 passes them again (2 each, and k5
+        // once): the bound is reached, so arrival order from then on.
+        assert_eq!(order, ["k4", "k6", "k2", "k3", "k5"]);
+
+        let (mut waiting, _rx) = queue_of([2, 3, 4].map(|k| (k, None)));
+        let first = pick(&mut waiting, 0, |job| job.plan.prompt == "k4").unwrap();
+        assert_eq!(first.plan.prompt, "k2", "0: strict arrival order");
+    }
+}
