@@ -3,8 +3,8 @@
 //! normalisation, the base64 wire encoding, and the reranker prompt
 //! formats with their score. No HTTP, no runtime.
 
+use crate::engine::{Matrix, Rows};
 use clap::ValueEnum;
-use rkllm_sys::{Matrix, Rows};
 use serde::{Deserialize, Serialize};
 
 /// How a sequence's hidden states become one vector.

@@ -30,11 +30,30 @@ enum Command {
         #[command(flatten)]
         doctor: doctor::DoctorArgs,
     },
-    /// Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).
+    // Listed for `rkllmd --help`; `main` parses `rkllmd bench …` with `BenchCli`.
+    #[command(about = BENCH_ABOUT)]
     Bench(Box<bench::BenchArgs>),
 }
 
+/// `rkllmd bench` on its own: a client of any server, it reads none of the
+/// daemon's settings (neither its file nor its `RKLLMD_*` variables, which
+/// clap would otherwise read and check for the top level's flags).
+#[derive(Parser)]
+#[command(name = "rkllmd bench", bin_name = "rkllmd bench", version, about = BENCH_ABOUT)]
+struct BenchCli {
+    #[command(flatten)]
+    args: bench::BenchArgs,
+}
+
+const BENCH_ABOUT: &str = "Benchmark an OpenAI-compatible server with streamed chat completions (see docs/bench.md).";
+
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|first| first == "bench") {
+        // The first argument stands in for the program's name.
+        let bench = BenchCli::parse_from(std::env::args_os().skip(1));
+        init_logging(LogFormat::Text);
+        return finish(on_runtime(client_runtime(), |rt| rt.block_on(bench::run(bench.args))));
+    }
     let cli = Cli::parse();
     // Settings given after the subcommand come after (and win over) those before it.
     let mut layers = vec![&cli.config];
@@ -48,6 +67,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The registered models (ids given twice, a model named like an adapter)
+    // are part of the configuration: `--print-config` fails where `serve`
+    // would. `doctor` reports them as one of its checks instead.
+    if !matches!(cli.command, Some(Command::Doctor { .. })) {
+        if let Err(e) = rkllmd::app::model_specs(&config, &Default::default()) {
+            eprintln!("rkllmd: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if layers.iter().any(|l| l.print_config) {
         print!("{}", config.to_toml());
         return ExitCode::SUCCESS;
@@ -60,6 +88,11 @@ fn main() -> ExitCode {
         }
         Some(Command::Bench(args)) => on_runtime(client_runtime(), |rt| rt.block_on(bench::run(*args))),
     };
+    finish(result)
+}
+
+/// The exit status of a command's result (its error logged).
+fn finish(result: Result<Result<(), String>, ExitCode>) -> ExitCode {
     let result = match result {
         Ok(result) => result,
         Err(code) => return code,

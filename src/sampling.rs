@@ -84,6 +84,12 @@ macro_rules! declare_overrides {
                 $( if let Some(v) = self.$name { s.$name = v; } )*
             }
         }
+
+        /// Every sampling field of `s` by name, in declaration order (the
+        /// `model loaded` line, Ollama's `show`).
+        pub fn named(s: &SamplingParams) -> Vec<(&'static str, String)> {
+            vec![$((stringify!($name), s.$name.to_string())),*]
+        }
     };
 }
 
@@ -115,6 +121,15 @@ mod tests {
         assert_eq!(s.temperature, d.temperature, "OpenAI's default would be 1.0");
         assert_eq!(s.top_k, d.top_k);
         assert_eq!(r.given(), vec!["top_p"]);
+    }
+
+    #[test]
+    fn every_field_is_named_with_its_value() {
+        let s = SamplingOverrides { top_p: Some(0.5), ..Default::default() }.apply(SamplingParams::RKLLM_DEFAULTS);
+        let named = named(&s);
+        let names: Vec<&str> = named.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, SamplingOverrides::FIELDS);
+        assert!(named.contains(&("top_p", "0.5".to_owned())), "{named:?}");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::api::{self, AppState};
 use crate::app;
 use crate::config::Config;
 use crate::notify::Notifier;
-use crate::registry::{Loaded, Registry};
+use crate::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,11 +63,11 @@ pub async fn serve(config: Config) -> Result<(), String> {
         let extender = tokio::spawn(extend_start_while_loading(notify.clone(), loading));
         let loaded = registry.acquire(&primary.id, None).await;
         extender.abort();
-        let loaded = loaded.map_err(|e| {
+        // The registry logged `model loaded`; the lease itself is not needed.
+        loaded.map_err(|e| {
             notify.status(&format!("model load failed: {e}"));
             e.to_string()
         })?;
-        log_loaded(&loaded, &config);
     }
     let ids: Vec<String> = registry.statuses().into_iter().map(|s| s.spec.id.clone()).collect();
     let serving = format!("serving {} on http://{addr}", ids.join(", "));
@@ -81,24 +81,6 @@ pub async fn serve(config: Config) -> Result<(), String> {
     server.await.map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
-}
-
-fn log_loaded(loaded: &Loaded, config: &Config) {
-    let info = loaded.engine.info();
-    let s = loaded.engine.sampling_defaults();
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        backend = info.backend.as_str(),
-        runtime = info.version.as_deref().unwrap_or("unknown"),
-        abi = %info.abi,
-        library = %info.origin,
-        model = %info.model_path,
-        model_id = %loaded.model_id,
-        max_context_len = config.max_context_len,
-        max_new_tokens = config.max_new_tokens,
-        sampling = format!("top_k={} top_p={} temperature={} repeat_penalty={} frequency_penalty={} presence_penalty={} mirostat={} mirostat_tau={} mirostat_eta={}", s.top_k, s.top_p, s.temperature, s.repeat_penalty, s.frequency_penalty, s.presence_penalty, s.mirostat, s.mirostat_tau, s.mirostat_eta),
-        "model loaded"
-    );
 }
 
 /// Repeats `EXTEND_TIMEOUT_USEC` (and a status with the time spent) until

@@ -41,10 +41,14 @@ async fn figures_match_the_simulated_pacing() {
         bench(args(&["--url", &d.url, "--requests", "3", "--prompt-tokens", "40", "--output-tokens", "64"])).await;
 
     assert_eq!(report["model"], "sim-qwen2-0.5b", "default model = first id of /v1/models");
-    // /v1/system comes with the observability work: embedded when served, else a note says why not.
+    // rkllmd serves /v1/system: embedded as sent, and it says the runtime is the simulator.
     let system = &report["server_system"];
-    let note = report["server_system_note"].as_str().unwrap_or("");
-    assert!(system.is_object() && note.is_empty() || system.is_null() && note.contains("HTTP 404"), "{system} {note}");
+    assert!(report["server_system_note"].is_null(), "{}", report["server_system_note"]);
+    assert_eq!(
+        (system["runtime"]["backend"].as_str(), system["simulated"].as_bool()),
+        (Some("sim"), Some(true)),
+        "{system}"
+    );
     assert_eq!(kinds(&report), Vec::<String>::new(), "rkllmd's streams break no rule: {}", report["findings"]);
     let requests = report["requests"].as_array().unwrap();
     assert_eq!(requests.len(), 3, "the warm-up request is not measured");
@@ -170,10 +174,16 @@ async fn levels_sample_the_server_and_write_every_output() {
     // Two distribution panels with a curve per level, and the throughput line.
     assert_eq!(svg.matches("<polyline").count(), 5, "{svg}");
     assert!(svg.contains("concurrency 4"));
+    // A category axis has no numbered ticks (it once drew one at x = NaN).
+    assert!(!svg.contains("NaN"), "{svg}");
+    assert!(md.contains("simulated runtime"), "the simulator is named as such: {md}");
     let html = std::fs::read_to_string(path("r.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("TTFT ms"));
-    // The server's /v1/system, as JSON in the page.
-    assert!(html.contains("<h2>Server (GET /v1/system)</h2>\n<pre>{"), "{html}");
+    assert!(html.contains("<svg") && !html.contains("NaN"));
+    // HTML tables, not terminal text: each figure a row, the server's /v1/system field by field.
+    assert!(!html.contains("<pre>"), "{html}");
+    assert!(html.contains("<tr><td>TTFT ms</td><td class=\"n\">8</td>"), "{html}");
+    assert!(html.contains("<tr><td>runtime.backend</td><td>sim</td></tr>"), "{html}");
+    assert!(html.contains("<tr><td>simulated</td><td>true</td></tr>") && html.contains("class=\"warn\""), "{html}");
 }
 
 /// A server that gets everything wrong: the role chunk at accept time, a
@@ -335,4 +345,22 @@ async fn failed_requests_are_counted_by_kind() {
     // With the right key the same run succeeds.
     let ok = bench(args(&["--url", &d.url, "--requests", "2", "--api-key", "k1"])).await;
     assert_eq!(ok["levels"][0]["succeeded"], 2);
+}
+
+/// bench reads none of the daemon's settings: a missing config file or a bad
+/// `RKLLMD_PORT` in the environment does not stop it; and a server that is
+/// not there is reported with the cause, "connection refused".
+#[test]
+fn bench_ignores_the_daemon_configuration_and_names_a_refused_connection() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // dropped: nobody listens
+    let output = Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["bench", "--url", &format!("http://{closed}"), "--requests", "1"])
+        .env("RKLLMD_CONFIG", "/nope/rkllmd.toml")
+        .env("RKLLMD_PORT", "abc")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "a run that failed, not a configuration error (2): {stderr}");
+    assert!(!stderr.contains("/nope") && !stderr.contains("--port"), "{stderr}");
+    assert!(stderr.to_lowercase().contains("connection refused"), "{stderr}");
 }

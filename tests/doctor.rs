@@ -68,7 +68,7 @@ fn a_healthy_rk3588_with_a_loadable_runtime_and_model() {
     assert!(device.contains("dev/dri/renderD129 (group") && device.contains("this user can open it"), "{device}");
     assert!(!run.out.contains("renderD128"), "{}", run.out);
     assert!(run.line("OK", "CPU cores").contains("8 online"));
-    assert!(run.line("OK", "model").contains("qwen.rkllm: 0.00 GiB, readable"));
+    assert!(run.line("OK", "model").contains("qwen.rkllm: 4096 bytes, readable"), "not 0.00 GiB: {}", run.out);
     assert!(run.line("OK", "memory").contains("14.50 GiB available of 15.43 GiB"), "{}", run.out);
     assert!(run.line("OK", "NPU clock").contains("fdab0000.npu: 1000 MHz (max 1000 MHz), governor rknpu_ondemand"));
     assert!(run.line("OK", "DDR clock").contains("dmc: 2112 MHz"));
@@ -118,7 +118,9 @@ fn a_driver_the_runtime_refuses_fails_with_its_words() {
     // Library search happens under the root too: nothing there.
     let library = run.line("FAIL", "runtime library");
     assert!(library.contains(&format!("{}/usr/lib/librkllmrt.so", root.display())), "{library}");
-    assert!(run.line("FAIL", "model").contains("/nonexistent/m.rkllm"));
+    assert!(run.line("FAIL", "model").contains("/nonexistent/m.rkllm: no such file"), "{}", run.out);
+    // A wrong path is a wrong path, not a model to convert.
+    assert!(run.out.contains("correct the path") && !run.out.contains("convert the model"), "{}", run.out);
 }
 
 #[test]

@@ -191,3 +191,56 @@ async fn print_config_shows_precedence_file_env_flag() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("colour"));
 }
+
+/// Two models with one id: `--print-config` refuses the configuration as
+/// `serve` does, with the same words and the configuration's exit status.
+#[test]
+fn print_config_checks_the_registered_models_as_start_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    std::fs::write(
+        &file,
+        "[[models]]\nid = \"m\"\npath = \"sim:instant\"\n\n[[models]]\nid = \"m\"\npath = \"sim:qwen2-0.5b\"\n",
+    )
+    .unwrap();
+    for print in [true, false] {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"));
+        command.args(["--config", file.to_str().unwrap(), "--port", "0"]);
+        if print {
+            command.arg("--print-config");
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "print {print}: {stderr}");
+        assert!(stderr.contains("two models have the id `m`: sim:instant and sim:qwen2-0.5b"), "{stderr}");
+    }
+}
+
+/// The start's messages say each thing once: the failed load's prefix, the
+/// runtime's own lines; and `model loaded` once for a load that worked.
+#[tokio::test]
+async fn load_messages_say_each_thing_once() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--backend", "sim", "--port", "0", "--model", "sim:instant?fail_init=npu_memory"])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(log.contains("loading the model `sim-instant` failed: rkllm_init failed with code -1"), "{log}");
+    assert_eq!(log.matches("failed to malloc npu memory").count(), 1, "the runtime's line once: {log}");
+    assert_eq!(log.matches("rkllm-runtime version").count(), 1, "{log}");
+
+    // No library and no model file: both are said, not only the library.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--port", "0", "--model", "/nonexistent/model.rkllm"])
+        .env_remove("RKLLM_LIB")
+        .env("LD_LIBRARY_PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains("no librkllmrt.so found"), "{log}");
+    assert!(log.contains("the model file /nonexistent/model.rkllm does not exist either"), "{log}");
+
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant"]);
+    assert_eq!(d.log().matches("model loaded").count(), 1, "{}", d.log());
+}

@@ -62,15 +62,39 @@ async fn a_wedged_runtime_turns_health_and_readiness_503_stalled() {
 
 #[tokio::test]
 async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
-    // The same hung run, but within the default allowance (120 s): judged by
-    // its activity, not pinged, so /health answers while the run never ends.
-    let d =
-        Daemon::start(&["--backend", "sim", "--model", "sim:instant?hang_after=2&reply_tokens=10", "--model-id", "m"]);
-    let request = wedge(&d).await;
-    for _ in 0..3 {
+    // The allowance that judged the hang above a stall (1 s), but a healthy run
+    // (a token every 24 ms) that lasts about twice as long: judged by its
+    // activity, neither by its length nor by a ping it could not answer.
+    let allowance = Duration::from_secs(1);
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:qwen2-0.5b?reply_tokens=80",
+        "--model-id",
+        "m",
+        "--first-token-timeout-secs",
+        "1",
+    ]);
+    let started = Instant::now();
+    let (client, url) = (d.client(), d.url.clone());
+    let request = tokio::spawn(async move {
+        let r = client.post(format!("{url}/v1/chat/completions")).json(&chat("m", "a long one")).send().await;
+        r.unwrap().json::<Value>().await.unwrap()
+    });
+    d.wait_generating().await;
+    let mut probed_while_running = 0;
+    while !request.is_finished() {
         let (code, h) = health(&d).await;
-        assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "{h}");
-        assert_eq!(h["queue"]["running"].as_u64(), Some(1), "{h}");
+        assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "after {:?}: {h}", started.elapsed());
+        if h["queue"]["running"].as_u64() == Some(1) {
+            probed_while_running += 1;
+        }
+        // Pacing the probes, not waiting for an event: the loop ends with the run.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    request.abort();
+    let reply = request.await.unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 80, "{reply}");
+    assert!(started.elapsed() > allowance + allowance / 2, "the run outlasted the allowance: {:?}", started.elapsed());
+    assert!(probed_while_running >= 10, "probed throughout the run: {probed_while_running}");
 }

@@ -6,7 +6,10 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 
-/// Every invariant of docs/timings.md that one response's figures must satisfy.
+/// Every invariant of docs/timings.md that one response's figures must
+/// satisfy. (`queue_ms + prompt_ms = ttft_ms` is not among them: the three are
+/// derived from the same instants by timeline.rs, so it could not fail here;
+/// `complete` holds `e2e_ms` against the client's own clock instead.)
 fn check_timings(t: &Value, usage: &Value) {
     let f = |k: &str| t[k].as_f64();
     let n = t["predicted_n"].as_u64().unwrap();
@@ -18,10 +21,8 @@ fn check_timings(t: &Value, usage: &Value) {
             assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
         }
     }
-    let (queue, prefill, ttft, e2e) =
-        (f("queue_ms").unwrap(), f("prompt_ms").unwrap(), f("ttft_ms").unwrap(), f("e2e_ms").unwrap());
-    assert!(close(queue + prefill, ttft, 0.01), "queue + prefill = ttft: {t}");
-    assert!(ttft <= e2e, "ttft ≤ e2e: {t}");
+    let (prefill, ttft, e2e) = (f("prompt_ms").unwrap(), f("ttft_ms").unwrap(), f("e2e_ms").unwrap());
+    assert!(prefill <= ttft && ttft <= e2e, "prefill ≤ ttft ≤ e2e: {t}");
     assert!(prefill + 1.0 >= t["runtime"]["prefill_time_ms"].as_f64().unwrap(), "ours ≥ the runtime's: {t}");
     if n <= 1 {
         for k in ["predicted_ms", "predicted_per_token_ms", "predicted_per_second"] {
@@ -43,21 +44,31 @@ fn body(content: &str, extra: Value) -> Value {
 
 /// Sends one request and returns (timings, usage, finish_reason) from the
 /// body or the stream's final chunk.
+/// The server's `e2e_ms` spans part of what the client waited from sending
+/// the request to reading the reply's end, so it cannot be longer.
 async fn complete(d: &Daemon, b: Value) -> (Value, Value, String) {
     let stream = b["stream"].as_bool().unwrap_or(false);
+    let sent = std::time::Instant::now();
     let r = d.post("/v1/chat/completions", b).await;
     assert_eq!(r.status(), 200);
-    if !stream {
+    let (timings, usage, finish) = if !stream {
         let v: Value = r.json().await.unwrap();
-        return (v["timings"].clone(), v["usage"].clone(), v["choices"][0]["finish_reason"].as_str().unwrap().into());
-    }
-    let (events, _) = read_sse(r).await;
-    let last = events[events.len() - 2].json();
-    let finish = events[..events.len() - 1]
-        .iter()
-        .rev()
-        .find_map(|e| e.json().pointer("/choices/0/finish_reason")?.as_str().map(String::from));
-    (last["timings"].clone(), last["usage"].clone(), finish.unwrap())
+        (v["timings"].clone(), v["usage"].clone(), v["choices"][0]["finish_reason"].as_str().unwrap().into())
+    } else {
+        let (events, _) = read_sse(r).await;
+        let last = events[events.len() - 2].json();
+        let finish = events[..events.len() - 1]
+            .iter()
+            .rev()
+            .find_map(|e| e.json().pointer("/choices/0/finish_reason")?.as_str().map(String::from));
+        (last["timings"].clone(), last["usage"].clone(), finish.unwrap())
+    };
+    let waited_ms = sent.elapsed().as_secs_f64() * 1000.0;
+    assert!(
+        timings["e2e_ms"].as_f64().unwrap() <= waited_ms,
+        "e2e_ms within the client's {waited_ms:.2} ms: {timings}"
+    );
+    (timings, usage, finish)
 }
 
 #[tokio::test]
@@ -88,11 +99,6 @@ async fn invariants_hold_over_many_requests_and_profiles() {
         let (n, all) = (t["predicted_n"].as_u64().unwrap(), whole["predicted_n"].as_u64().unwrap());
         assert!(n >= 2 && n < all, "{profile}: aborted at the stop sequence, n = {n} of {all}");
         assert_eq!(Some(n), u["completion_tokens"].as_u64());
-        assert!(close(
-            t["queue_ms"].as_f64().unwrap() + t["prompt_ms"].as_f64().unwrap(),
-            t["ttft_ms"].as_f64().unwrap(),
-            0.01
-        ));
 
         // Two at once: the second waits for the first; its queue time is inside its TTFT.
         let (a, b) = tokio::join!(
@@ -199,9 +205,13 @@ async fn an_unwritable_timings_log_stops_the_start_with_a_clear_error() {
 }
 
 /// Rockchip's published RK3588 figures (runtime 1.3.0, w8a8, 128-token
-/// prompt; shared/rkllm-runtime.md) — the simulator's profiles reproduce them.
-#[test]
-fn sim_profiles_reproduce_the_published_figures() {
+/// prompt; the table in docs/timings.md), measured through the daemon on the
+/// simulator's profiles at half of real time. The TTFT at another prompt
+/// length follows the Qwen2.5-1.5B field measurement, 104 ms + 2.14 ms per
+/// prompt token (378 ms at 128), scaled to each model's published TTFT.
+#[tokio::test]
+async fn sim_profiles_reproduce_the_published_figures() {
+    const SCALE: f64 = 0.5;
     let published = [
         ("qwen2-0.5b", 146.0, 41.6),
         ("qwen3-0.6b", 199.0, 32.9),
@@ -210,12 +220,24 @@ fn sim_profiles_reproduce_the_published_figures() {
         ("phi3-3.8b", 1017.0, 7.45),
         ("chatglm3-6b", 1353.0, 4.98),
     ];
-    for (name, ttft_ms, tokens_per_s) in published {
-        let p = rkllm_sim::profile(name).unwrap_or_else(|| panic!("no profile {name}"));
-        assert!(close(p.prefill_ms(128), ttft_ms, 1e-9), "{name}: TTFT at 128 tokens {}", p.prefill_ms(128));
-        assert!(close(1000.0 / p.decode_ms, tokens_per_s, 1e-9), "{name}: {} tok/s", 1000.0 / p.decode_ms);
+    for (name, ttft_at_128, tokens_per_s) in published {
+        let spec = format!("sim:{name}?time_scale={SCALE}&reply_tokens=8");
+        let d = Daemon::start(&["--backend", "sim", "--model", &spec, "--model-id", "m"]);
+        let (t, u, _) = complete(&d, body("the published figures", json!({}))).await;
+        check_timings(&t, &u);
+        let n = t["prompt_n"].as_f64().unwrap();
+        let expected = ttft_at_128 * (104.0 + 274.0 / 128.0 * n) / 378.0 * SCALE;
+        let prefill = t["prompt_ms"].as_f64().unwrap();
+        // A sleep is never shorter; a loaded machine makes it longer.
+        assert!(
+            (expected - 1.0..expected * 1.2 + 40.0).contains(&prefill),
+            "{name}: prefill {prefill:.1} ms at {n} tokens, expected {expected:.1}"
+        );
+        // Upper bands wide enough for a loaded 2-core machine; a wrong profile is off by more.
+        let (tpot, expected) = (t["predicted_per_token_ms"].as_f64().unwrap(), 1000.0 / tokens_per_s * SCALE);
+        assert!(
+            (0.93 * expected..1.5 * expected + 5.0).contains(&tpot),
+            "{name}: TPOT {tpot:.2} ms, expected {expected:.2}"
+        );
     }
-    // The Qwen2.5-1.5B field measurement: ≈ 104 ms + 2.14 ms per prompt token.
-    let q = rkllm_sim::profile("qwen2.5-1.5b").unwrap();
-    assert!(close(q.base_ms, 104.0, 0.01) && close(q.per_token_ms, 2.14, 0.01), "{q:?}");
 }

@@ -113,11 +113,10 @@ async fn counters_add_up_to_the_requests_sent_including_errors() {
     hot["temperature"] = json!(5);
     assert_eq!(post(hot).await.status(), 400);
     expect("400", "none");
+    // These two name no model served here: counted, under `model=""` (checked below).
     assert_eq!(post(chat("other-model", "x")).await.status(), 404);
-    expect("404", "none");
     let r = d.client().post(format!("{}/v1/chat/completions", d.url)).body("{}").send().await.unwrap();
     assert_eq!(r.status(), 415);
-    expect("415", "none");
 
     // A prompt that does not fit: the simulator's tokenizer counts it, so it never reaches the runtime.
     assert_eq!(post(chat("m", &"overflow ".repeat(300))).await.status(), 400);
@@ -156,7 +155,10 @@ async fn counters_add_up_to_the_requests_sent_including_errors() {
     let s = scrape_at(&d.url).await;
 
     let total = value(&s, "rkllmd_requests_total", &[]).unwrap() as u64;
-    assert_eq!(total, sent, "every request counted once");
+    assert_eq!(total, sent + 2, "every request counted once");
+    for status in ["404", "415"] {
+        assert_eq!(value(&s, "rkllmd_requests_total", &[("model", ""), ("status", status)]), Some(1.0), "{status}");
+    }
     for ((status, reason), n) in &expected {
         let got = value(&s, "rkllmd_requests_total", &[("model", "m"), ("status", status), ("finish_reason", reason)]);
         assert_eq!(got, Some(*n as f64), "requests_total{{status={status},finish_reason={reason}}}");
@@ -266,7 +268,10 @@ async fn board_telemetry_appears_in_metrics_and_system() {
     assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!((v["runtime"]["backend"].as_str(), v["runtime"]["abi"].as_str()), (Some("sim"), Some("1.3")));
     assert_eq!(v["runtime"]["version"], "1.3.0");
-    assert_eq!((v["platform"].as_str(), v["driver_version"].as_str()), (Some("RK3588"), Some("0.9.8")));
+    // The driver and cores are read from the board's files; the platform only the
+    // runtime would print, and the simulator's banner names no board it runs on.
+    assert_eq!((v["platform"].as_str(), v["driver_version"].as_str()), (None, Some("0.9.8")));
+    assert_eq!(v["simulated"], true);
     assert_eq!(v["npu"]["cores"], 3);
     assert_eq!(
         v["npu"]["load"],
@@ -310,9 +315,15 @@ async fn missing_telemetry_is_missing_not_zero_and_metrics_can_have_their_own_li
     for pointer in ["/npu/load", "/npu/frequency_hz", "/temperatures", "/cpu/load_average"] {
         assert!(v.pointer(pointer).unwrap().is_null(), "{pointer} must be null: {v}");
     }
-    // What the runtime printed at init still tells the driver, platform and core count.
-    assert_eq!((v["driver_version"].as_str(), v["platform"].as_str()), (Some("0.9.8"), Some("RK3588")));
-    assert_eq!(v["npu"]["cores"], 3, "npu_core_num from the init log");
+    // The simulator prints a board's banner at init (driver 0.9.8, RK3588, three
+    // cores); none of it describes this machine, so all are null and it says so.
+    assert_eq!(v["simulated"], true, "{v}");
+    for pointer in ["/driver_version", "/platform", "/npu/cores"] {
+        assert!(v.pointer(pointer).unwrap().is_null(), "{pointer} must be null on the simulator: {v}");
+    }
+    assert_eq!(value(&s, "rkllmd_runtime_info", &[("backend", "sim"), ("simulated", "true")]), Some(1.0));
+    let info = s.samples.iter().find(|x| x.metric == "rkllmd_runtime_info").unwrap();
+    assert!(info.labels.get("platform").is_none() && info.labels.get("driver_version").is_none(), "{info:?}");
 }
 
 #[tokio::test]
@@ -430,4 +441,48 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     }
     let events = d.log().matches("request finished").count();
     assert_eq!(events, engine_side, "one request-log event each");
+}
+
+/// With two models, a request refused before the engine is counted under the
+/// model its body named (not the first model); a name this daemon does not
+/// serve, or no parsable body, under `model=""`.
+#[tokio::test]
+async fn a_refusal_is_counted_under_the_model_it_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let tables =
+        "[[models]]\nid = \"alpha\"\npath = \"sim:instant\"\n\n[[models]]\nid = \"beta\"\npath = \"sim:instant\"\n";
+    std::fs::write(&config, tables).unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap()]);
+    let mut bad = chat("beta", "x");
+    bad["temperature"] = json!(-1);
+    assert_eq!(d.post("/v1/chat/completions", bad).await.status(), 400);
+    let ollama = json!({"model": "beta", "messages": [{"role": "user", "content": "x"}], "options": {"top_p": 7}});
+    assert_eq!(d.post("/api/chat", ollama).await.status(), 400);
+    assert_eq!(d.post("/v1/embeddings", json!({"model": "gamma", "input": "x"})).await.status(), 404);
+    let s = scrape_at(&d.url).await;
+    let refused =
+        |model: &str, status: &str| value(&s, "rkllmd_requests_total", &[("model", model), ("status", status)]);
+    assert_eq!(refused("beta", "400"), Some(2.0), "the 400s name beta");
+    assert_eq!(refused("alpha", "400"), None, "nothing was asked of alpha");
+    assert_eq!(refused("", "404"), Some(1.0), "an unknown name is no label");
+    assert_eq!(value(&s, "rkllmd_requests_total", &[("model", "gamma")]), None);
+}
+
+/// Each model has its own KV cache: the gauge is their sum, not the last
+/// run's model's (the same question to two identical models fills both alike).
+#[tokio::test]
+async fn the_kv_cache_gauge_sums_the_loaded_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let tables = "[[models]]\nid = \"alpha\"\npath = \"sim:instant?reply_tokens=6\"\n\n\
+                  [[models]]\nid = \"beta\"\npath = \"sim:instant?reply_tokens=6\"\n";
+    std::fs::write(&config, tables).unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap(), "--max-loaded-models", "2"]);
+    assert_eq!(d.post("/v1/chat/completions", chat("alpha", "the same question")).await.status(), 200);
+    let one = value(&scrape_at(&d.url).await, "rkllmd_kv_cache_tokens", &[]).unwrap();
+    assert!(one > 0.0, "{one}");
+    assert_eq!(d.post("/v1/chat/completions", chat("beta", "the same question")).await.status(), 200);
+    let both = value(&scrape_at(&d.url).await, "rkllmd_kv_cache_tokens", &[]).unwrap();
+    assert_eq!(both, 2.0 * one, "alpha's cache still holds its {one} tokens");
 }

@@ -12,7 +12,6 @@
 
 mod common;
 use common::Daemon;
-use std::path::Path;
 use std::process::Command;
 
 fn run(cmd: &mut Command) {
@@ -22,17 +21,7 @@ fn run(cmd: &mut Command) {
 
 #[test]
 fn schemathesis_finds_nothing() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let venv = root.join(".venv");
-    let st = venv.join("bin/st");
-    if !st.exists() {
-        if !venv.join("bin/pip").exists() {
-            run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
-        }
-        run(Command::new(venv.join("bin/pip"))
-            .args(["install", "-q", "--disable-pip-version-check", "-r"])
-            .arg(root.join("tests/python/requirements.txt")));
-    }
+    let st = common::python_venv().join("bin/st");
     let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?reply_tokens=8", "--api-key", "k"]);
     let report = tempfile::tempdir().unwrap();
     run(Command::new(st)

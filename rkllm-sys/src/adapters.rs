@@ -6,7 +6,7 @@
 //! `rkllm_init`, so that text is captured and becomes part of the error.
 
 use crate::abi::Functions;
-use crate::capture::capture_output;
+use crate::capture::{capture_output, echo};
 use crate::common::*;
 use crate::error::ModelError;
 use crate::marshal::Marshal;
@@ -56,6 +56,7 @@ impl Load {
             }
         };
         if code == 0 {
+            echo(&log);
             Ok(())
         } else {
             Err(ModelError::Said { call, code, log })

@@ -1,7 +1,7 @@
 //! Types whose layout is the same in ABI 1.2.x and 1.3.0.
 //!
 //! Sizes and offsets are asserted field by field in `tests/layout.rs` against
-//! `shared/rkllm-runtime.md`; change nothing here without changing those tests.
+//! docs/runtime.md, "Struct layouts"; change nothing here without changing those tests.
 
 use std::ffi::{c_char, c_int, c_void};
 

@@ -21,7 +21,7 @@ pub use crate::activity::Activity;
 use crate::activity::Progress;
 use crate::adapters::{Load, RunExtras};
 use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared};
-use crate::capture::capture_output;
+use crate::capture::{capture_output, echo};
 use crate::common::*;
 pub use crate::error::ModelError;
 pub use crate::event::{Event, Finish, Perf, Token};
@@ -309,6 +309,7 @@ fn runtime_thread<A: Marshal>(
         let _ = ready.send(Err(ModelError::Init { code, log }));
         return;
     }
+    echo(&log);
     let shared = Arc::new(Shared { handle, abort: fns.abort, active: Mutex::new(None), progress: Progress::new() });
     if ready.send(Ok((shared.clone(), log))).is_err() {
         // SAFETY: the handle was initialised above and is not used after this.

@@ -1,5 +1,5 @@
 //! The `repr(C)` types of `rkllm-sys` against the layouts in
-//! `shared/rkllm-runtime.md`, section "Struct layouts".
+//! docs/runtime.md, section "Struct layouts".
 //!
 //! Each `assert_layout!` is one table to compare line by line with the doc:
 //! `field @ offset: type`. For a struct the table must name every field (an
@@ -22,7 +22,7 @@ fn check(ty: &str, rows: &[(String, usize, usize)]) {
         .filter(|(_, actual, documented)| actual != documented)
         .map(|(what, actual, documented)| format!("  {what}: is {actual}, the doc says {documented}"))
         .collect();
-    assert!(wrong.is_empty(), "layout of {ty} differs from shared/rkllm-runtime.md:\n{}", wrong.join("\n"));
+    assert!(wrong.is_empty(), "layout of {ty} differs from docs/runtime.md:\n{}", wrong.join("\n"));
 }
 
 /// `assert_layout!(Type, size S, align A, { field @ offset: FieldType, ... })`

@@ -1,5 +1,5 @@
 //! Deciding the ABI of a runtime library from its file (`rkllm_sys::sniff`)
-//! and finding the file (`rkllm_sys::loader`), per shared/rkllm-runtime.md,
+//! and finding the file (`rkllm_sys::loader`), per docs/runtime.md,
 //! "Detecting the version before calling anything".
 //!
 //! Environment variables are process-global: only

@@ -5,14 +5,14 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
+use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
 use super::{status, AppState, Loaded};
 use crate::embed;
-use crate::engine::{EndReason, Place};
+use crate::engine::{Capture, EndReason, Place, RunInput};
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
-use rkllm_sys::{Capture, RunInput};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -56,6 +56,12 @@ pub struct EmbeddingRequest {
 pub enum Vector {
     Float(Vec<f32>),
     Base64(String),
+}
+
+impl NamesModel for EmbeddingRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -3,6 +3,8 @@
 //! the wrong type → 400 naming the field (`param`).
 
 use super::error::ApiError;
+use super::named::NamesModel;
+use super::record::Counting;
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -11,10 +13,11 @@ use serde::de::DeserializeOwned;
 
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+impl<T: DeserializeOwned + NamesModel> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let counting = req.extensions().get::<Counting>().cloned();
         let is_json = req
             .headers()
             .get(CONTENT_TYPE)
@@ -36,8 +39,17 @@ impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
                 ApiError::bad_request(None, format!("Cannot read the request body: {rejection}"))
             }
         })?;
-        parse(&bytes).map(ApiJson)
+        parse_named(&bytes, counting.as_ref()).map(ApiJson)
     }
+}
+
+/// [`parse`] a counted request's body and tell its [`Counting`] the model it names.
+pub fn parse_named<T: DeserializeOwned + NamesModel>(bytes: &[u8], counting: Option<&Counting>) -> Result<T, ApiError> {
+    let body: T = parse(bytes)?;
+    if let Some(counting) = counting {
+        counting.name_model(&body);
+    }
+    Ok(body)
 }
 
 /// Parses a body, reporting the path of the offending field as `param`.

@@ -5,10 +5,9 @@
 use super::error::ApiError;
 use super::record::{Counting, ForwardRecord};
 use super::status;
-use crate::engine::{ForwardJob, Place};
+use crate::engine::{Capture, ForwardJob, Matrix, Place, RunInput};
 use crate::metrics::{Kind, RuntimePerf, Timeline, Timings};
 use crate::registry::Lease;
-use rkllm_sys::{Capture, Matrix, RunInput};
 use std::time::Instant;
 
 /// A job that ran every input; its record is written by [`Ran::answered`]

@@ -9,12 +9,16 @@ use super::AppState;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::scrape::{self, Live};
 use crate::metrics::Kind;
+use crate::registry::adapter_id;
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, MethodRouter};
 use axum::Router;
+use std::collections::HashMap;
+use std::sync::Arc;
+use utoipa_axum::router::UtoipaMethodRouter;
 
 /// The exposition: accumulated request metrics and this moment's gauges.
 pub async fn scrape(State(state): State<AppState>) -> Response {
@@ -29,18 +33,20 @@ fn exposition(state: &AppState) -> Response {
     let system = SystemInfo::gather(state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
-    let queue = state.models().ok().map(|r| {
-        r.loaded()
-            .iter()
-            .map(|m| m.engine.queue_state())
-            .fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
+    let loaded = state.models().ok().map(|r| r.loaded());
+    let queue = loaded.as_ref().map(|models| {
+        models.iter().map(|m| m.engine.queue_state()).fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
     });
+    // Each model's own KV cache: the sum of those that have reported one.
+    let kv_cache_tokens = loaded
+        .as_ref()
+        .and_then(|models| models.iter().filter_map(|m| m.engine.kv_cache_tokens()).reduce(|a, b| a + b));
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
         cpu_seconds: system.cpu.process_seconds,
     };
-    let live = Live { queue, info: system.info_labels(), telemetry: &snapshot, process };
+    let live = Live { queue, kv_cache_tokens, info: system.info_labels(), telemetry: &snapshot, process };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),
@@ -71,30 +77,80 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
     Ok(())
 }
 
+/// The counted routes and their kinds, filled where the routes are registered
+/// (`api/mod.rs`, `ollama::routes`): a route is named with its kind once.
+#[derive(Default)]
+pub struct CountedRoutes(HashMap<String, Kind>);
+
+impl CountedRoutes {
+    /// A route of the OpenAPI router, its POST requests counted as `kind`.
+    pub fn openapi(&mut self, kind: Kind, route: UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
+        for path in route.1.paths.keys() {
+            self.0.insert(path.clone(), kind);
+        }
+        route
+    }
+
+    /// `router.route(path, method)`, its POST requests counted as `kind`.
+    pub fn route(
+        &mut self,
+        router: Router<AppState>,
+        kind: Kind,
+        path: &str,
+        method: MethodRouter<AppState>,
+    ) -> Router<AppState> {
+        self.0.insert(path.to_owned(), kind);
+        router.route(path, method)
+    }
+}
+
+/// What the counting middleware reads: the counted routes, and the state
+/// (whose registry turns the model a body named into the `model` label).
+#[derive(Clone)]
+pub struct Counter {
+    routes: Arc<CountedRoutes>,
+    state: AppState,
+}
+
+impl Counter {
+    pub fn new(routes: CountedRoutes, state: AppState) -> Counter {
+        Counter { routes: Arc::new(routes), state }
+    }
+
+    /// The `model` label of a request counted before the engine: the model
+    /// (or adapter) its body named when this daemon serves it; empty when
+    /// the body named none or one unknown here (a label per unknown name
+    /// would let clients grow the metrics without bound).
+    fn model_label(&self, counting: &Counting) -> String {
+        let registry = self.state.models().ok();
+        match counting.named_model().and_then(|asked| registry?.resolve(asked)) {
+            Some((spec, Some(adapter))) => adapter_id(&spec.id, &adapter),
+            Some((spec, None)) => spec.id.clone(),
+            None => String::new(),
+        }
+    }
+}
+
 /// Counts a completion, embedding or rerank request that ended before
 /// reaching the engine (bad input, auth, queue full, loading, shutting
 /// down) with its status, and logs why (the request log proper has a line
 /// only for requests that reached the engine); also one whose client went
 /// away before then (499). The request record counts the others: it takes
 /// the request's [`Counting`] over when the request reaches the engine.
-pub async fn count_requests(mut req: Request, next: Next) -> Response {
-    let kind = match req.uri().path() {
-        _ if req.method() != Method::POST => None,
-        "/v1/chat/completions" | "/v1/completions" | "/api/chat" | "/api/generate" => Some(Kind::Completion),
-        "/v1/embeddings" | "/api/embed" | "/api/embeddings" => Some(Kind::Embedding),
-        "/v1/rerank" | "/rerank" => Some(Kind::Rerank),
-        _ => None,
+pub async fn count_requests(State(counter): State<Counter>, mut req: Request, next: Next) -> Response {
+    let kind = match counter.routes.0.get(req.uri().path()) {
+        Some(kind) if req.method() == Method::POST => *kind,
+        _ => return next.run(req).await,
     };
-    let Some(kind) = kind else { return next.run(req).await };
     let counting = Counting::default();
     req.extensions_mut().insert(counting.clone());
-    let mut unanswered = Unanswered { kind, counting: counting.clone(), armed: true };
+    let mut unanswered = Unanswered { kind, counting: counting.clone(), counter: counter.clone(), armed: true };
     let response = next.run(req).await;
     unanswered.armed = false;
     if !counting.taken_over() {
         let observer = crate::metrics::observer();
         let status = response.status().as_u16();
-        observer.metrics.rejected(observer.model(), kind, status);
+        observer.metrics.rejected(&counter.model_label(&counting), kind, status);
         if let Some(Said(body)) = response.extensions().get::<Said>() {
             tracing::info!(
                 kind = kind.as_str(),
@@ -115,14 +171,15 @@ pub async fn count_requests(mut req: Request, next: Next) -> Response {
 struct Unanswered {
     kind: Kind,
     counting: Counting,
+    counter: Counter,
     armed: bool,
 }
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
         if self.armed && !self.counting.taken_over() {
-            let observer = crate::metrics::observer();
-            observer.metrics.rejected(observer.model(), self.kind, 499);
+            let model = self.counter.model_label(&self.counting);
+            crate::metrics::observer().metrics.rejected(&model, self.kind, 499);
             tracing::info!(kind = self.kind.as_str(), "the client went away before its request reached the engine");
         }
     }
@@ -149,12 +206,29 @@ mod tests {
         axum::http::Request::post("/v1/rerank").body(Body::empty()).unwrap()
     }
 
+    /// `/v1/rerank` answered by `handler`, counted as the router counts it.
+    fn counted(handler: MethodRouter<AppState>) -> Router {
+        let state = AppState::new(crate::api::Settings {
+            api_key: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            body_limit_bytes: 1 << 20,
+            keepalive: std::time::Duration::from_secs(15),
+            write_timeout: std::time::Duration::from_secs(30),
+            reasoning: crate::conversation::ReasoningMode::Split,
+            metrics_on_main_listener: true,
+            max_new_tokens: 16,
+        });
+        let mut routes = CountedRoutes::default();
+        let router = routes.route(Router::new(), Kind::Rerank, "/v1/rerank", handler);
+        let counter = Counter::new(routes, state.clone());
+        router.layer(axum::middleware::from_fn_with_state(counter, count_requests)).with_state(state)
+    }
+
     #[tokio::test]
     async fn a_request_dropped_before_the_engine_is_counted_once_as_499() {
         // Never answers, never reaches the engine: as a request waiting for its model to load.
-        let waiting = Router::new()
-            .route("/v1/rerank", axum::routing::post(std::future::pending::<StatusCode>))
-            .layer(axum::middleware::from_fn(count_requests));
+        let waiting = counted(axum::routing::post(std::future::pending::<StatusCode>));
         let before = reranks(499);
         let mut call = Box::pin(waiting.oneshot(rerank()));
         assert!(futures_util::poll!(&mut call).is_pending());
@@ -162,9 +236,7 @@ mod tests {
         assert_eq!(reranks(499), before + 1.0);
 
         // Answered before the engine: counted with its own status, not 499.
-        let refused = Router::new()
-            .route("/v1/rerank", axum::routing::post(|| async { StatusCode::NOT_IMPLEMENTED }))
-            .layer(axum::middleware::from_fn(count_requests));
+        let refused = counted(axum::routing::post(|| async { StatusCode::NOT_IMPLEMENTED }));
         let before_501 = reranks(501);
         assert_eq!(refused.oneshot(rerank()).await.unwrap().status(), 501);
         assert_eq!((reranks(501), reranks(499)), (before_501 + 1.0, before + 1.0));

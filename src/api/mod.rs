@@ -13,6 +13,7 @@ mod forward;
 mod health;
 mod metrics;
 mod models;
+mod named;
 mod ollama;
 mod outbox;
 mod record;
@@ -28,6 +29,7 @@ mod system;
 
 use crate::conversation::ReasoningMode;
 use crate::engine::Place;
+use crate::metrics::Kind;
 use crate::registry::{KeepAlive, Lease, Registry, RegistryError};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
@@ -104,9 +106,6 @@ impl AppState {
 
     /// Makes the models available to requests (once).
     pub fn set_models(&self, registry: Arc<Registry>) {
-        if let Some(primary) = registry.loaded().first() {
-            crate::metrics::observer().set_model(&primary.model_id);
-        }
         let _ = self.models.set(registry);
     }
 
@@ -176,12 +175,14 @@ struct ApiDoc;
 /// The whole application: API routes (authenticated), health and docs
 /// (public), OpenAI-style fallbacks, body limit and CORS.
 pub fn router(state: AppState) -> Router {
+    // Each counted route is registered with its kind (`rkllmd_requests_total`).
+    let mut counted = metrics::CountedRoutes::default();
     let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(chat::create))
-        .routes(routes!(completions::create))
-        .routes(routes!(embeddings::create))
-        .routes(routes!(rerank::create))
-        .routes(routes!(rerank::create_unversioned))
+        .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
+        .routes(counted.openapi(Kind::Completion, routes!(completions::create)))
+        .routes(counted.openapi(Kind::Embedding, routes!(embeddings::create)))
+        .routes(counted.openapi(Kind::Rerank, routes!(rerank::create)))
+        .routes(counted.openapi(Kind::Rerank, routes!(rerank::create_unversioned)))
         .routes(routes!(models::list))
         .routes(routes!(models::get))
         .routes(routes!(models::load))
@@ -196,9 +197,10 @@ pub fn router(state: AppState) -> Router {
         docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
     docs::complete(&mut openapi, &doc_settings);
 
-    let api = api.merge(ollama::routes());
+    let api = api.merge(ollama::routes(&mut counted));
     let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
-    let api = api.layer(axum::middleware::from_fn(metrics::count_requests));
+    let counter = metrics::Counter::new(counted, state.clone());
+    let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
     let mut app = Router::new()
         .merge(api)
         .merge(public)

@@ -9,29 +9,48 @@
 //! An embedding or rerank request ([`ForwardRecord`]) is recorded when its
 //! answer is known, or at once when the client goes away first.
 
+use super::named::NamesModel;
 use super::status::{self, Ending};
 use crate::engine::{EndReason, Generation, Outcome};
 use crate::metrics::{Finished, Kind, RuntimePerf, Timeline};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Who counts a completion, embedding or rerank request: the counting
 /// middleware (`metrics.rs`) hands each one this, and the request's record
 /// takes it over once the request reached the engine. Until then the
-/// middleware counts the request — its refusal, or its client going away.
+/// middleware counts the request — its refusal, or its client going away —
+/// under the model its body named (see [`Counting::name_model`]).
 #[derive(Debug, Clone, Default)]
-pub struct Counting(Arc<AtomicBool>);
+pub struct Counting(Arc<CountingState>);
+
+#[derive(Debug, Default)]
+struct CountingState {
+    taken_over: AtomicBool,
+    model: OnceLock<String>,
+}
 
 impl Counting {
     fn take_over(&self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.taken_over.store(true, Ordering::Relaxed);
     }
 
     /// Whether a request record counts the request.
     pub fn taken_over(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.taken_over.load(Ordering::Relaxed)
+    }
+
+    /// The model the request's body named, as soon as the body is parsed (the
+    /// extractors call this), so a refusal after that is counted under it.
+    pub fn name_model(&self, body: &impl NamesModel) {
+        let _ = self.0.model.set(body.model().to_owned());
+    }
+
+    /// The model the body named, if it was parsed.
+    pub fn named_model(&self) -> Option<&str> {
+        self.0.model.get().map(String::as_str)
     }
 }
 

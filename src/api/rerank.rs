@@ -7,14 +7,15 @@ use super::embeddings::{check_inputs, text_input};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
+use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
 use super::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
+use crate::engine::{Capture, Rows};
 use crate::metrics::Kind;
 use axum::extract::State;
 use axum::{Extension, Json};
-use rkllm_sys::{Capture, Rows};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -48,6 +49,12 @@ pub struct RerankRequest {
     /// Extension: the reranker's task instruction (Qwen3-Reranker's `<Instruct>`).
     #[serde(default)]
     pub instruction: Option<String>,
+}
+
+impl NamesModel for RerankRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -5,6 +5,7 @@
 use super::error::ApiError;
 use super::runtime_info::Runtime;
 use super::AppState;
+use crate::engine::BackendKind;
 use crate::metrics::init_log::InitFacts;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::telemetry::{CoreLoad, Temperature};
@@ -23,9 +24,13 @@ pub struct SystemInfo {
     pub loaded_models: Vec<String>,
     /// The loaded runtime (`null` while no model is loaded).
     pub runtime: Option<Runtime>,
-    /// SoC as the runtime reported it at init (`RK3588`, …).
+    /// The loaded runtime is the simulator: what it would print about the
+    /// board (platform, driver, NPU cores) is not reported (`null`), and no
+    /// figure here or in a timing describes an NPU.
+    pub simulated: bool,
+    /// SoC as the runtime reported it at init (`RK3588`, …); `null` on the simulator.
     pub platform: Option<String>,
-    /// rknpu driver version: sysfs/debugfs, else what the runtime printed at init.
+    /// rknpu driver version: sysfs/debugfs, else what the (real) runtime printed at init.
     pub driver_version: Option<String>,
     pub npu: Npu,
     /// Every thermal zone with a readable temperature.
@@ -36,7 +41,7 @@ pub struct SystemInfo {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Npu {
-    /// NPU cores: from the load file, else the runtime's `npu_core_num`.
+    /// NPU cores: from the load file, else the (real) runtime's `npu_core_num`.
     pub cores: Option<u32>,
     /// Per-core load over the driver's 1-s window (debugfs; needs root).
     pub load: Option<Vec<CoreLoad>>,
@@ -71,12 +76,16 @@ impl SystemInfo {
         let models = state.models().map(|r| r.loaded()).unwrap_or_default();
         let engine = models.first().map(|l| &l.engine);
         let facts = engine.map(|e| InitFacts::parse(e.init_log())).unwrap_or_default();
+        let simulated = facts.simulated || engine.is_some_and(|e| e.info().backend == BackendKind::Sim);
+        // The simulator's banner names a board it does not run on.
+        let facts = if simulated { InitFacts::default() } else { facts };
         let process = ProcessStats::read();
         SystemInfo {
             version: env!("CARGO_PKG_VERSION"),
             model: models.first().map(|m| m.model_id.clone()),
             loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
             runtime: engine.map(|e| e.info().into()),
+            simulated,
             platform: facts.platform,
             driver_version: snapshot.driver_version.clone().or(facts.driver_version),
             npu: Npu {
@@ -106,6 +115,7 @@ impl SystemInfo {
             ("backend", runtime.map(|r| r.backend.to_owned())),
             ("runtime_version", runtime.and_then(|r| r.version.clone())),
             ("abi", runtime.map(|r| r.abi.to_string())),
+            ("simulated", self.simulated.then(|| "true".to_owned())),
             ("driver_version", self.driver_version.clone()),
             ("platform", self.platform.clone()),
         ]

@@ -1,10 +1,9 @@
 //! Charts as hand-written SVG: TTFT and ITL distributions (one empirical
-//! CDF per level, drawn as steps) and output throughput by level; `html`
-//! wraps them with the summary table and the server's `/v1/system`.
+//! CDF per level, drawn as steps) and output throughput by level; `html.rs`
+//! puts them in its page.
 
 use super::report::Report;
 use super::stats::percentile;
-use super::table;
 use std::fmt::Write;
 
 const WIDTH: f64 = 760.0;
@@ -17,7 +16,7 @@ const MAX_STEPS: usize = 1000;
 /// Room right of a distribution's plot area for its legend.
 const LEGEND: f64 = 170.0;
 
-fn esc(text: &str) -> String {
+pub fn esc(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
@@ -58,8 +57,9 @@ impl Panel {
             self.x(self.x_max),
             self.y(self.y_max)
         );
-        let step = if numbered_x { tick_step(self.x_max) } else { f64::INFINITY };
-        for i in 0..=((self.x_max / step) as usize) {
+        // Categories are labelled by their caller: no numbers on that axis.
+        let step = tick_step(self.x_max);
+        for i in (0..=((self.x_max / step) as usize)).filter(|_| numbered_x) {
             let v = i as f64 * step;
             let _ =
                 write!(out, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, self.x(v), y0 + 16.0, short(v));
@@ -207,20 +207,6 @@ pub fn svg(r: &Report) -> String {
     throughput(&mut out, 2.0 * PANEL, r);
     out.push_str("</svg>\n");
     out
-}
-
-pub fn html(r: &Report) -> String {
-    let system = match (&r.server_system, &r.server_system_note) {
-        (Some(v), _) => format!("<pre>{}</pre>", esc(&serde_json::to_string_pretty(v).unwrap_or_default())),
-        (None, note) => format!("<p>Not available: {}.</p>", esc(note.as_deref().unwrap_or("not asked"))),
-    };
-    format!(
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>rkllmd bench: {}</title></head><body>\n<h1>rkllmd bench: {}</h1>\n<pre>{}</pre>\n{}<h2>Server (GET /v1/system)</h2>\n{system}\n</body></html>\n",
-        esc(&r.model),
-        esc(&r.url),
-        esc(&table::render(r)),
-        svg(r)
-    )
 }
 
 #[cfg(test)]

@@ -168,7 +168,8 @@ async fn stream(target: &Target, prompt: &Prompt, start: Instant, record: &mut R
 }
 
 /// reqwest's top-level message hides the cause ("error sending request").
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// The error and its sources: reqwest's own text omits the cause (`connection refused`).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -21,6 +21,9 @@ fn cell(text: &str) -> String {
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# rkllmd bench report\n\nServer `{}`, model `{}`, rkllmd {}.\n", r.url, r.model, r.version);
+    if let Some(note) = r.simulated_note() {
+        let _ = writeln!(out, "> **{note}**\n");
+    }
     out.push_str("## Settings\n\n");
     out.push_str(&fenced("json", &serde_json::to_string_pretty(&r.settings).unwrap_or_default()));
     out.push_str("\n## Server (`GET /v1/system`)\n\n");

@@ -8,6 +8,7 @@ mod chart;
 mod client;
 mod crosscheck;
 mod finding;
+mod html;
 mod markdown;
 mod measure;
 mod procstat;
@@ -20,7 +21,7 @@ mod workload;
 
 pub use args::BenchArgs;
 
-use client::{run_one, Target};
+use client::{error_chain, run_one, Target};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use report::{FindingRow, Report};
 use std::io::IsTerminal;
@@ -138,9 +139,9 @@ fn loads(args: &BenchArgs) -> Result<Vec<Load>, String> {
 async fn first_model(target: &Target) -> Result<String, String> {
     let url = format!("{}/v1/models", target.base);
     let fail = |e: String| format!("cannot list models at {url} (give --model): {e}");
-    let response = target.get("/v1/models").send().await.map_err(|e| fail(e.to_string()))?;
+    let response = target.get("/v1/models").send().await.map_err(|e| fail(error_chain(&e)))?;
     let status = response.status();
-    let body: serde_json::Value = response.json().await.map_err(|e| fail(e.to_string()))?;
+    let body: serde_json::Value = response.json().await.map_err(|e| fail(error_chain(&e)))?;
     body["data"][0]["id"]
         .as_str()
         .map(str::to_owned)
@@ -152,10 +153,10 @@ async fn system(target: &Target) -> (Option<serde_json::Value>, Option<String>) 
     match target.get("/v1/system").send().await {
         Ok(r) if r.status() == 200 => match r.json().await {
             Ok(v) => (Some(v), None),
-            Err(e) => (None, Some(format!("GET /v1/system: not JSON ({e})"))),
+            Err(e) => (None, Some(format!("GET /v1/system: not JSON ({})", error_chain(&e)))),
         },
         Ok(r) => (None, Some(format!("GET /v1/system: HTTP {}", r.status().as_u16()))),
-        Err(e) => (None, Some(format!("GET /v1/system: {e}"))),
+        Err(e) => (None, Some(format!("GET /v1/system: {}", error_chain(&e)))),
     }
 }
 
@@ -198,7 +199,7 @@ fn write_outputs(args: &BenchArgs, report: &Report) -> Result<(), String> {
         write(path, chart::svg(report))?;
     }
     if let Some(path) = &args.html {
-        write(path, chart::html(report))?;
+        write(path, html::render(report))?;
     }
     Ok(())
 }

@@ -105,6 +105,18 @@ pub struct Report {
     pub requests: Vec<RequestRow>,
 }
 
+impl Report {
+    /// A warning when the server said (`/v1/system` `simulated`) that it ran
+    /// the simulated runtime: then no figure describes a board.
+    pub fn simulated_note(&self) -> Option<String> {
+        let system = self.server_system.as_ref()?;
+        (system["simulated"] == Value::Bool(true)).then(|| {
+            "The server ran the simulated runtime: these figures describe the simulator on this machine, not an NPU."
+                .to_owned()
+        })
+    }
+}
+
 /// Measures and checks one finished request.
 pub fn request_row(level: usize, prompt: usize, turn: usize, record: &RequestRecord) -> (RequestRow, Vec<Finding>) {
     let fig = figures(record);

@@ -43,6 +43,9 @@ pub fn render(r: &Report) -> String {
         }
         (None, None) => {}
     }
+    if let Some(note) = r.simulated_note() {
+        let _ = writeln!(out, "NOTE: {note}");
+    }
     for l in &r.levels {
         level(&mut out, l);
     }

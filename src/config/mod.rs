@@ -52,7 +52,8 @@ pub enum LogFormat {
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// Address to listen on.
-    #[arg(long, env = "RKLLMD_HOST", default_value = "127.0.0.1")]
+    #[arg(long, env = "RKLLMD_HOST", default_value = "127.0.0.1", value_parser = parse_host)]
+    #[serde(deserialize_with = "host_from_toml")]
     pub host: IpAddr,
     /// Port to listen on (0 = any free port).
     #[arg(long, env = "RKLLMD_PORT", default_value_t = 8080)]
@@ -176,7 +177,8 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_TIMINGS_LOG")]
     pub timings_log: Option<PathBuf>,
     /// Serve /metrics on this address (e.g. 127.0.0.1:9090) instead of the main listener.
-    #[arg(long, env = "RKLLMD_METRICS_ADDR")]
+    #[arg(long, env = "RKLLMD_METRICS_ADDR", value_parser = parse_socket)]
+    #[serde(deserialize_with = "socket_from_toml")]
     pub metrics_addr: Option<SocketAddr>,
     /// Root below which NPU/system telemetry files are read (for tests and containers).
     #[arg(long, env = "RKLLMD_TELEMETRY_ROOT", default_value = "/")]
@@ -262,7 +264,61 @@ impl Config {
         if shown.api_key.is_some() {
             shown.api_key = Some("<set>".into());
         }
-        toml::to_string_pretty(&shown).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+        let rendered = toml::Value::try_from(&shown).map(|mut v| {
+            f32_decimals(&mut v, false);
+            v
+        });
+        rendered.and_then(|v| toml::to_string_pretty(&v)).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+/// An IP address, or a refusal that says what to give instead (a host name
+/// is not resolved: the daemon binds one address, and `localhost` may name two).
+fn parse_host(text: &str) -> Result<IpAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "`{text}` is not an IP address; give 127.0.0.1 (this machine only, what `localhost` means), \
+             0.0.0.0 (every IPv4 interface) or :: (every interface)"
+        )
+    })
+}
+
+fn host_from_toml<'de, D: serde::Deserializer<'de>>(de: D) -> Result<IpAddr, D::Error> {
+    let text = String::deserialize(de)?;
+    parse_host(&text).map_err(serde::de::Error::custom)
+}
+
+/// An IP address and port, or a refusal that says what to give instead.
+fn parse_socket(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!(
+            "`{text}` is not an IP address with a port; give e.g. 127.0.0.1:9090 (this machine only, what \
+             `localhost` means) or 0.0.0.0:9090 (every IPv4 interface)"
+        )
+    })
+}
+
+fn socket_from_toml<'de, D: serde::Deserializer<'de>>(de: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = Option::<String>::deserialize(de)?;
+    text.as_deref().map(parse_socket).transpose().map_err(serde::de::Error::custom)
+}
+
+/// The sampling fields are `f32`: widened to TOML's `f64` they would print
+/// as `0.699999988079071` for a configured `0.7`. Each float of a
+/// `[sampling]` table (top level or a model's) becomes the decimal the `f32`
+/// prints as.
+fn f32_decimals(value: &mut toml::Value, in_sampling: bool) {
+    match value {
+        toml::Value::Float(x) if in_sampling => {
+            *x = (*x as f32).to_string().parse().unwrap_or(*x);
+        }
+        toml::Value::Table(table) => {
+            for (key, v) in table.iter_mut() {
+                f32_decimals(v, in_sampling || key == "sampling");
+            }
+        }
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| f32_decimals(v, in_sampling)),
+        _ => {}
     }
 }
 

@@ -109,3 +109,31 @@ fn bad_values_are_refused() {
         assert!(err.contains(needle), "{text}: {err}");
     }
 }
+
+#[test]
+fn print_config_shows_sampling_floats_as_written() {
+    let file = write("[sampling]\ntemperature = 0.7\ntop_p = 0.9\n");
+    let c = assemble(&["--config", file.path().to_str().unwrap()]).unwrap();
+    let shown = c.to_toml();
+    assert!(shown.contains("temperature = 0.7\n") && shown.contains("top_p = 0.9\n"), "{shown}");
+    // What is printed reads back as the same configuration.
+    let again = write(&shown);
+    assert_eq!(assemble(&["--config", again.path().to_str().unwrap()]).unwrap().sampling, c.sampling);
+}
+
+#[test]
+fn a_host_name_is_refused_with_the_addresses_to_give() {
+    let line = Line::try_parse_from(["rkllmd", "--host", "localhost"]).err().unwrap().to_string();
+    assert!(line.contains("`localhost` is not an IP address; give 127.0.0.1"), "{line}");
+    let file = write("host = \"localhost\"\n");
+    let err = assemble(&["--config", file.path().to_str().unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("`localhost` is not an IP address; give 127.0.0.1"), "{err}");
+    let line = Line::try_parse_from(["rkllmd", "--metrics-addr", "localhost:9090"]).err().unwrap().to_string();
+    assert!(line.contains("give e.g. 127.0.0.1:9090"), "{line}");
+    let file = write("metrics_addr = \"localhost:9090\"\n");
+    let err = assemble(&["--config", file.path().to_str().unwrap()]).unwrap_err().to_string();
+    assert!(err.contains("give e.g. 127.0.0.1:9090"), "{err}");
+    let file = write("metrics_addr = \"127.0.0.1:9090\"\n");
+    let c = assemble(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
+}

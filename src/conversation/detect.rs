@@ -2,7 +2,7 @@
 //! the `.rkllm` file's name and from the text of special tokens inside it.
 //!
 //! Where a `.rkllm` file keeps its tokenizer and the converted template is
-//! not documented (shared/rkllm-runtime.md marks it *open*), so the scan
+//! not documented (docs/runtime.md, "Open points"), so the scan
 //! reads a window at each end of the file, where a converter's metadata
 //! sits, never the gigabytes of weights between them, and the result always
 //! says what was seen and where: a guess that turns out wrong can be traced

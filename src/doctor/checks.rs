@@ -332,6 +332,12 @@ pub fn model(plan: &Plan, spec: &ModelSpec, report: &mut Report) -> Option<u64> 
             report.push(Check::fail(TITLE, format!("{model} is not a file"), fix_path));
             return None;
         }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let fix = "correct the path (model = in the config, --model, or the [[models]] table's path); \
+                       `ls` the directory it names";
+            report.push(Check::fail(TITLE, format!("{model}: no such file"), fix));
+            return None;
+        }
         Err(e) => {
             report.push(Check::fail(TITLE, format!("{model}: {e}"), fix_path));
             return None;
@@ -397,8 +403,14 @@ fn governor_check(title: &'static str, text: String, governor: Option<&str>, fix
     }
 }
 
+/// A size in GiB; below 0.01 GiB (where that would print `0.00 GiB`) in MiB, below 1 MiB in bytes.
 fn gib(bytes: u64) -> String {
-    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+    const MIB: f64 = (1u64 << 20) as f64;
+    match bytes as f64 {
+        b if b < MIB => format!("{bytes} bytes"),
+        b if b < 0.01 * 1024.0 * MIB => format!("{:.1} MiB", b / MIB),
+        b => format!("{:.2} GiB", b / (1024.0 * MIB)),
+    }
 }
 
 /// A dotted version as numbers, for comparison (`0.9.8` → [0, 9, 8]).

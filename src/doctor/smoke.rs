@@ -107,7 +107,7 @@ fn toolkit(config: &Config, runtime: Option<&str>, init_log: &str, report: &mut 
     }
 }
 
-/// The fix for the runtime's known init failures (shared/rkllm-runtime.md).
+/// The fix for the runtime's known init failures (docs/runtime.md, "What `rkllm_init` prints").
 fn fix_for(error: &str) -> &'static str {
     if error.contains("failed to malloc npu memory") {
         "set base_domain_id = 1 in the config"
@@ -136,7 +136,7 @@ mod tests {
         report.render()
     }
 
-    // The lines runtime 1.2.1+ prints at init (shared/rkllm-runtime.md).
+    // The lines runtime 1.2.1+ prints at init (docs/runtime.md).
     const LOG: &str = "I rkllm: rkllm-runtime version: 1.3.0, rknpu driver version: 0.9.8, platform: RK3588\n\
                        I rkllm: rkllm-toolkit version: 1.2.1, max_context_limit: 4096, npu_core_num: 3, target_platform: RK3588, model_dtype: W8A8\n";
 

@@ -7,7 +7,11 @@ use super::outcome::{Deadline, EndReason};
 use super::queue::Place;
 use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
-use rkllm_sys::{Capture, Event, Finish, Matrix, RunControl, RunInput, RunRequest};
+/// What a job is made of and what it returns: the binding's plain data
+/// types (no FFI in them), named here so that the api asks the engine, not
+/// the binding, for them.
+pub use rkllm_sys::{Capture, Matrix, Rows, RunInput};
+use rkllm_sys::{Event, Finish, RunControl, RunRequest};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;

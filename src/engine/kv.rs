@@ -154,9 +154,8 @@ impl Engine {
             Ok(Ok(sizes)) => sizes.first().and_then(|&s| usize::try_from(s).ok()),
             _ => None,
         };
-        let metrics = &crate::metrics::observer().metrics;
         if let Some(size) = reported {
-            metrics.set_kv_cache_tokens(size as i64);
+            self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
         }
         match lock(kv).after_run(plan, generated, reported) {
             Ok(_) => {}
@@ -166,7 +165,7 @@ impl Engine {
                     reported = ?d.reported,
                     "the KV cache does not hold what was sent and generated; the next run starts clean"
                 );
-                metrics.kv_cache_mismatch();
+                crate::metrics::observer().metrics.kv_cache_mismatch();
             }
         }
         u32::try_from(plan.cached).unwrap_or(u32::MAX)
@@ -180,12 +179,13 @@ impl Engine {
     }
 
     /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and publishes it as a gauge when it comes; nothing waits for it.
+    /// runs) and keeps it for `/metrics` when it comes; nothing waits for it.
     pub(super) fn sample_kv_cache(&self) {
         let size = self.model.kv_cache_size();
+        let kv_tokens = self.kv_tokens.clone();
         let publish = async move {
             if let Ok(Ok(sizes)) = size.await {
-                crate::metrics::observer().metrics.set_kv_cache_tokens(sizes.iter().map(|&s| i64::from(s)).sum());
+                kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), std::sync::atomic::Ordering::Relaxed);
             }
         };
         if let Ok(rt) = tokio::runtime::Handle::try_current() {

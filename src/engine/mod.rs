@@ -22,7 +22,7 @@ mod schedule;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
-pub use forward::{Forward, ForwardJob};
+pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
 pub use job::Job;
 pub use npu::Npu;
@@ -33,6 +33,7 @@ pub use schedule::ScheduleSettings;
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +43,8 @@ pub enum EngineError {
     /// An aborted run has not returned ([`halt`]): nothing can run until it does.
     #[error("the runtime did not return from an aborted run")]
     Unresponsive,
-    #[error("loading the model failed: {0}")]
+    // The registry says which model's load failed (`RegistryError::Load`).
+    #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
     #[error("loading the LoRA adapter `{name}` failed: {source}")]
     Adapter { name: String, source: rkllm_sys::ModelError },
@@ -109,6 +111,14 @@ pub struct EngineSettings {
     pub prompt_cache: Option<PromptCacheSettings>,
 }
 
+impl EngineSettings {
+    /// What a run samples with unless a request says otherwise: the
+    /// `[sampling]` table over RKLLM's defaults.
+    pub fn sampling_defaults(&self) -> SamplingParams {
+        self.sampling.apply(SamplingParams::RKLLM_DEFAULTS)
+    }
+}
+
 pub struct Engine {
     model: Model,
     /// The shutdown's abort, and a runtime that ignores an abort: queued jobs end without running.
@@ -119,6 +129,10 @@ pub struct Engine {
     limits: Limits,
     /// `Some` with the conversation cache on.
     kv: Option<std::sync::Mutex<kv::KvCache>>,
+    /// Positions in this model's KV cache after its last run, as the runtime
+    /// said (`rkllm_get_kv_cache_size`); -1 until it said. The api reads it
+    /// for `/metrics` (each model its own, summed there).
+    kv_tokens: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Picks every generation's turn (`schedule.rs`).
     scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
@@ -129,20 +143,20 @@ impl Engine {
     /// Loads the model on the runtime `open_runtime` gave; blocks for as long
     /// as `rkllm_init` takes (seconds to minutes on a board).
     pub fn load(runtime: OpenedRuntime, settings: EngineSettings) -> Result<Engine, EngineError> {
+        let defaults = settings.sampling_defaults();
         let EngineSettings {
             model_path,
             limits,
             queue_depth,
             schedule,
             base_domain_id,
-            sampling,
+            sampling: _,
             disable_runtime_template,
             conversation_cache,
             npu,
             loras,
             prompt_cache,
         } = settings;
-        let defaults = sampling.apply(SamplingParams::RKLLM_DEFAULTS);
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
             max_new_tokens: limits.max_new_tokens as i32,
@@ -186,6 +200,7 @@ impl Engine {
             limits,
             // Batched runs keep no history.
             kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
         })
@@ -193,6 +208,10 @@ impl Engine {
 
     pub fn info(&self) -> &RuntimeInfo {
         &self.info
+    }
+    /// Tokens in the KV cache after the last run, once the runtime said.
+    pub fn kv_cache_tokens(&self) -> Option<i64> {
+        Some(self.kv_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
     /// What the runtime printed while `rkllm_init` ran.
     pub fn init_log(&self) -> &str {

@@ -1,6 +1,6 @@
 //! The one set of readers of the board's files in sysfs, debugfs, procfs,
 //! /dev and /etc, all under a root directory (`/` on a board, a fixture tree
-//! in tests), with the formats of `shared/rkllm-runtime.md`'s telemetry table.
+//! in tests), with the formats of the telemetry table in docs/runtime.md.
 //! `telemetry` samples them for `/metrics` and `/v1/system`; `doctor` judges them.
 //!
 //! Every file is optional (absent on x86, without the vendor kernel, or

@@ -1,12 +1,16 @@
 //! Facts the runtime states only in the lines `rkllm_init` prints:
 //! `I rkllm: rkllm-runtime version: 1.2.1, rknpu driver version: 0.9.8, platform: RK3588`
 //! and (from 1.2.1) `I rkllm: rkllm-toolkit version: …, max_context_limit: 4096, npu_core_num: 3, …`.
+//! The simulated runtime prints the same lines with `rkllm-runtime version:
+//! X (simulated)`: its platform, driver and core count describe no board.
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct InitFacts {
     pub driver_version: Option<String>,
     pub platform: Option<String>,
     pub npu_cores: Option<u32>,
+    /// The runtime said it is the simulator.
+    pub simulated: bool,
 }
 
 impl InitFacts {
@@ -15,6 +19,7 @@ impl InitFacts {
             driver_version: value(init_log, "rknpu driver version:"),
             platform: value(init_log, "platform:").or_else(|| value(init_log, "target_platform:")),
             npu_cores: value(init_log, "npu_core_num:").and_then(|n| n.parse().ok()),
+            simulated: value(init_log, "rkllm-runtime version:").is_some_and(|v| v.ends_with("(simulated)")),
         }
     }
 }
@@ -40,6 +45,8 @@ mod tests {
         assert_eq!(f.driver_version.as_deref(), Some("0.9.8"));
         assert_eq!(f.platform.as_deref(), Some("RK3588"));
         assert_eq!(f.npu_cores, Some(3));
+        assert!(!f.simulated);
+        assert!(InitFacts::parse("I rkllm: rkllm-runtime version: 1.3.0 (simulated), platform: RK3588\n").simulated);
         assert_eq!(InitFacts::parse("E rkllm: invalid rkllm model!\n"), InitFacts::default());
     }
 }

@@ -34,8 +34,6 @@ pub struct Observer {
     pub metrics: registry::Metrics,
     pub telemetry: telemetry::Sampler,
     timings_log: Option<request_log::TimingsLog>,
-    /// The served model id, once loaded (the `model` label).
-    model: OnceLock<String>,
 }
 
 static OBSERVER: OnceLock<Observer> = OnceLock::new();
@@ -47,7 +45,6 @@ pub fn init(settings: &Settings) -> Result<(), String> {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new(&settings.telemetry_root),
         timings_log: settings.timings_log.as_deref().map(request_log::TimingsLog::open).transpose()?,
-        model: OnceLock::new(),
     };
     OBSERVER.set(observer).map_err(|_| "the observer was initialised twice".to_owned())
 }
@@ -59,19 +56,7 @@ pub fn observer() -> &'static Observer {
         metrics: registry::Metrics::new(),
         telemetry: telemetry::Sampler::new("/"),
         timings_log: None,
-        model: OnceLock::new(),
     })
-}
-
-impl Observer {
-    pub fn set_model(&self, model_id: &str) {
-        let _ = self.model.set(model_id.to_owned());
-    }
-
-    /// The served model id, or "" before the model is loaded.
-    pub fn model(&self) -> &str {
-        self.model.get().map(String::as_str).unwrap_or("")
-    }
 }
 
 /// Everything that happens once per request that reached the engine: the

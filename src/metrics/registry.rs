@@ -61,7 +61,6 @@ pub struct Metrics {
     disconnects: Counter,
     mismatches: Family<CheckLabels, Counter>,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
-    kv_cache_tokens: AtomicI64,
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
 }
@@ -91,7 +90,6 @@ impl Metrics {
             requests: Family::default(),
             disconnects: Counter::default(),
             mismatches: Family::default(),
-            kv_cache_tokens: AtomicI64::new(-1),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -217,14 +215,6 @@ impl Metrics {
 
     pub fn prompt_cache_mismatch(&self) {
         self.prompt_cache_mismatches.inc();
-    }
-
-    pub fn set_kv_cache_tokens(&self, tokens: i64) {
-        self.kv_cache_tokens.store(tokens, Ordering::Relaxed);
-    }
-
-    pub fn kv_cache_tokens(&self) -> Option<i64> {
-        Some(self.kv_cache_tokens.load(Ordering::Relaxed)).filter(|&t| t >= 0)
     }
 
     pub fn runtime_peak_memory_bytes(&self) -> Option<i64> {

@@ -134,6 +134,13 @@ pub struct Line<'a> {
     pub timings: &'a Timings,
 }
 
+/// A figure in milliseconds as the log shows it: to the microsecond. The
+/// subtraction of two instants as `f64` leaves binary noise in the last
+/// digits (`63.69188100000001`); a rounded value prints as its decimal.
+fn shown(ms: Option<f64>) -> Option<f64> {
+    ms.map(|x| (x * 1000.0).round() / 1000.0)
+}
+
 /// The one INFO event per request (target `rkllmd::request`).
 pub fn log(f: &Finished, t: &Timings, model: &str) {
     let raw = TimelineUs::of(f.timeline);
@@ -155,15 +162,15 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         first_token_us = raw.first_token,
         last_token_us = raw.last_token,
         finished_us = raw.finished,
-        queue_ms = t.queue_ms,
-        run_ms = super::timeline::run_ms(f.timeline),
-        prefill_ms = t.prompt_ms,
-        ttft_ms = t.ttft_ms,
-        decode_ms = t.predicted_ms,
-        tpot_ms = t.predicted_per_token_ms,
-        decode_tps = t.predicted_per_second,
-        prefill_tps = t.prompt_per_second,
-        e2e_ms = t.e2e_ms,
+        queue_ms = shown(t.queue_ms),
+        run_ms = shown(super::timeline::run_ms(f.timeline)),
+        prefill_ms = shown(t.prompt_ms),
+        ttft_ms = shown(t.ttft_ms),
+        decode_ms = shown(t.predicted_ms),
+        tpot_ms = shown(t.predicted_per_token_ms),
+        decode_tps = shown(t.predicted_per_second),
+        prefill_tps = shown(t.prompt_per_second),
+        e2e_ms = shown(t.e2e_ms),
         runtime_prefill_ms = perf.map(|p| p.prefill_time_ms),
         runtime_prefill_tokens = perf.map(|p| p.prefill_tokens),
         runtime_generate_ms = perf.map(|p| p.generate_time_ms),
@@ -256,6 +263,14 @@ impl TimingsLog {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn logged_figures_print_as_their_decimals() {
+        let noisy = 63.691881 + 1e-14;
+        assert_eq!(format!("{noisy:?}"), "63.69188100000001", "the noise this rounds away");
+        assert_eq!(format!("{:?}", shown(Some(noisy))), "Some(63.692)");
+        assert_eq!(shown(None), None);
+    }
 
     fn perf(prefill_ms: f64, tokens: i64) -> RuntimePerf {
         RuntimePerf {

@@ -18,6 +18,9 @@ use std::sync::atomic::AtomicU64;
 pub struct Live<'a> {
     /// Requests running and waiting (once the model is loaded).
     pub queue: Option<(usize, usize)>,
+    /// Tokens in the loaded models' KV caches after their last runs, summed
+    /// (`None` until a runtime said).
+    pub kv_cache_tokens: Option<i64>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
@@ -48,8 +51,8 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
     gauge(
         &mut r,
         "rkllmd_kv_cache_tokens",
-        "Tokens in the runtime's KV cache after the last run (rkllm_get_kv_cache_size)",
-        metrics.kv_cache_tokens(),
+        "Tokens in the loaded models' KV caches after their last runs (rkllm_get_kv_cache_size), summed",
+        live.kv_cache_tokens,
     );
     gauge(
         &mut r,
@@ -108,7 +111,13 @@ mod tests {
     fn a_missing_source_is_a_missing_series() {
         let m = Metrics::new();
         let empty = Snapshot::default();
-        let live = Live { queue: None, info: vec![], telemetry: &empty, process: ProcessStats::default() };
+        let live = Live {
+            queue: None,
+            kv_cache_tokens: None,
+            info: vec![],
+            telemetry: &empty,
+            process: ProcessStats::default(),
+        };
         let text = render(&m, &live).unwrap();
         for absent in
             ["npu_load", "npu_frequency", "temperature", "rkllmd_kv_cache_tokens", "requests_running", "runtime_info"]
@@ -124,6 +133,7 @@ mod tests {
         };
         let live = Live {
             queue: Some((1, 3)),
+            kv_cache_tokens: Some(42),
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),
@@ -134,6 +144,7 @@ mod tests {
             "rkllmd_npu_load_ratio{core=\"1\"} 0.25",
             "rkllmd_npu_frequency_hertz 1000000000",
             "rkllmd_requests_waiting 3",
+            "rkllmd_kv_cache_tokens 42",
             "rkllmd_runtime_info{driver_version=\"0.9.8\"} 1",
         ] {
             assert!(text.contains(present), "missing {present}:\n{text}");

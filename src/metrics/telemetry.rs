@@ -1,4 +1,4 @@
-//! NPU and system telemetry (the table in `shared/rkllm-runtime.md`), read
+//! NPU and system telemetry (the table in docs/runtime.md), read
 //! with [`super::board`]'s readers. Every file is optional: a board without
 //! debugfs access or an x86 machine simply has fewer figures, and a missing
 //! file is a missing value, never an error.

@@ -1,5 +1,5 @@
 //! One request's timeline and every figure derived from it, exactly as
-//! defined in `docs/timings.md` (from `shared/timings.md`). Nothing else in
+//! defined in `docs/timings.md`. Nothing else in
 //! the daemon computes a duration or a rate.
 
 use serde::Serialize;

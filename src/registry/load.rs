@@ -10,6 +10,10 @@ use std::sync::Arc;
 pub enum LoadFailure {
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// No runtime to load with, and no file to load either: both are said,
+    /// or fixing the library would only uncover the second problem.
+    #[error("{source}; the model file {model} does not exist either")]
+    NothingToLoad { source: BackendError, model: String },
     #[error(transparent)]
     Prompt(#[from] LoadError),
     #[error(transparent)]
@@ -24,7 +28,12 @@ pub fn load(
     spec: &ModelSpec,
     open: impl FnOnce(&RuntimeSettings) -> Result<OpenedRuntime, BackendError>,
 ) -> Result<Loaded, LoadFailure> {
-    let runtime = open(&spec.runtime)?;
+    let runtime = open(&spec.runtime).map_err(|source| match spec.runtime.model.as_deref() {
+        Some(model) if !model.starts_with("sim:") && !std::path::Path::new(model).exists() => {
+            LoadFailure::NothingToLoad { source, model: model.to_owned() }
+        }
+        _ => LoadFailure::Backend(source),
+    })?;
     // The implicit `sim:PROFILE` model (no model configured) is no model for a real runtime.
     if spec.runtime.model.is_none() && runtime.kind == BackendKind::Rkllm {
         return Err(BackendError::NoModel.into());
@@ -75,4 +84,22 @@ pub fn load(
         created: spec.modified,
         embed: spec.embed,
     })
+}
+
+/// The one `model loaded` line of a load (at start or on demand): what runs it and with which limits.
+pub fn log_loaded(loaded: &Loaded, took: std::time::Duration) {
+    let (info, limits, s) = (loaded.engine.info(), loaded.engine.limits(), loaded.engine.sampling_defaults());
+    tracing::info!(
+        model = %loaded.model_id,
+        load_ms = took.as_millis() as u64,
+        backend = info.backend.as_str(),
+        runtime = info.version.as_deref().unwrap_or("unknown"),
+        abi = %info.abi,
+        library = %info.origin,
+        path = %info.model_path,
+        max_context_len = limits.max_context_len,
+        max_new_tokens = limits.max_new_tokens,
+        sampling = crate::sampling::named(&s).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        "model loaded"
+    );
 }

@@ -327,7 +327,7 @@ impl Registry {
             Err(_) => return Err(RegistryError::Interrupted(id.to_owned())),
         };
         let now = Instant::now();
-        tracing::info!(model = %id, load_ms = started.elapsed().as_millis() as u64, "model loaded");
+        load::log_loaded(&loaded, started.elapsed());
         state.loaded.insert(
             id.to_owned(),
             Slot { model: loaded.clone(), since: SystemTime::now(), last_used: now, expires: None, leases: 1 },

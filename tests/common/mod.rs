@@ -247,3 +247,50 @@ pub fn assert_config_errors(cases: &[&[&str]]) {
         assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+/// The Python suite's virtualenv (`.venv`, git-ignored), created on first
+/// use and brought up to date when tests/python/requirements.txt changes (a
+/// copy of the one installed is kept in the venv). Installing needs PyPI:
+/// offline, this fails and says so (README, "Tests") — it never skips.
+pub fn python_venv() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join(".venv");
+    let wanted = root.join("tests/python/requirements.txt");
+    let installed = venv.join("requirements.installed.txt");
+    let run = |cmd: &mut Command, what: &str| {
+        let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        assert!(status.success(), "{what} failed ({status}): {cmd:?}");
+    };
+    if !venv.join("bin/pip").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv), "creating .venv (python3 -m venv)");
+    }
+    if std::fs::read(&wanted).ok() != std::fs::read(&installed).ok() {
+        run(
+            Command::new(venv.join("bin/pip"))
+                .args(["install", "-q", "--disable-pip-version-check", "-r"])
+                .arg(&wanted),
+            "installing tests/python/requirements.txt from PyPI (offline? see README, \"Tests\": \
+             install them once while online, or into .venv from a local index)",
+        );
+        std::fs::copy(&wanted, &installed).unwrap_or_else(|e| panic!("cannot copy {}: {e}", wanted.display()));
+    }
+    venv
+}
+
+/// Runs `rkllmd ARGS…` that must exit on its own (a start that fails), and
+/// returns its output; one still running after `within` is killed and the
+/// test fails — a start that was meant to fail and serves instead would
+/// otherwise hang the test.
+pub fn run_to_exit(command: &mut Command, within: Duration) -> std::process::Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn rkllmd");
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!("still running after {within:?}: {}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}

@@ -1,4 +1,4 @@
-"""Shared assertions for the wire format (shared/openai-wire.md, shared/timings.md)."""
+"""Shared assertions for the wire format (docs/api.md) and the figures (docs/timings.md)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def check_usage(usage: dict, completion_tokens: Optional[int] = None) -> None:
 
 
 def check_timings(timings: Any, usage: dict) -> None:
-    """The invariants of shared/timings.md for one finished request."""
+    """The invariants of docs/timings.md for one finished request."""
     assert isinstance(timings, dict), f"timings missing or not an object: {timings!r}"
     missing = [k for k in TIMINGS_KEYS if k not in timings]
     assert not missing, f"timings lacks {missing}: {timings}"

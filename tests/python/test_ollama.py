@@ -176,10 +176,18 @@ def test_a_model_that_fails_to_load_leaves_the_others_serving(start_daemon, tmp_
         assert card["state"] == "unloaded"
 
 
-def test_concurrent_requests_for_two_models_share_one_slot(registry):
+def test_concurrent_requests_for_two_models_share_one_slot(start_daemon, tmp_path):
     """With room for one model, requests for two take turns: each waits until
-    the other model is idle, evicts it and loads its own."""
-    c = client(registry)
+    the other model is idle, evicts it and loads its own. The simulator's
+    record of init and destroy calls shows both: models were swapped, and
+    never two were alive at once."""
+    record = tmp_path / "calls.jsonl"
+    d = start_daemon(
+        model=None,
+        extra_args=("--config", config(tmp_path), "--max-loaded-models", "1"),
+        env={"RKLLM_SIM_RECORD": str(record)},
+    )
+    c = client(d)
     results: dict[int, object] = {}
 
     def ask(i: int, model: str) -> None:
@@ -199,6 +207,14 @@ def test_concurrent_requests_for_two_models_share_one_slot(registry):
         model, reply = r
         assert reply.model == model and reply.eval_count == {"a": A_TOKENS, "b": B_TOKENS}[model]
     assert len(loaded(c)) == 1
+    calls = [json.loads(line)["call"] for line in record.read_text().splitlines()]
+    lifecycle = [call for call in calls if call in ("init", "destroy")]
+    alive, most = 0, 0
+    for call in lifecycle:
+        alive += 1 if call == "init" else -1
+        most = max(most, alive)
+    assert most == 1, f"two models were loaded at once: {lifecycle}"
+    assert lifecycle.count("init") >= 2 and lifecycle.count("destroy") >= 1, f"no eviction: {lifecycle}"
 
 
 def test_openai_surface_lists_states_and_loads_and_unloads(registry):

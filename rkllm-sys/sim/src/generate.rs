@@ -145,7 +145,8 @@ pub(crate) struct ReplySpec<'a> {
     pub prompt: &'a str,
     pub seed: u64,
     pub sampling: SamplingParams,
-    /// Fixed reply length in generated tokens (else drawn from 16..=48).
+    /// Fixed reply length in generated tokens (else drawn from 16..=48 and
+    /// grown to the end of the sentence that reaches it).
     pub reply_tokens: Option<usize>,
     /// Scripted reply text, tokenized with [`tokenize`].
     pub scripted: Option<&'a str>,

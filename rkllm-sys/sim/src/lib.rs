@@ -37,7 +37,7 @@
 //! | key | value | effect |
 //! |---|---|---|
 //! | `time_scale` | number 0–1000, default 1 | multiplies every delay (0: no delays) |
-//! | `reply_tokens` | integer | reply length in generated tokens (default: 16–48, from the prompt's hash) |
+//! | `reply_tokens` | integer | reply length in generated tokens (default: 16–48 from the prompt's hash, then to the end of that sentence: about 16–65) |
 //! | `seed` | integer, default 0 | mixed into the reply's randomness |
 //! | `fail_init` | `npu_memory` (any other value too), `driver`, `platform`, `magic`, `tensors` | init fails with that board failure's line, e.g. `E rkllm: failed to malloc npu memory!` |
 //! | `error_after` | N | after N generated tokens of a reply the callback gets ERROR and `rkllm_run` returns -1 (a reply that ends first finishes normally) |

@@ -69,7 +69,7 @@ fn loads_as_runtime_1_3_and_paces_like_its_profile() {
     assert!(perf.memory_usage_mb > 0.0, "VmHWM read: {perf:?}");
 }
 
-/// Every function of the official 1.3.0 header (`shared/rkllm-runtime.md`):
+/// Every function of the official 1.3.0 header (docs/runtime.md, "Functions"):
 /// a program built against `rkllm.h` links only if all of them resolve.
 const HEADER_1_3_0: [&str; 15] = [
     "rkllm_createDefaultParam",

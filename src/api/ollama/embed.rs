@@ -3,16 +3,16 @@
 //! hidden-layer job and the request record: `api::embeddings::vectors`).
 
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
-use super::{convert, parse, OllamaError};
+use super::{convert, parse_counted, OllamaError};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
 use crate::api::{AppState, Loaded};
+use crate::engine::RunInput;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::{Extension, Json};
-use rkllm_sys::RunInput;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,7 @@ pub async fn embed(
     body: Bytes,
 ) -> Result<Json<EmbedResponse>, OllamaError> {
     let received = Instant::now();
-    let req: EmbedRequest = parse(&body)?;
+    let req: EmbedRequest = parse_counted(&body, &counting)?;
     let texts = match req.input {
         None => Vec::new(),
         Some(EmbedInput::Text(text)) => Some(text).filter(|t| !t.is_empty()).into_iter().collect(),
@@ -57,7 +57,7 @@ pub async fn legacy(
     Extension(counting): Extension<Counting>,
     body: Bytes,
 ) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
-    let req: LegacyEmbedRequest = parse(&body)?;
+    let req: LegacyEmbedRequest = parse_counted(&body, &counting)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask {
         model: &req.model,

@@ -101,12 +101,11 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
     let statuses = registry.statuses();
     let status = statuses.iter().find(|s| s.spec.id == base.id).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let spec = &status.spec;
-    let s = spec.engine.sampling.apply(rkllm_sys::SamplingParams::RKLLM_DEFAULTS);
-    let parameters = format!(
-        "temperature {}\ntop_k {}\ntop_p {}\nrepeat_penalty {}\npresence_penalty {}\nfrequency_penalty {}\nmirostat {}\nmirostat_tau {}\nmirostat_eta {}\nnum_ctx {}\nnum_predict {}",
-        s.temperature, s.top_k, s.top_p, s.repeat_penalty, s.presence_penalty, s.frequency_penalty, s.mirostat,
-        s.mirostat_tau, s.mirostat_eta, spec.engine.limits.max_context_len, spec.engine.limits.max_new_tokens
-    );
+    let limits = &spec.engine.limits;
+    let mut parameters: Vec<String> =
+        crate::sampling::named(&spec.engine.sampling_defaults()).iter().map(|(k, v)| format!("{k} {v}")).collect();
+    parameters.push(format!("num_ctx {}\nnum_predict {}", limits.max_context_len, limits.max_new_tokens));
+    let parameters = parameters.join("\n");
     let template = status.loaded.as_ref().map(|l| l.model.prompter.describe().origin).unwrap_or_default();
     let mut model_info = Map::new();
     model_info.insert("general.architecture".into(), json!("rkllm"));

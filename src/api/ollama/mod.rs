@@ -13,10 +13,13 @@ mod reply;
 mod wire;
 
 use super::error::ApiError;
+use super::metrics::CountedRoutes;
+use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
 use super::respond::start;
 use super::AppState;
+use crate::metrics::Kind;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -53,21 +56,29 @@ impl IntoResponse for OllamaError {
     }
 }
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
+pub fn routes(counted: &mut CountedRoutes) -> Router<AppState> {
+    let router = Router::new()
         .route("/api/version", get(info::version))
         .route("/api/tags", get(info::tags))
         .route("/api/ps", get(info::ps))
-        .route("/api/show", post(info::show))
-        .route("/api/chat", post(chat))
-        .route("/api/generate", post(generate))
-        .route("/api/embed", post(embed::embed))
-        .route("/api/embeddings", post(embed::legacy))
+        .route("/api/show", post(info::show));
+    let router = counted.route(router, Kind::Completion, "/api/chat", post(chat));
+    let router = counted.route(router, Kind::Completion, "/api/generate", post(generate));
+    let router = counted.route(router, Kind::Embedding, "/api/embed", post(embed::embed));
+    counted.route(router, Kind::Embedding, "/api/embeddings", post(embed::legacy))
 }
 
 /// Ollama's server takes any content type: the body is parsed as JSON.
 pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaError> {
     super::extract::parse(body).map_err(OllamaError)
+}
+
+/// A counted request's body, parsed as [`parse`] does; the model it names is told to its counting.
+pub fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
+    body: &Bytes,
+    counting: &Counting,
+) -> Result<T, OllamaError> {
+    super::extract::parse_named(body, Some(counting)).map_err(OllamaError)
 }
 
 async fn chat(
@@ -76,7 +87,7 @@ async fn chat(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: ChatRequest = parse(&body)?;
+    let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
     answer(&state, &common, Shape::Chat, received, &counting, move |id, model| convert::chat(&req, id, model)).await
 }
@@ -87,7 +98,7 @@ async fn generate(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: GenerateRequest = parse(&body)?;
+    let req: GenerateRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
     answer(&state, &common, Shape::Generate, received, &counting, validate).await

@@ -1,6 +1,7 @@
 //! Ollama's request and response bodies, with Ollama's field names and units
 //! (durations in nanoseconds, times as RFC 3339).
 
+use crate::api::named::NamesModel;
 use crate::api::request::SamplingFields;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -223,4 +224,28 @@ pub struct EmbedResponse {
 #[derive(Debug, Clone, Serialize)]
 pub struct LegacyEmbedResponse {
     pub embedding: Vec<f32>,
+}
+
+impl NamesModel for ChatRequest {
+    fn model(&self) -> &str {
+        &self.common.model
+    }
+}
+
+impl NamesModel for GenerateRequest {
+    fn model(&self) -> &str {
+        &self.common.model
+    }
+}
+
+impl NamesModel for EmbedRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
+}
+
+impl NamesModel for LegacyEmbedRequest {
+    fn model(&self) -> &str {
+        &self.model
+    }
 }

@@ -1,5 +1,6 @@
 //! The request bodies as clients send them (serde + OpenAPI schema).
 
+use crate::api::named::NamesModel;
 use crate::sampling::SamplingOverrides;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -132,4 +133,16 @@ pub struct CompletionRequest {
     pub prompt: Prompt,
     #[serde(flatten)]
     pub common: Common,
+}
+
+impl NamesModel for ChatCompletionRequest {
+    fn model(&self) -> &str {
+        &self.common.model
+    }
+}
+
+impl NamesModel for CompletionRequest {
+    fn model(&self) -> &str {
+        &self.common.model
+    }
 }
