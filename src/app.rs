@@ -10,11 +10,12 @@
 //! demand; [`api_settings`] and [`metrics_settings`] give those layers theirs.
 
 use crate::api;
-use crate::config::{Backend, Config, LoraArg, ModelTable};
+use crate::config::{Backend, Config, LoraArg, ModelTable, ReasoningHistory};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
-    EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, ScheduleSettings,
+    EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
+    ScheduleSettings,
 };
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -78,9 +79,15 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         sampling: config.sampling,
         disable_runtime_template: false,
         conversation_cache: config.conversation_cache,
+        keep_reasoning: config.reasoning_history == ReasoningHistory::Kept,
         npu: npu.clone(),
         loras: Vec::new(),
         prompt_cache: None,
+        saved: (config.conversation_cache_mb > 0 && config.conversation_cache_count > 0).then(|| SavedSettings {
+            dir: config.conversation_cache_dir.clone(),
+            max_bytes: config.conversation_cache_mb.saturating_mul(1024 * 1024),
+            max_count: config.conversation_cache_count,
+        }),
     }
 }
 

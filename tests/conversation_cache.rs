@@ -61,11 +61,13 @@ async fn follow_up_turns_prefill_only_what_is_new_and_replies_match_the_cache_of
         assert_eq!(timings["cache_n"], cached_tokens);
         if i == 0 {
             assert_eq!(cached_tokens, 0, "the first turn has nothing cached");
+            assert_eq!((&timings["cache"], &timings["cache_miss"]), (&json!("miss"), &json!("empty")), "{timings}");
         } else {
             // The cache holds the previous prompt and every generated token.
             let (_, prev, _) = &cached[i - 1];
             let expected = prev["prompt_tokens"].as_i64().unwrap() + prev["completion_tokens"].as_i64().unwrap();
             assert_eq!(cached_tokens, expected, "turn {i}: {usage}");
+            assert_eq!(timings["cache"], "resident", "turn {i}: {timings}");
         }
         // The runtime prefilled only the rest.
         assert_eq!(
@@ -95,18 +97,36 @@ async fn an_edited_history_and_interleaved_conversations_are_clean_misses() {
     assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0, "{usage}");
     assert_eq!(reply, plain_reply);
 
-    // Two conversations taking turns evict each other: every turn is a miss, every reply right.
-    let a = json!([{"role": "user", "content": "Conversation A"}]);
-    let b = json!([{"role": "user", "content": "Conversation B"}]);
-    let (_, a1, _, _) = turn(&on, &a, 64).await;
-    let (_, b1, _, _) = turn(&on, &b, 64).await;
-    let a2 = json!([{"role": "user", "content": "Conversation A"}, {"role": "assistant", "content": a1}, {"role": "user", "content": "more"}]);
-    let b2 = json!([{"role": "user", "content": "Conversation B"}, {"role": "assistant", "content": b1}, {"role": "user", "content": "more"}]);
-    for follow_up in [&a2, &b2] {
-        let (_, reply, usage, _) = turn(&on, follow_up, 64).await;
-        let (_, plain_reply, _, _) = turn(&off, follow_up, 64).await;
-        assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0, "the other conversation is cached: {usage}");
-        assert_eq!(reply, plain_reply);
+    // Two conversations taking turns: each displaces the other from the KV
+    // cache; its first prompt, saved as a file, is restored. Without saved
+    // conversations every turn is a miss. Every reply is right.
+    let unsaved = start(&["--conversation-cache-count", "0"]);
+    for (d, saved) in [(&on, true), (&unsaved, false)] {
+        let a = json!([{"role": "user", "content": "Conversation A"}]);
+        let b = json!([{"role": "user", "content": "Conversation B"}]);
+        let (_, a1, a_usage, _) = turn(d, &a, 64).await;
+        let (_, b1, b_usage, _) = turn(d, &b, 64).await;
+        let a2 = json!([{"role": "user", "content": "Conversation A"}, {"role": "assistant", "content": a1}, {"role": "user", "content": "more"}]);
+        let b2 = json!([{"role": "user", "content": "Conversation B"}, {"role": "assistant", "content": b1}, {"role": "user", "content": "more"}]);
+        for (follow_up, first) in [(&a2, &a_usage), (&b2, &b_usage)] {
+            let (_, reply, usage, timings) = turn(d, follow_up, 64).await;
+            let (_, plain_reply, _, _) = turn(&off, follow_up, 64).await;
+            assert_eq!(reply, plain_reply);
+            let cached = &usage["prompt_tokens_details"]["cached_tokens"];
+            if saved {
+                assert_eq!((cached, &timings["cache"]), (&first["prompt_tokens"], &json!("restored")), "{timings}");
+                assert_eq!(
+                    timings["prompt_n"].as_i64().unwrap(),
+                    usage["prompt_tokens"].as_i64().unwrap() - cached.as_i64().unwrap()
+                );
+            } else {
+                assert_eq!(
+                    (cached, &timings["cache"], &timings["cache_miss"]),
+                    (&json!(0), &json!("miss"), &json!("other")),
+                    "{timings}"
+                );
+            }
+        }
     }
 }
 

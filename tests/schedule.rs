@@ -101,7 +101,9 @@ async fn a_request_passed_over_enough_times_goes_first() {
     let order = order("1").await;
     assert_eq!(names(&order), ["X2", "Y", "Z", "X3"], "{order:?}");
     assert!(order[0].1 > 0, "{order:?}");
-    assert_eq!(order[3].1, 0, "Z's run replaced X in the cache: X3 is a miss: {order:?}");
+    // Z's run replaced X in the KV cache; X3 is restored from X2's saved
+    // prompt (engine/saved.rs) instead of prefilling it all.
+    assert!(order[3].1 > 0, "X3 restored from its saved prompt: {order:?}");
     let fifo = self::order("0").await;
     assert_eq!(names(&fifo), ["Y", "Z", "X2", "X3"], "0 is arrival order: {fifo:?}");
 }

@@ -3,11 +3,12 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
-use super::request::{prepare, ChatCompletionRequest};
+use super::request::{prepare, session_key, ChatCompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::ChatCompletion;
 use super::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 
@@ -29,8 +30,10 @@ use axum::Extension;
 pub async fn create(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    ApiJson(req): ApiJson<ChatCompletionRequest>,
+    headers: HeaderMap,
+    ApiJson(mut req): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
+    session_key(&mut req.common, &headers)?;
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
     let (id, reasoning) = (meta.id.clone(), state.settings.reasoning);

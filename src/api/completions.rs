@@ -3,11 +3,12 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
-use super::request::{prepare, CompletionRequest};
+use super::request::{prepare, session_key, CompletionRequest};
 use super::respond::{respond, Shape};
 use super::response::TextCompletion;
 use super::AppState;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
 
@@ -30,8 +31,10 @@ use axum::Extension;
 pub async fn create(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    ApiJson(req): ApiJson<CompletionRequest>,
+    headers: HeaderMap,
+    ApiJson(mut req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
+    session_key(&mut req.common, &headers)?;
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("cmpl", &model);
     let id = meta.id.clone();

@@ -41,12 +41,17 @@ fn exposition(state: &AppState) -> Response {
     let kv_cache_tokens = loaded
         .as_ref()
         .and_then(|models| models.iter().filter_map(|m| m.engine.kv_cache_tokens()).reduce(|a, b| a + b));
+    let saved_conversations = loaded.as_ref().and_then(|models| {
+        let warm = models.iter().filter_map(|m| m.engine.warm_conversations());
+        warm.map(|w| (w.saved as i64, w.saved_bytes as i64)).reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+    });
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,
         peak_rss_bytes: system.memory.peak_rss_bytes,
         cpu_seconds: system.cpu.process_seconds,
     };
-    let live = Live { queue, kv_cache_tokens, info: system.info_labels(), telemetry: &snapshot, process };
+    let live =
+        Live { queue, kv_cache_tokens, saved_conversations, info: system.info_labels(), telemetry: &snapshot, process };
     match scrape::render(&observer.metrics, &live) {
         Ok(text) => ([(header::CONTENT_TYPE, scrape::CONTENT_TYPE)], text).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode the metrics: {e}")).into_response(),

@@ -2,6 +2,7 @@
 //! `POST /v1/models/{id}/load` and `POST /v1/models/{id}/unload`.
 
 use super::error::{ApiError, ErrorEnvelope};
+use super::runtime_info::Conversations;
 use super::AppState;
 use crate::registry::{adapter_id, KeepAlive, Status};
 use axum::extract::{Path, State};
@@ -28,6 +29,8 @@ pub struct ModelCard {
     pub template: Option<TemplateCard>,
     /// Extension: for a LoRA adapter (id `BASE:NAME`), the base model's id; `null` for a model.
     pub parent: Option<String>,
+    /// Extension: the conversations kept warm (`null`: unloaded, or the conversation cache is off).
+    pub conversations: Option<Conversations>,
 }
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -64,6 +67,11 @@ fn card(status: &Status) -> ModelCard {
             TemplateCard { mode: t.mode.as_str(), family: t.family, reason: t.reason }
         }),
         parent: None,
+        conversations: status
+            .loaded
+            .as_ref()
+            .and_then(|l| l.model.engine.warm_conversations())
+            .map(Conversations::from),
     }
 }
 

@@ -9,8 +9,9 @@ use super::record::Record;
 use super::request::Checks;
 use super::response::Usage;
 use super::status::{ending, Facts};
-use crate::conversation::{Delta, ReplyParser, ReplyRules};
-use crate::engine::{GenEvent, Generation};
+use crate::conversation::resend::view;
+use crate::conversation::{Delta, Reply, ReplyParser, ReplyRules};
+use crate::engine::{EndReason, GenEvent, Generation};
 use crate::metrics::Timings;
 use futures_util::{Stream, StreamExt};
 
@@ -42,6 +43,8 @@ pub fn pieces(
         let record = record;
         let mut parser = ReplyParser::new(rules, stops);
         let mut matched = false;
+        // The reply as a client gathers it, for the conversation cache.
+        let mut seen = Reply::default();
         // The reply's text, kept only when it is checked at the end.
         let mut content = String::new();
         while let Some(event) = generation.next().await {
@@ -58,12 +61,21 @@ pub fn pieces(
                     if checks.format.is_some() {
                         content.push_str(&step.delta.content);
                     }
+                    seen.absorb(step.delta.clone());
                     yield Piece::Delta(step.delta);
                 }
                 GenEvent::Done(outcome) => {
                     let rest = parser.finish(&outcome.tail);
                     if checks.format.is_some() {
                         content.push_str(&rest.content);
+                    }
+                    seen.absorb(rest.clone());
+                    if !matched && matches!(outcome.reason, EndReason::Eos | EndReason::Length) {
+                        // What a client resends of this reply: a reply cut by a
+                        // stop sequence is not (the cache holds text it never saw).
+                        let calls = seen.calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str()));
+                        let reasoned = parser.reasoned() || seen.content.contains("</think>");
+                        generation.seen_as(view(&seen.content, calls), reasoned);
                     }
                     if !rest.is_empty() {
                         yield Piece::Delta(rest);

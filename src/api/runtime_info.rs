@@ -1,7 +1,7 @@
 //! The wire shapes of what the engine tells about itself (`/health`,
 //! `/v1/system`): the engine's types carry no serde or schema attributes.
 
-use crate::engine::{QueueState, RuntimeInfo};
+use crate::engine::{QueueState, RuntimeInfo, WarmConversations};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -72,5 +72,24 @@ impl From<QueueState> for Queue {
     fn from(q: QueueState) -> Self {
         let QueueState { running, waiting, capacity, running_tokens } = q;
         Queue { running, waiting, capacity, running_tokens }
+    }
+}
+
+/// The conversations a loaded model keeps warm (the conversation cache).
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub struct Conversations {
+    /// Conversations whose state is kept: the one in the KV cache, if any,
+    /// and those saved as prompt-cache files.
+    pub warm: usize,
+    /// Prompt tokens of the conversation the KV cache holds (0: none).
+    pub resident_tokens: usize,
+    /// Conversations saved as prompt-cache files (RAM tier) and their bytes.
+    pub saved: usize,
+    pub saved_bytes: u64,
+}
+
+impl From<WarmConversations> for Conversations {
+    fn from(w: WarmConversations) -> Self {
+        Conversations { warm: w.warm, resident_tokens: w.resident_tokens, saved: w.saved, saved_bytes: w.saved_bytes }
     }
 }

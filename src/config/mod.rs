@@ -44,6 +44,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// How a thinking model's earlier reasoning stays in a cached conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ReasoningHistory {
+    /// The KV cache keeps it as generated; a follow-up reuses the cache.
+    #[default]
+    Kept,
+    /// As the template renders history (Qwen3: dropped); a follow-up after a
+    /// reply that reasoned prefills again.
+    Template,
+}
+
 /// The effective configuration, and the declaration of every setting.
 ///
 /// `Default` is each field's `default_value`; the file's schema is this
@@ -152,6 +164,18 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_CONVERSATION_CACHE", default_value = "on", action = clap::ArgAction::Set,
           value_parser = on_off())]
     pub conversation_cache: bool,
+    /// kept: a cached conversation keeps a thinking model's earlier reasoning in its context as generated, so a follow-up that resends the reply without it reuses the cache; template: history as the chat template renders it (Qwen3 drops earlier reasoning), a follow-up after a reply that reasoned prefills again.
+    #[arg(long, env = "RKLLMD_REASONING_HISTORY", value_enum, default_value = "kept")]
+    pub reasoning_history: ReasoningHistory,
+    /// Directory (tmpfs) where conversations the KV cache no longer holds are kept as prompt-cache files, one subdirectory per daemon and model.
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_DIR", default_value = "/dev/shm")]
+    pub conversation_cache_dir: PathBuf,
+    /// The saved conversations' files may add up to this many MiB per model (0: none are saved).
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_MB", default_value_t = 512)]
+    pub conversation_cache_mb: u64,
+    /// At most this many conversations are saved per model (0: none).
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_COUNT", default_value_t = 8)]
+    pub conversation_cache_count: usize,
     /// How /v1/embeddings pools the hidden states: last (the last token's; Qwen3-Embedding) or mean.
     #[arg(long, env = "RKLLMD_EMBEDDING_POOLING", value_enum, default_value = "last")]
     pub embedding_pooling: Pooling,

@@ -11,6 +11,7 @@ mod fold;
 mod output;
 mod prompter;
 mod pyjson;
+pub mod resend;
 mod source;
 mod stop;
 mod template;

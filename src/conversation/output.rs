@@ -74,6 +74,8 @@ pub struct ReplyParser {
     think: Option<ThinkSplitter>,
     tools: Option<ToolCallParser>,
     stopped: bool,
+    /// The reply held reasoning text (in any mode).
+    reasoned: bool,
 }
 
 impl ReplyParser {
@@ -85,6 +87,7 @@ impl ReplyParser {
             think: needs_think.then(|| ThinkSplitter::new(rules.starts_in_thinking)),
             tools: rules.tool_syntax.map(ToolCallParser::new),
             stopped: false,
+            reasoned: false,
         }
     }
 
@@ -113,6 +116,12 @@ impl ReplyParser {
         delta
     }
 
+    /// Whether the reply so far held reasoning (a `<think>` block's text).
+    /// Known only when the block is split out (not with `inline` and no tools).
+    pub fn reasoned(&self) -> bool {
+        self.reasoned
+    }
+
     /// Whether the reply made tool calls, each with valid arguments (its
     /// finish reason is then `tool_calls`).
     pub fn called_tools(&self) -> bool {
@@ -132,6 +141,7 @@ impl ReplyParser {
             None => parts.push(Part::Content(text.to_owned())),
         }
         let mut outs = Vec::new();
+        self.reasoned |= parts.iter().any(|p| matches!(p, Part::Reasoning(t) if !t.trim().is_empty()));
         for part in parts {
             match (part, self.mode) {
                 (Part::Content(t), _) => match &mut self.tools {

@@ -49,6 +49,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         enable_thinking: false,
         tokens: None,
         lora: None,
+        cache: Default::default(),
     };
     let mut generation = match engine.reserve() {
         Ok(place) => engine.submit(place, job),

@@ -7,7 +7,7 @@
 use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
 use super::halt::ABORT_GRACE;
-use super::job::Job;
+use super::job::{CacheHints, Job};
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
@@ -17,7 +17,7 @@ use super::schedule::Assigned;
 use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{Event, Finish, RunInput};
+use rkllm_sys::{Event, Finish, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -45,6 +45,8 @@ pub struct Generation {
     stop: StopHandle,
     events: Pin<Box<dyn Stream<Item = GenEvent> + Send>>,
     abandoned: Option<oneshot::Receiver<Outcome>>,
+    engine: Arc<Engine>,
+    job: String,
 }
 
 impl Generation {
@@ -63,6 +65,13 @@ impl Generation {
     pub fn take_abandoned(&mut self) -> Option<oneshot::Receiver<Outcome>> {
         self.abandoned.take()
     }
+
+    /// How the client was shown the finished reply (the api's view of it;
+    /// `reasoned`: the reply held reasoning the view leaves out), so that a
+    /// follow-up resending it can reuse the cached reply.
+    pub fn seen_as(&self, view: String, reasoned: bool) {
+        self.engine.reply_seen(&self.job, view, reasoned);
+    }
 }
 
 impl Stream for Generation {
@@ -80,6 +89,7 @@ impl Engine {
     pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
         let received = Instant::now();
         let tokens: Option<Arc<[i32]>> = job.tokens.as_deref().map(Arc::from);
+        let (job_id, hints) = (job.id.clone(), job.cache.clone());
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();
@@ -91,6 +101,8 @@ impl Engine {
             engine: self.clone(),
             plan,
             tokens,
+            hints,
+            job: job_id.clone(),
             received,
             prompt_tokens,
             place,
@@ -102,7 +114,7 @@ impl Engine {
             let mut run = match start.run().await {
                 Ok(run) => run,
                 Err(outcome) => {
-                    yield GenEvent::Done(outcome);
+                    yield GenEvent::Done(Box::new(outcome));
                     return;
                 }
             };
@@ -110,12 +122,12 @@ impl Engine {
                 let event = match run.next_event().await {
                     Next::Event(event) => event,
                     Next::LeftBatch => {
-                        yield GenEvent::Done(run.leave_batch());
+                        yield GenEvent::Done(Box::new(run.leave_batch()));
                         return;
                     }
                     Next::Gone => break,
                     Next::Unanswered => {
-                        yield GenEvent::Done(run.unanswered());
+                        yield GenEvent::Done(Box::new(run.unanswered()));
                         return;
                     }
                 };
@@ -123,14 +135,14 @@ impl Engine {
                     Step::Token(text) => yield GenEvent::Token { text },
                     Step::Skip => {}
                     Step::Finished(finish) => {
-                        yield GenEvent::Done(run.finish(*finish).await);
+                        yield GenEvent::Done(Box::new(run.finish(*finish).await));
                         return;
                     }
                 }
             }
-            yield GenEvent::Done(run.thread_gone());
+            yield GenEvent::Done(Box::new(run.thread_gone()));
         });
-        Generation { ignored_params, stop, events, abandoned: Some(abandoned) }
+        Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id }
     }
 }
 
@@ -140,6 +152,10 @@ struct Start {
     plan: Arc<RunPlan>,
     /// The prompt's ids (the conversation cache may send them instead of the text).
     tokens: Option<Arc<[i32]>>,
+    /// What the conversation cache matches besides the ids.
+    hints: CacheHints,
+    /// The job's id.
+    job: String,
     received: Instant,
     prompt_tokens: Option<u32>,
     place: Place,
@@ -166,7 +182,7 @@ impl Start {
         let (submitted, turn) = match assigned {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
-                let submitted = submit(&engine, self.tokens.as_deref(), &self.plan).await;
+                let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan).await;
                 (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
             }
             Err(reason) => (Err(reason), None),
@@ -176,6 +192,11 @@ impl Start {
         let (control, events, plan) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
+                if let Some(plan) = &plan {
+                    // The prompt the model reads: the cache and what was sent
+                    // after it (a cached reply may stand for the resent one).
+                    self.prompt_tokens = u32::try_from(plan.cached + plan.input.len()).ok();
+                }
                 (control, events, plan)
             }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
@@ -217,6 +238,7 @@ impl Start {
             plan,
             generated: Vec::new(),
             prompt_cache: self.prompt_cache,
+            job: self.job,
         })
     }
 }
@@ -224,14 +246,22 @@ impl Start {
 type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 
 /// Submits a job's own run (`batch` = 1), with the turn held.
-async fn submit(engine: &Arc<Engine>, tokens: Option<&[i32]>, run: &RunPlan) -> Result<Submitted, EndReason> {
+async fn submit(
+    engine: &Arc<Engine>,
+    tokens: Option<&[i32]>,
+    hints: &CacheHints,
+    run: &RunPlan,
+) -> Result<Submitted, EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    let plan = engine.plan_kv(tokens, run.lora.as_deref(), run.limit).await;
+    let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
     let request = match &plan {
-        Some(plan) => run.request(plan.input(), true),
+        Some(plan) => RunRequest {
+            save_prompt_cache: plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned()),
+            ..run.request(plan.input(), true)
+        },
         None => run.request(RunInput::Prompt(run.prompt.clone()), false),
     };
     match engine.model.submit(request, tx) {
@@ -259,6 +289,8 @@ struct Run {
     generated: Vec<i32>,
     /// What the run should show of the model's prompt cache, if it has one.
     prompt_cache: Option<PromptCacheExpect>,
+    /// The job's id.
+    job: String,
 }
 
 enum Next {
@@ -387,13 +419,17 @@ impl Run {
         }
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
-        let cached_tokens = match &self.plan {
-            Some(plan) => engine.settle_kv(plan, &self.generated).await,
+        let perf = finish.perf.map(RuntimePerf::from);
+        let (cached_tokens, cache) = match &self.plan {
+            Some(plan) => {
+                let (reused, found) = engine.settle_kv(&self.job, plan, &self.generated, perf.as_ref()).await;
+                (reused, Some(found))
+            }
             None => {
                 if !self.guard.control.is_batched() {
                     engine.sample_kv_cache();
                 }
-                0
+                (0, None)
             }
         };
         // The runtime is free: let the next job in before we report.
@@ -411,7 +447,7 @@ impl Run {
         } else {
             EndReason::Eos
         };
-        let perf = finish.perf.map(RuntimePerf::from);
+        self.guard.timeline.cache = cache.map(|c| (c.as_str(), c.reason()));
         let prompt_cache_n = super::prompt_cache::reused(self.prompt_cache, self.guard.prompt_tokens, perf.as_ref());
         self.guard.timeline.prompt_cache_n = prompt_cache_n;
         Outcome {
@@ -422,6 +458,7 @@ impl Run {
             dropped_tokens: self.guard.dropped,
             prompt_tokens: self.guard.prompt_tokens,
             cached_tokens: cached_tokens + prompt_cache_n.unwrap_or(0),
+            cache,
         }
     }
 

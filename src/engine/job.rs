@@ -19,4 +19,27 @@ pub struct Job {
     pub tokens: Option<Vec<i32>>,
     /// The LoRA adapter to run with (loaded with the model); `None`: the base model.
     pub lora: Option<String>,
+    /// What the conversation cache matches the prompt with besides its ids.
+    pub cache: CacheHints,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheHints {
+    /// Where the prompt resends the reply of an earlier turn (chat requests
+    /// with a tokenizer and the conversation cache on).
+    pub resent: Option<Resent>,
+    /// The client's name for the conversation (`prompt_cache_key`,
+    /// `X-Session-Id`): a hint; the cache matches the ids themselves.
+    pub conversation: Option<String>,
+}
+
+/// An earlier reply in a prompt, as the client resent it: the ids
+/// `tokens[start..end]` render the assistant message whose view (the api's
+/// name for what a client was shown of a reply) is `view`. The conversation
+/// cache matches it against the reply it generated (`kv.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resent {
+    pub start: usize,
+    pub end: usize,
+    pub view: String,
 }

@@ -4,14 +4,25 @@
 //! with `keep_history = 1`, so the cache holds exactly the ids sent plus the
 //! ids the callback reported as generated. A new prompt that starts with that
 //! sequence prefills only its rest; anything else clears the cache first.
+//!
+//! A client does not resend the ids the model generated but the reply it was
+//! shown, which the template renders back: a reply cut inside a character
+//! comes back with U+FFFD, a thinking model's reasoning is dropped by its
+//! template, a client trims trailing whitespace. So the last run's reply is
+//! also matched by what the client saw: the api names the reply's *view*
+//! after it ended ([`KvCache::seen`]) and, in a new prompt, where the resent
+//! assistant message lies and its view ([`Resent`]). When the ids before it
+//! are the cached ones and the views agree, the cached reply (as generated)
+//! stands for the resent one and only what follows it is sent.
 //! After every run the sequence is checked against `rkllm_get_kv_cache_size`:
 //! a disagreement (e.g. a token the runtime keeps but never reported, such as
 //! an end-of-sequence token — the manual leaves that open) makes the cache
 //! unknown, and the next run starts clean. Never a wrong answer to save time.
 
-use super::Engine;
+use super::job::Resent;
+use super::outcome::MissReason;
+use super::saved::{Restore, Save};
 use rkllm_sys::RunInput;
-use std::sync::{Mutex, MutexGuard};
 
 /// The engine's record of the KV cache (only the job holding the turn reads
 /// or writes it).
@@ -23,6 +34,33 @@ pub(super) struct KvCache {
     /// the base model). An adapter changes the keys and values, so a run
     /// with another one (or none) cannot reuse them.
     lora: Option<String>,
+    /// The last run, when the cache holds it.
+    last: Option<LastRun>,
+    /// A reply that reasoned may stand for the same reply resent without
+    /// its reasoning (setting `reasoning_history = kept`).
+    keep_reasoning: bool,
+    /// Something ran or was forgotten since the model loaded (an unknown
+    /// cache before that is the fresh one: a miss is `empty`, not `unknown`).
+    used: bool,
+}
+
+/// The last run in the cache: its prompt as the client sent it, where its
+/// reply begins in the cache, and how the client saw that reply. After a
+/// reply matched by its view the cache holds the reply as generated where
+/// the client's prompt holds it as resent, so the client's ids are kept.
+#[derive(Debug)]
+struct LastRun {
+    /// The job that generated it.
+    job: String,
+    /// The prompt's ids as the client's request gave them.
+    prompt: Vec<i32>,
+    /// Positions in the cache before the reply.
+    reply_start: usize,
+    /// The reply as the client saw it, by the api's reckoning (empty until
+    /// the api names it: a reply cut by a stop sequence never matches).
+    views: Vec<String>,
+    /// The client's name for the conversation.
+    key: Option<String>,
 }
 
 /// How one run uses the cache.
@@ -32,8 +70,21 @@ pub(super) struct Plan {
     pub clear: bool,
     /// Tokens already in the cache that the prompt reuses.
     pub cached: usize,
-    /// The ids this run sends (the prompt's ids after `cached`).
+    /// The ids this run sends (the prompt's ids after `cached`, or after the
+    /// resent reply the cached one stands for).
     pub input: Vec<i32>,
+    /// The cached reply stands for the resent one (matched by its view).
+    pub by_view: bool,
+    /// The prompt's ids as the client's request gave them.
+    pub prompt: Vec<i32>,
+    /// The saved conversation the run restores (`saved.rs`).
+    pub restore: Option<Restore>,
+    /// Where the run saves its prompt.
+    pub save: Option<Save>,
+    /// Why the resident conversation is not reused (when `cached` is 0).
+    pub miss: MissReason,
+    /// The client's name for the conversation.
+    pub key: Option<String>,
 }
 
 /// Why a finished run's cache is not what the engine expected.
@@ -44,36 +95,120 @@ pub(super) struct Disagreement {
 }
 
 impl KvCache {
+    pub fn new(keep_reasoning: bool) -> Self {
+        KvCache { keep_reasoning, ..KvCache::default() }
+    }
+
     /// How a prompt of `ids`, run with the adapter `lora`, that may generate
-    /// up to `max_new` tokens runs in a context of `context` positions.
-    pub fn plan(&self, ids: &[i32], lora: Option<&str>, max_new: u32, context: u32) -> Plan {
-        let reusable = self.tokens.as_deref().filter(|cached| {
-            // At least one new token: a run needs input.
-            self.lora.as_deref() == lora
-                && cached.len() < ids.len()
-                && ids.starts_with(cached)
-                && ids.len() + max_new as usize <= context as usize
-        });
-        match reusable {
-            Some(cached) => Plan { clear: false, cached: cached.len(), input: ids[cached.len()..].to_vec() },
-            None => Plan { clear: self.tokens.as_ref().is_none_or(|t| !t.is_empty()), cached: 0, input: ids.to_vec() },
+    /// up to `max_new` tokens runs in a context of `context` positions;
+    /// `resent` says where the prompt resends an earlier reply.
+    pub fn plan(&self, ids: &[i32], resent: Option<&Resent>, lora: Option<&str>, max_new: u32, context: u32) -> Plan {
+        let fits = |cached: usize, sent: usize| cached + sent + max_new as usize <= context as usize;
+        let plan = |clear, cached, from: usize, by_view, miss| Plan {
+            clear,
+            cached,
+            input: ids[from..].to_vec(),
+            by_view,
+            prompt: ids.to_vec(),
+            restore: None,
+            save: None,
+            miss,
+            key: None,
+        };
+        let clear = self.tokens.as_ref().is_none_or(|t| !t.is_empty());
+        let Some(cached) = self.tokens.as_deref() else {
+            let why = if self.used { MissReason::Unknown } else { MissReason::Empty };
+            return plan(clear, 0, 0, false, why);
+        };
+        if cached.is_empty() {
+            return plan(clear, 0, 0, false, MissReason::Empty);
+        }
+        let continued = [(self.resent_as_generated(cached, ids), false), (self.stands_for(ids, resent), true)];
+        // At least one new token: a run needs input.
+        let continued = continued
+            .into_iter()
+            .filter_map(|(from, by_view)| Some((from?, by_view)))
+            .find(|(from, _)| *from < ids.len());
+        match continued {
+            None => plan(clear, 0, 0, false, MissReason::Other),
+            Some(_) if self.lora.as_deref() != lora => plan(clear, 0, 0, false, MissReason::Adapter),
+            Some((from, by_view)) if fits(cached.len(), ids.len() - from) => {
+                plan(false, cached.len(), from, by_view, MissReason::Empty)
+            }
+            Some(_) => plan(clear, 0, 0, false, MissReason::Context),
+        }
+    }
+
+    /// Where the cache's content ends in `ids` when the client resent it
+    /// all: the last prompt as it sent it, then the reply as generated.
+    fn resent_as_generated(&self, cached: &[i32], ids: &[i32]) -> Option<usize> {
+        let (prompt, reply) = match &self.last {
+            Some(last) => (last.prompt.as_slice(), &cached[last.reply_start..]),
+            None => (&[][..], cached),
+        };
+        let rest = ids.strip_prefix(prompt)?;
+        rest.starts_with(reply).then_some(prompt.len() + reply.len())
+    }
+
+    /// Where the resent reply ends in `ids` when the cached reply stands for
+    /// it: the prompt before it is the last one as the client sent it (up to
+    /// where the resent message begins, which may be before the reply did:
+    /// a generation prompt the template does not repeat in history, e.g. an
+    /// empty `<think></think>`) and the client saw the same reply.
+    fn stands_for(&self, ids: &[i32], resent: Option<&Resent>) -> Option<usize> {
+        let (last, resent) = (self.last.as_ref()?, resent?);
+        let same_before = resent.start <= last.prompt.len()
+            && resent.start <= resent.end
+            && resent.end <= ids.len()
+            && ids[..resent.start] == last.prompt[..resent.start];
+        (same_before && last.views.contains(&resent.view)).then_some(resent.end)
+    }
+
+    /// The api's name for how the client saw the reply of `job`; `reasoned`:
+    /// the reply held reasoning, which the client's view leaves out.
+    pub fn seen(&mut self, job: &str, view: String, reasoned: bool) {
+        if reasoned && !self.keep_reasoning {
+            // History as the template renders it: the cached reasoning
+            // must not stay in the context.
+            return;
+        }
+        if let Some(last) = self.last.as_mut().filter(|r| r.job == job) {
+            last.views.push(view);
         }
     }
 
     /// The cache was cleared (`rkllm_clear_kv_cache` succeeded).
     pub fn cleared(&mut self) {
         self.tokens = Some(Vec::new());
+        self.last = None;
+    }
+
+    /// The ids of the last run's prompt as the cache holds them.
+    pub fn last_prompt(&self) -> Option<&[i32]> {
+        Some(&self.tokens.as_deref()?[..self.last.as_ref()?.reply_start])
+    }
+
+    /// The client's name for the conversation the cache holds.
+    pub fn last_key(&self) -> Option<&str> {
+        self.last.as_ref()?.key.as_deref()
+    }
+
+    /// The LoRA adapter the cached positions were computed with.
+    pub fn lora(&self) -> Option<&str> {
+        self.lora.as_deref()
     }
 
     /// The planned run is about to fill the (empty or reused) cache with `lora`.
-    fn filled_with(&mut self, lora: Option<&str>) {
+    pub fn filled_with(&mut self, lora: Option<&str>) {
         self.lora = lora.map(str::to_owned);
     }
 
     /// Nothing is known about the cache any more (a run was abandoned, a
     /// clear failed, a check disagreed).
     pub fn forget(&mut self) {
+        self.used = true;
         self.tokens = None;
+        self.last = None;
     }
 
     /// A run of `plan` ended having generated `generated` ids; `reported` is
@@ -81,19 +216,26 @@ impl KvCache {
     /// when the sizes agree, otherwise forgets it.
     pub fn after_run(
         &mut self,
+        job: &str,
         plan: &Plan,
         generated: &[i32],
         reported: Option<usize>,
     ) -> Result<usize, Disagreement> {
+        self.last = None;
+        self.used = true;
         let Some(mut tokens) = self.tokens.take().filter(|t| t.len() == plan.cached) else {
             return Err(Disagreement { expected: plan.cached + plan.input.len() + generated.len(), reported });
         };
         tokens.extend_from_slice(&plan.input);
+        let reply_start = tokens.len();
         tokens.extend_from_slice(generated);
         if reported != Some(tokens.len()) {
             return Err(Disagreement { expected: tokens.len(), reported });
         }
         let size = tokens.len();
+        let prompt = plan.prompt.clone();
+        let key = plan.key.clone();
+        self.last = Some(LastRun { job: job.to_owned(), prompt, reply_start, views: Vec::new(), key });
         self.tokens = Some(tokens);
         Ok(size)
     }
@@ -105,132 +247,47 @@ impl Plan {
     }
 }
 
-fn lock(kv: &Mutex<KvCache>) -> MutexGuard<'_, KvCache> {
-    kv.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Engine {
-    /// How the job holding the turn uses the cache: `None` runs it stateless
-    /// (the cache is off, or the job has no token ids, or clearing failed).
-    pub(super) async fn plan_kv(&self, ids: Option<&[i32]>, lora: Option<&str>, max_new: u32) -> Option<Plan> {
-        let kv = self.kv.as_ref()?;
-        let Some(ids) = ids else {
-            // A stateless run leaves the cache in a state we do not track.
-            lock(kv).forget();
-            return None;
-        };
-        let plan = lock(kv).plan(ids, lora, max_new, self.limits.max_context_len);
-        if plan.clear {
-            match self.model.clear_kv_cache(false).await {
-                Ok(Ok(())) => lock(kv).cleared(),
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "the runtime thread is gone".into(),
-                    };
-                    tracing::warn!("rkllm_clear_kv_cache failed ({why}); this run is stateless");
-                    lock(kv).forget();
-                    return None;
-                }
-            }
-        }
-        lock(kv).filled_with(lora);
-        Some(plan)
-    }
-
-    /// Whether a job of these ids, run with `lora`, extends the conversation
-    /// the KV cache holds: the one question the scheduler asks of the cache
-    /// (`schedule.rs` lets such a job go first, its prefill mostly done).
-    pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
-        let (Some(kv), Some(ids)) = (self.kv.as_ref(), ids) else { return false };
-        lock(kv).plan(ids, lora, 0, u32::MAX).cached > 0
-    }
-
-    /// After a cached run (turn still held): check the cache's size against
-    /// what was sent and generated. Returns the tokens the run reused.
-    pub(super) async fn settle_kv(&self, plan: &Plan, generated: &[i32]) -> u32 {
-        let Some(kv) = self.kv.as_ref() else { return 0 };
-        let reported = match self.model.kv_cache_size().await {
-            Ok(Ok(sizes)) => sizes.first().and_then(|&s| usize::try_from(s).ok()),
-            _ => None,
-        };
-        if let Some(size) = reported {
-            self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
-        }
-        match lock(kv).after_run(plan, generated, reported) {
-            Ok(_) => {}
-            Err(d) => {
-                tracing::warn!(
-                    expected = d.expected,
-                    reported = ?d.reported,
-                    "the KV cache does not hold what was sent and generated; the next run starts clean"
-                );
-                crate::metrics::observer().metrics.kv_cache_mismatch();
-            }
-        }
-        u32::try_from(plan.cached).unwrap_or(u32::MAX)
-    }
-
-    /// A run ended without its events being read (its client went away).
-    pub(super) fn forget_kv(&self) {
-        if let Some(kv) = &self.kv {
-            lock(kv).forget();
-        }
-    }
-
-    /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and keeps it for `/metrics` when it comes; nothing waits for it.
-    pub(super) fn sample_kv_cache(&self) {
-        let size = self.model.kv_cache_size();
-        let kv_tokens = self.kv_tokens.clone();
-        let publish = async move {
-            if let Ok(Ok(sizes)) = size.await {
-                kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), std::sync::atomic::Ordering::Relaxed);
-            }
-        };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(publish);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn shape(plan: &Plan) -> (bool, usize, Vec<i32>, bool) {
+        (plan.clear, plan.cached, plan.input.clone(), plan.by_view)
+    }
+
     #[test]
     fn a_follow_up_reuses_the_exact_prefix_and_anything_else_starts_clean() {
         let mut kv = KvCache::default();
-        let first = kv.plan(&[1, 2, 3], None, 10, 100);
-        assert_eq!(first, Plan { clear: true, cached: 0, input: vec![1, 2, 3] }, "unknown at start: clear");
+        let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
+        assert_eq!(shape(&first), (true, 0, vec![1, 2, 3], false), "unknown at start: clear");
         kv.cleared();
-        assert_eq!(kv.after_run(&first, &[7, 8], Some(5)), Ok(5));
+        assert_eq!(kv.after_run("j", &first, &[7, 8], Some(5)), Ok(5));
 
-        let follow = kv.plan(&[1, 2, 3, 7, 8, 9], None, 10, 100);
-        assert_eq!(follow, Plan { clear: false, cached: 5, input: vec![9] });
-        assert_eq!(kv.after_run(&follow, &[4], Some(7)), Ok(7));
+        let follow = kv.plan(&[1, 2, 3, 7, 8, 9], None, None, 10, 100);
+        assert_eq!(shape(&follow), (false, 5, vec![9], false));
+        assert_eq!(kv.after_run("j", &follow, &[4], Some(7)), Ok(7));
 
         // An edited earlier turn: no prefix, clear and send everything.
-        let edited = kv.plan(&[1, 2, 6, 7, 8, 9, 4, 5], None, 10, 100);
-        assert_eq!(edited, Plan { clear: true, cached: 0, input: vec![1, 2, 6, 7, 8, 9, 4, 5] });
+        let edited = kv.plan(&[1, 2, 6, 7, 8, 9, 4, 5], None, None, 10, 100);
+        assert_eq!(shape(&edited), (true, 0, vec![1, 2, 6, 7, 8, 9, 4, 5], false));
         // The same prompt again has no new token: start clean.
-        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], None, 10, 100).clear);
+        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], None, None, 10, 100).clear);
         // Cached + new + max_tokens over the context: start clean.
-        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, 93, 100).clear);
-        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, 92, 100).clear);
+        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 93, 100).clear);
+        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 92, 100).clear);
     }
 
     #[test]
     fn a_size_that_disagrees_forgets_the_cache() {
         let mut kv = KvCache::default();
         kv.cleared();
-        let plan = kv.plan(&[1, 2], None, 10, 100);
+        let plan = kv.plan(&[1, 2], None, None, 10, 100);
         assert!(!plan.clear, "an empty cache needs no clearing");
         // One more position than sent + generated (e.g. an unreported EOS).
-        assert_eq!(kv.after_run(&plan, &[3], Some(4)), Err(Disagreement { expected: 3, reported: Some(4) }));
-        assert!(kv.plan(&[1, 2, 3, 4], None, 10, 100).clear, "unknown: start clean");
+        assert_eq!(kv.after_run("j", &plan, &[3], Some(4)), Err(Disagreement { expected: 3, reported: Some(4) }));
+        assert!(kv.plan(&[1, 2, 3, 4], None, None, 10, 100).clear, "unknown: start clean");
         kv.forget();
-        let plan = kv.plan(&[1], None, 10, 100);
+        let plan = kv.plan(&[1], None, None, 10, 100);
         assert!(plan.clear);
     }
 
@@ -238,16 +295,76 @@ mod tests {
     fn a_run_with_another_adapter_starts_clean() {
         let mut kv = KvCache::default();
         kv.cleared();
-        let base = kv.plan(&[1, 2], None, 10, 100);
+        let base = kv.plan(&[1, 2], None, None, 10, 100);
         kv.filled_with(None);
-        assert_eq!(kv.after_run(&base, &[3], Some(3)), Ok(3));
-        let adapter = kv.plan(&[1, 2, 3, 4], Some("style"), 10, 100);
-        assert_eq!(adapter, Plan { clear: true, cached: 0, input: vec![1, 2, 3, 4] }, "base-model positions");
+        assert_eq!(kv.after_run("j", &base, &[3], Some(3)), Ok(3));
+        let adapter = kv.plan(&[1, 2, 3, 4], None, Some("style"), 10, 100);
+        assert_eq!(shape(&adapter), (true, 0, vec![1, 2, 3, 4], false), "base-model positions");
         kv.cleared();
         kv.filled_with(Some("style"));
-        assert_eq!(kv.after_run(&adapter, &[5], Some(5)), Ok(5));
-        assert!(!kv.plan(&[1, 2, 3, 4, 5, 6], Some("style"), 10, 100).clear, "the same adapter reuses");
-        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], Some("terse"), 10, 100).clear, "another adapter does not");
-        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], None, 10, 100).clear, "nor the base model");
+        assert_eq!(kv.after_run("j", &adapter, &[5], Some(5)), Ok(5));
+        assert!(!kv.plan(&[1, 2, 3, 4, 5, 6], None, Some("style"), 10, 100).clear, "the same adapter reuses");
+        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], None, Some("terse"), 10, 100).clear, "another adapter does not");
+        assert!(kv.plan(&[1, 2, 3, 4, 5, 6], None, None, 10, 100).clear, "nor the base model");
+    }
+
+    #[test]
+    fn a_resent_reply_the_client_saw_the_same_stands_for_the_generated_one() {
+        let mut kv = KvCache::default();
+        kv.cleared();
+        // Prompt [1 2 3] (3 = the generation prompt), reply [7 8] shown as "seven eight".
+        let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
+        assert_eq!(kv.after_run("a", &first, &[7, 8], Some(5)), Ok(5));
+        kv.seen("other job", "not this one".into(), false);
+        kv.seen("a", "seven eight".into(), false);
+        // Resent re-tokenized differently ([70]) then the new turn [9 4].
+        let ids = [1, 2, 3, 70, 9, 4];
+        let resent = |start, view: &str| Resent { start, end: 4, view: view.into() };
+        let hit = kv.plan(&ids, Some(&resent(3, "seven eight")), None, 10, 100);
+        assert_eq!(shape(&hit), (false, 5, vec![9, 4], true));
+        // The resent message may begin before the reply did (a generation
+        // prompt the history does not repeat), never after it.
+        assert!(
+            kv.plan(&[1, 2, 70, 9, 4], Some(&Resent { start: 2, end: 3, view: "seven eight".into() }), None, 10, 100)
+                .by_view
+        );
+        assert!(kv.plan(&ids, Some(&resent(3, "seven eight!")), None, 10, 100).clear, "another view");
+        assert!(kv.plan(&[1, 5, 3, 70, 9, 4], Some(&resent(3, "seven eight")), None, 10, 100).clear, "an edited turn");
+        assert!(kv.plan(&[1, 2, 3, 70], Some(&resent(3, "seven eight")), None, 10, 100).clear, "nothing new");
+        assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), None, 94, 100).clear, "over the context");
+        assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), Some("style"), 10, 100).clear, "another adapter");
+        // After the hit the next reply is the one that can be stood for,
+        // after the prompt as the client sent it (its reply [70], not [7 8]).
+        assert_eq!(kv.after_run("b", &hit, &[5], Some(8)), Ok(8));
+        let third = |reply: &[i32]| [&ids[..], reply, &[2]].concat();
+        let by_view = |view: &str| Resent { start: 6, end: 7, view: view.into() };
+        assert!(kv.plan(&third(&[60]), Some(&by_view("seven eight")), None, 10, 100).clear);
+        assert!(
+            kv.plan(
+                &[1, 2, 3, 7, 8, 9, 4, 60, 2],
+                Some(&Resent { start: 7, end: 8, view: "five".into() }),
+                None,
+                10,
+                100
+            )
+            .clear
+        );
+        kv.seen("b", "five".into(), false);
+        assert_eq!(shape(&kv.plan(&third(&[60]), Some(&by_view("five")), None, 10, 100)), (false, 8, vec![2], true));
+        // The reply resent exactly as generated needs no view.
+        assert_eq!(shape(&kv.plan(&third(&[5]), None, None, 10, 100)), (false, 8, vec![2], false));
+    }
+
+    #[test]
+    fn a_reply_that_reasoned_stands_for_its_view_only_when_reasoning_is_kept() {
+        for keep in [true, false] {
+            let mut kv = KvCache::new(keep);
+            kv.cleared();
+            let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
+            assert_eq!(kv.after_run("a", &first, &[7, 8], Some(5)), Ok(5));
+            kv.seen("a", "eight".into(), true);
+            let resent = Resent { start: 3, end: 4, view: "eight".into() };
+            assert_eq!(kv.plan(&[1, 2, 3, 80, 9], Some(&resent), None, 10, 100).by_view, keep);
+        }
     }
 }

@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod conversations;
 mod forward;
 mod generation;
 mod guards;
@@ -17,18 +18,21 @@ mod outcome;
 mod plan;
 mod prompt_cache;
 mod queue;
+mod saved;
 mod schedule;
 
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
-pub use job::Job;
+pub use job::{CacheHints, Job, Resent};
 pub use npu::Npu;
-pub use outcome::{Deadline, EndReason, GenEvent, Outcome};
+pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
+pub use saved::SavedSettings;
 pub use schedule::ScheduleSettings;
 
 use crate::sampling::SamplingOverrides;
@@ -103,12 +107,18 @@ pub struct EngineSettings {
     /// Keep the conversation in the KV cache between runs (`kv.rs`); jobs
     /// without token ids always run stateless.
     pub conversation_cache: bool,
+    /// A cached reply that held reasoning may stand for the same reply
+    /// resent without it (`kv.rs`): the context keeps the reasoning.
+    pub keep_reasoning: bool,
     /// The NPU turn every model's runs share.
     pub npu: Npu,
     /// Loaded with `rkllm_load_lora` right after the model; a job names one by `Job::lora`.
     pub loras: Vec<LoraAdapter>,
     /// A prompt-cache file made if needed and loaded after the adapters (`prompt_cache.rs`).
     pub prompt_cache: Option<PromptCacheSettings>,
+    /// Conversations saved as prompt-cache files beside the resident one
+    /// (`saved.rs`); used with the conversation cache only.
+    pub saved: Option<SavedSettings>,
 }
 
 impl EngineSettings {
@@ -137,6 +147,8 @@ pub struct Engine {
     scheduler: schedule::Scheduler,
     /// `Some` when the model has a prompt-cache file (loaded).
     prompt_cache: Option<prompt_cache::PromptCache>,
+    /// `Some` when conversations are saved as files (with `kv`).
+    saved: Option<std::sync::Mutex<saved::Saved>>,
 }
 
 impl Engine {
@@ -153,9 +165,11 @@ impl Engine {
             sampling: _,
             disable_runtime_template,
             conversation_cache,
+            keep_reasoning,
             npu,
             loras,
             prompt_cache,
+            saved,
         } = settings;
         let init = InitConfig {
             max_context_len: limits.max_context_len as i32,
@@ -191,6 +205,15 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
         };
+        let kv = (conversation_cache && schedule.batch == 1)
+            .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
+        let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
+            Ok(saved) => Some(std::sync::Mutex::new(saved)),
+            Err(why) => {
+                tracing::warn!(reason = %why, "conversations are not saved: the directory cannot be made");
+                None
+            }
+        });
         Ok(Engine {
             model,
             halt: halt::Halt::default(),
@@ -199,7 +222,8 @@ impl Engine {
             defaults,
             limits,
             // Batched runs keep no history.
-            kv: (conversation_cache && schedule.batch == 1).then(Default::default),
+            kv,
+            saved,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,

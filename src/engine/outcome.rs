@@ -45,6 +45,65 @@ pub enum EndReason {
     Abandoned,
 }
 
+/// How a run found its prompt's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheUse {
+    /// The KV cache held it.
+    Resident,
+    /// A saved conversation's file was loaded.
+    Restored,
+    /// Prefilled from the start, and why.
+    Miss(MissReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissReason {
+    /// Nothing was cached yet.
+    Empty,
+    /// The cache and the saved conversations hold other prompts (another
+    /// conversation, or this one with an earlier turn edited).
+    Other,
+    /// The conversation the client named (`prompt_cache_key`, `X-Session-Id`)
+    /// is cached, but the prompt does not continue it (an edited turn).
+    Edited,
+    /// It continues the cached conversation but would overflow the context.
+    Context,
+    /// The cached positions were computed with another LoRA adapter.
+    Adapter,
+    /// What the KV cache holds is not known (a run abandoned or disagreeing).
+    Unknown,
+}
+
+impl CacheUse {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheUse::Resident => "resident",
+            CacheUse::Restored => "restored",
+            CacheUse::Miss(_) => "miss",
+        }
+    }
+
+    pub fn reason(self) -> Option<&'static str> {
+        match self {
+            CacheUse::Miss(reason) => Some(reason.as_str()),
+            _ => None,
+        }
+    }
+}
+
+impl MissReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissReason::Empty => "empty",
+            MissReason::Other => "other",
+            MissReason::Edited => "edited",
+            MissReason::Context => "context",
+            MissReason::Adapter => "adapter",
+            MissReason::Unknown => "unknown",
+        }
+    }
+}
+
 /// The end of a generation, with everything measured about it.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -61,6 +120,8 @@ pub struct Outcome {
     pub prompt_tokens: Option<u32>,
     /// Prompt tokens the run reused from the conversation cache (not prefilled).
     pub cached_tokens: u32,
+    /// How the conversation cache found the prompt (`None`: it was not used).
+    pub cache: Option<CacheUse>,
 }
 
 impl Outcome {
@@ -81,6 +142,7 @@ impl Outcome {
             dropped_tokens: 0,
             prompt_tokens,
             cached_tokens: 0,
+            cache: None,
         }
     }
 }
@@ -90,5 +152,5 @@ pub enum GenEvent {
     /// One generated token; `text` may be empty while a character is split.
     Token { text: String },
     /// Always the last event.
-    Done(Outcome),
+    Done(Box<Outcome>),
 }

@@ -59,6 +59,7 @@ impl RunPlan {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            cache: Default::default(),
         };
         RunPlan::new(abi, SamplingParams::RKLLM_DEFAULTS, limit, job)
     }
@@ -110,6 +111,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            cache: Default::default(),
         }
     }
 

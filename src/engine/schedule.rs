@@ -248,6 +248,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: lora.map(str::to_owned),
+            cache: Default::default(),
         };
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
         let place = queue.try_enter().expect("room");

@@ -39,6 +39,12 @@ fn histogram() -> Histogram {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    found: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     check: &'static str,
 }
@@ -60,6 +66,9 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     disconnects: Counter,
     mismatches: Family<CheckLabels, Counter>,
+    conversation_cache: Family<CacheLabels, Counter>,
+    conversation_cache_off: Counter,
+    conversation_evictions: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -90,6 +99,9 @@ impl Metrics {
             requests: Family::default(),
             disconnects: Counter::default(),
             mismatches: Family::default(),
+            conversation_cache: Family::default(),
+            conversation_cache_off: Counter::default(),
+            conversation_evictions: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -136,6 +148,21 @@ impl Metrics {
             "Runs whose prefill skipped other than the prompt-cache prefix's tokens (all of them when the prompt starts with the prefix, none otherwise)",
             self.prompt_cache_mismatches.clone(),
         );
+        r.register(
+            "rkllmd_conversation_cache",
+            "Runs with the conversation cache by how the prompt's state was found (resident, restored, miss) and why a miss",
+            self.conversation_cache.clone(),
+        );
+        r.register(
+            "rkllmd_conversation_cache_off",
+            "Times saved conversations were switched off for a model (a file the runtime did not write, load or use as it should; see the WARN log)",
+            self.conversation_cache_off.clone(),
+        );
+        r.register(
+            "rkllmd_conversation_evictions",
+            "Saved conversations removed to keep the budget (least recently used)",
+            self.conversation_evictions.clone(),
+        );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
         r.register("rkllmd_requests", "Completion, embedding and rerank requests by outcome", self.requests.clone());
         r.register(
@@ -181,6 +208,9 @@ impl Metrics {
         }
         self.cached_prompt_tokens.inc_by(t.cache_n.unsigned_abs());
         self.generation_tokens.inc_by(u64::from(t.predicted_n));
+        if let Some(found) = t.cache {
+            self.conversation_cache.get_or_create(&CacheLabels { found, reason: t.cache_miss.unwrap_or("") }).inc();
+        }
         if f.client_disconnected {
             self.disconnects.inc();
         }
@@ -215,6 +245,14 @@ impl Metrics {
 
     pub fn prompt_cache_mismatch(&self) {
         self.prompt_cache_mismatches.inc();
+    }
+
+    pub fn conversation_cache_off(&self) {
+        self.conversation_cache_off.inc();
+    }
+
+    pub fn conversation_evicted(&self) {
+        self.conversation_evictions.inc();
     }
 
     pub fn runtime_peak_memory_bytes(&self) -> Option<i64> {

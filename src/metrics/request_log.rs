@@ -156,6 +156,8 @@ pub fn log(f: &Finished, t: &Timings, model: &str) {
         prompt_tokens = f.prompt_tokens(t),
         cached_tokens = t.cache_n,
         prompt_cache_tokens = t.prompt_cache_n,
+        cache = t.cache,
+        cache_miss = t.cache_miss,
         completion_tokens = t.predicted_n,
         client_disconnected = f.client_disconnected,
         admitted_us = raw.admitted,

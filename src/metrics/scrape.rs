@@ -21,6 +21,9 @@ pub struct Live<'a> {
     /// Tokens in the loaded models' KV caches after their last runs, summed
     /// (`None` until a runtime said).
     pub kv_cache_tokens: Option<i64>,
+    /// Conversations the loaded models saved as prompt-cache files, and
+    /// their bytes, summed (`None`: no model keeps conversations).
+    pub saved_conversations: Option<(i64, i64)>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
@@ -53,6 +56,19 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
         "rkllmd_kv_cache_tokens",
         "Tokens in the loaded models' KV caches after their last runs (rkllm_get_kv_cache_size), summed",
         live.kv_cache_tokens,
+    );
+    let saved = live.saved_conversations;
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved",
+        "Conversations saved as prompt-cache files (RAM tier)",
+        saved.map(|s| s.0),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_conversations_saved_bytes",
+        "Bytes of the saved conversations' files (RAM tier)",
+        saved.map(|s| s.1),
     );
     gauge(
         &mut r,
@@ -114,6 +130,7 @@ mod tests {
         let live = Live {
             queue: None,
             kv_cache_tokens: None,
+            saved_conversations: None,
             info: vec![],
             telemetry: &empty,
             process: ProcessStats::default(),
@@ -134,6 +151,7 @@ mod tests {
         let live = Live {
             queue: Some((1, 3)),
             kv_cache_tokens: Some(42),
+            saved_conversations: Some((2, 100)),
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),

@@ -26,6 +26,9 @@ pub struct Timeline {
     /// Prompt tokens the run did not prefill thanks to the model's prompt-cache
     /// file, by the runtime's count; `None`: no prompt cache, or not derivable.
     pub prompt_cache_n: Option<u32>,
+    /// How the conversation cache found the prompt (`resident`, `restored`,
+    /// `miss`) and, for a miss, why; `None` when it was not used.
+    pub cache: Option<(&'static str, Option<&'static str>)>,
 }
 
 impl Timeline {
@@ -39,6 +42,7 @@ impl Timeline {
             tokens: 0,
             batch_n: 1,
             prompt_cache_n: None,
+            cache: None,
         }
     }
 
@@ -95,6 +99,12 @@ pub struct Timings {
     /// (prompt tokens − the runtime's `prefill_tokens`; 0: not used); null
     /// when the model has no prompt cache or no tokenizer to count the prompt.
     pub prompt_cache_n: Option<i64>,
+    /// How the conversation cache found the prompt: `resident` (the KV cache
+    /// held it), `restored` (a saved conversation's file was loaded) or
+    /// `miss`; null when the cache was not used (off, no tokenizer, batched).
+    pub cache: Option<&'static str>,
+    /// Why a `miss`: `empty`, `other`, `context`, `adapter` or `unknown`.
+    pub cache_miss: Option<&'static str>,
     /// prefill_ms = first_token − admitted.
     pub prompt_ms: Option<f64>,
     pub prompt_per_token_ms: Option<f64>,
@@ -143,6 +153,8 @@ impl Timings {
             prompt_n,
             cache_n: i64::from(cached_tokens),
             prompt_cache_n: t.prompt_cache_n.map(i64::from),
+            cache: t.cache.map(|(found, _)| found),
+            cache_miss: t.cache.and_then(|(_, why)| why),
             prompt_ms: prefill_ms,
             prompt_per_token_ms: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(ms / p as f64)),
             prompt_per_second: prefill_ms.zip(prompt_n).and_then(|(ms, p)| finite(p as f64 / (ms / 1000.0))),

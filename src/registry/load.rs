@@ -3,7 +3,9 @@
 
 use super::{Loaded, ModelSpec};
 use crate::conversation::{LoadError, PromptSettings, Prompter};
-use crate::engine::{BackendError, BackendKind, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings};
+use crate::engine::{
+    BackendError, BackendKind, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings, SavedSettings,
+};
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,10 +72,17 @@ pub fn load(
             tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
         }
     }
+    // Each daemon and model saves conversations in a directory of its own.
+    let saved = spec.engine.saved.clone().map(|s| {
+        let name: String =
+            spec.id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
+        SavedSettings { dir: s.dir.join(format!("rkllmd-{}-{name}", std::process::id())), ..s }
+    });
     let settings = EngineSettings {
         model_path: spec.path.clone(),
         disable_runtime_template: prompter.renders(),
         conversation_cache,
+        saved,
         ..spec.engine.clone()
     };
     let engine = Engine::load(runtime, settings)?;

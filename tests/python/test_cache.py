@@ -63,3 +63,24 @@ def test_a_tool_call_and_its_result_give_the_same_answer_with_the_cache(start_da
     # The template writes the call back exactly as the model wrote it, so the
     # whole first turn (prompt and the generated call) is reused.
     assert cached == left
+
+
+def test_a_thinking_reply_resent_by_the_sdk_without_its_reasoning_is_reused(start_daemon, tmp_path):
+    """The SDK's message keeps `content` only; a Qwen3 template drops earlier
+    reasoning anyway. The cache holds the reasoning and still serves the turn."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([
+        {"match": "second", "reply": "<think>\nShorter.\n</think>\n\nTwo."},
+        {"match": "first", "reply": "<think>\nLet me think about it.\n</think>\n\nOne."},
+    ]))
+    d = start_daemon(model=f"sim:instant?script={script}", extra_args=("--template", "qwen3"))
+    with d.client() as c:
+        messages = [{"role": "user", "content": "The first question"}]
+        first = c.chat.completions.create(model=MODEL_ID, messages=messages)
+        assert first.choices[0].message.content == "One."
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "The second one"}]
+        follow = c.chat.completions.create(model=MODEL_ID, messages=messages)
+    assert follow.choices[0].message.content == "Two."
+    whole = first.usage.prompt_tokens + first.usage.completion_tokens
+    assert follow.usage.prompt_tokens_details.cached_tokens == whole, follow.usage

@@ -12,7 +12,9 @@
 //!   does not prefill those ids again: its prefill time and
 //!   `perf.prefill_tokens` count only the rest. The loaded cache stays until
 //!   released or another is loaded; clearing the KV cache does not drop it
-//!   (both *open* on the real runtime).
+//!   (both *open* on the real runtime). Loading takes `cache_file_ms` per
+//!   1000 ids (× `time_scale`), and a run that saves adds as much to its
+//!   prefill. With `cache_lies=1` a load succeeds but spares nothing.
 
 use crate::call::InferOptions;
 use crate::engine::{Lora, SimModel, State};
@@ -79,7 +81,10 @@ impl SimModel {
         };
         match read_cache(&path) {
             Ok(ids) => {
-                self.state().prompt_cache = Some(ids);
+                // Reading the file takes time by its size.
+                std::thread::sleep(self.scaled(self.config.cache_file_ms * ids.len() as f64 / 1000.0));
+                // cache_lies: loaded, but it will spare nothing (rknn-llm #399).
+                self.state().prompt_cache = (!self.config.cache_lies).then_some(ids);
                 0
             }
             Err(why) => {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 15] = [
+pub const KEYS: [&str; 17] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -21,6 +21,8 @@ pub const KEYS: [&str; 15] = [
     "kv_size_skew",
     "eos_in_cache",
     "batch_abort_ignored",
+    "cache_lies",
+    "cache_file_ms",
     "init_ms",
     "abort_lag",
     "reentrant_abort",
@@ -51,6 +53,10 @@ pub(crate) struct SimConfig {
     pub eos_in_cache: bool,
     /// A fault: a batched run ignores `rkllm_abort` and decodes every slot to its end.
     pub batch_abort_ignored: bool,
+    /// A loaded prompt cache spares no prefill (a fault).
+    pub cache_lies: bool,
+    /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
+    pub cache_file_ms: f64,
     /// `rkllm_init` takes this long (not scaled: a slow model load).
     pub init_ms: f64,
     /// Tokens a run still delivers after an abort (a runtime that notices it late).
@@ -102,16 +108,10 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
             None => 0,
         },
-        eos_in_cache: match value("eos_in_cache").as_deref().map(str::trim) {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(invalid("eos_in_cache", v, "0 or 1")),
-        },
-        batch_abort_ignored: match value("batch_abort_ignored").as_deref().map(str::trim) {
-            None | Some("0") => false,
-            Some("1") => true,
-            Some(v) => return Err(invalid("batch_abort_ignored", v, "0 or 1")),
-        },
+        eos_in_cache: switch(&value, "eos_in_cache")?,
+        batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
+        cache_lies: switch(&value, "cache_lies")?,
+        cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
         abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),
         reentrant_abort_deadlocks: match value("reentrant_abort").as_deref().map(str::trim) {
@@ -120,6 +120,19 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => return Err(invalid("reentrant_abort", v, "ok or deadlock")),
         },
     })
+}
+
+/// Saving or loading a prompt-cache file: Qwen2.5-1.5B's KV is ~28 KiB per
+/// token (shared/rkllm-runtime.md), 1000 tokens ≈ 28 MiB, read or written
+/// on tmpfs at a few GB/s: ~10 ms.
+const DEFAULT_CACHE_FILE_MS: f64 = 10.0;
+
+fn switch(value: &impl Fn(&str) -> Option<String>, key: &str) -> Result<bool, ConfigError> {
+    match value(key).as_deref().map(str::trim) {
+        None | Some("0") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => Err(invalid(key, v, "0 or 1")),
+    }
 }
 
 /// `key=value&key=value`; values are taken literally (no percent-decoding),

@@ -244,8 +244,11 @@ impl SimModel {
         for ((input, _, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
             kv.extend(&input.ids);
         }
-        // A batch's prefill costs the tokens of all its slots.
-        let prefill_ms = self.config.profile.prefill_ms(prefill_tokens) + self.config.prefill_extra_ms;
+        // A batch's prefill costs the tokens of all its slots; writing a
+        // prompt-cache file costs by its size.
+        let saved = infer.prompt_cache.as_ref().is_some_and(|(save, _)| *save != 0);
+        let save_ms = if saved { self.config.cache_file_ms * state.kv[0].len() as f64 / 1000.0 } else { 0.0 };
+        let prefill_ms = self.config.profile.prefill_ms(prefill_tokens) + self.config.prefill_extra_ms + save_ms;
         Ok(Prepared {
             reply: Reply {
                 slots: slots.into_iter().map(|(_, _, reply)| reply).collect(),

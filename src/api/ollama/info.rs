@@ -59,6 +59,7 @@ fn entry(status: &Status, running: bool) -> ModelEntry {
         expires_at: loaded.and_then(|l| l.expires).map(rfc3339),
         size_vram: loaded.map(|_| spec.size_bytes),
         context_length: loaded.map(|l| l.model.engine.limits().max_context_len),
+        conversations: loaded.and_then(|l| l.model.engine.warm_conversations()).map(Into::into),
     }
 }
 

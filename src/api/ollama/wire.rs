@@ -165,6 +165,9 @@ pub struct ModelEntry {
     pub size_vram: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_length: Option<u32>,
+    /// `/api/ps` only, an extension: the conversations kept warm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversations: Option<crate::api::runtime_info::Conversations>,
 }
 
 #[derive(Debug, Clone, Serialize)]

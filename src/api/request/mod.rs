@@ -13,7 +13,7 @@ use super::error::ApiError;
 use super::structured::ResponseFormat;
 use super::Loaded;
 use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice};
-use crate::engine::Job;
+use crate::engine::{CacheHints, Job, Resent};
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
@@ -60,6 +60,21 @@ pub struct Checks {
     pub format: Option<ResponseFormat>,
 }
 
+/// The longest conversation key (`prompt_cache_key`, `X-Session-Id`) taken.
+const MAX_CONVERSATION_KEY: usize = 256;
+
+/// The `X-Session-Id` header: names the conversation like the body's
+/// `prompt_cache_key`, which wins when both are given.
+pub fn session_key(common: &mut Common, headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get("x-session-id") else { return Ok(()) };
+    let value = value.to_str().map_err(|_| ApiError::bad_request(None, "`X-Session-Id` must be visible ASCII."))?;
+    if value.len() > MAX_CONVERSATION_KEY {
+        return Err(ApiError::bad_request(None, format!("`X-Session-Id` is at most {MAX_CONVERSATION_KEY} bytes.")));
+    }
+    common.prompt_cache_key.get_or_insert_with(|| value.to_owned());
+    Ok(())
+}
+
 /// `max_tokens` default of the legacy endpoint (OpenAI's).
 pub const LEGACY_MAX_TOKENS: u32 = 16;
 
@@ -101,6 +116,12 @@ impl Common {
         }
         let sampling = SamplingOverrides::from(self.sampling);
         validate_sampling(&sampling)?;
+        if self.prompt_cache_key.as_ref().is_some_and(|k| k.len() > MAX_CONVERSATION_KEY) {
+            return Err(ApiError::invalid_value(
+                "prompt_cache_key",
+                format!("`prompt_cache_key` is at most {MAX_CONVERSATION_KEY} bytes."),
+            ));
+        }
         Ok(Validated {
             job: Job {
                 id: id.to_owned(),
@@ -110,6 +131,7 @@ impl Common {
                 enable_thinking: false,
                 tokens: None,
                 lora: None,
+                cache: CacheHints { resent: None, conversation: self.prompt_cache_key.clone() },
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -145,6 +167,7 @@ impl ChatCompletionRequest {
         let limit = model.engine.limits().max_new_tokens;
         let mut v = self.common.validate(id, rendered.prompt, max_tokens, limit)?;
         let mut size = measure(&mut v.job, model, "messages");
+        v.job.cache.resent = resent(&v.job, model, &chat);
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
         if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
@@ -217,6 +240,17 @@ fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
     size
+}
+
+/// Where the prompt resends the conversation's last reply, for the
+/// conversation cache to match by what the client saw (`engine/kv.rs`).
+fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
+    if !model.engine.conversation_cache() {
+        return None;
+    }
+    let ids: Vec<u32> = job.tokens.as_ref()?.iter().map(|&id| id as u32).collect();
+    let found = crate::conversation::resend::locate(&model.prompter, chat, &ids)?;
+    Some(Resent { start: found.start, end: found.end, view: found.view })
 }
 
 /// The bytes of a message's text.

@@ -204,6 +204,7 @@ mod tests {
             enable_thinking: false,
             tokens: None,
             lora: None,
+            cache: Default::default(),
         }
     }
 

@@ -48,6 +48,10 @@ pub struct Common {
     pub max_tokens: Option<u32>,
     pub n: Option<u32>,
     pub stop: Option<StopSequences>,
+    /// Names the conversation (OpenAI's field; the `X-Session-Id` header
+    /// does the same): a hint for the conversation cache, which still
+    /// matches the prompt itself.
+    pub prompt_cache_key: Option<String>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     /// Anything else the client sent (ignored, logged at debug).

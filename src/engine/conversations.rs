@@ -1,0 +1,263 @@
+//! The engine's conversations: the one the KV cache holds (`kv.rs`) and
+//! those saved as prompt-cache files (`saved.rs`). A run with token ids is
+//! planned against both, with the turn held: the resident conversation if
+//! the prompt continues it, else the longest saved one it continues
+//! (loaded), else a clean start. Every run saves its prompt when files are
+//! kept, and every reuse is checked against the runtime afterwards.
+
+use super::job::CacheHints;
+use super::kv::Plan;
+use super::outcome::{CacheUse, MissReason};
+use super::saved::{Restore, Saved};
+use super::Engine;
+use crate::metrics::RuntimePerf;
+use std::sync::{Mutex, MutexGuard};
+
+/// The conversations a model keeps warm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmConversations {
+    /// Conversations whose state is kept (resident or saved, each once).
+    pub warm: usize,
+    /// Prompt tokens of the conversation the KV cache holds (0: none).
+    pub resident_tokens: usize,
+    /// Conversations saved as prompt-cache files, and their bytes.
+    pub saved: usize,
+    pub saved_bytes: u64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Engine {
+    /// How the job holding the turn uses the caches: `None` runs it
+    /// stateless (the cache is off, or the job has no token ids, or
+    /// clearing failed).
+    pub(super) async fn plan_kv(
+        &self,
+        tokens: Option<&[i32]>,
+        hints: &CacheHints,
+        lora: Option<&str>,
+        max_new: u32,
+    ) -> Option<Plan> {
+        let kv = self.kv.as_ref()?;
+        let Some(ids) = tokens else {
+            // A stateless run leaves the cache in a state we do not track.
+            self.forget_kv();
+            return None;
+        };
+        let context = self.limits.max_context_len as usize;
+        let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
+        plan.key = hints.conversation.clone();
+        if let Some(saved) = &self.saved {
+            let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
+            if plan.cached == 0 {
+                let fits = |held: usize, rest: usize| held + rest + max_new as usize <= context;
+                let found = lock(saved).find(ids, lora, fits);
+                if let Some(restore) = found {
+                    if self.load_saved(saved, &restore).await {
+                        continues = Some(restore.entry);
+                        plan.input = [&restore.held_ids[..], &ids[restore.client..]].concat();
+                        plan.restore = Some(restore);
+                    }
+                }
+            }
+            if let Some(key) = plan.key.as_deref().filter(|_| plan.cached == 0 && plan.restore.is_none()) {
+                // The client names a conversation the cache holds, but the
+                // prompt does not continue it: an earlier turn was edited.
+                // Its new state replaces the old one's file.
+                let named = lock(saved).keyed(key);
+                if named.is_some() || lock(kv).last_key() == Some(key) {
+                    plan.miss = MissReason::Edited;
+                }
+                continues = continues.or(named);
+            }
+            if plan.restore.is_none() && lock(saved).loaded.is_some() {
+                // A loaded file would spare a later prompt that happens to
+                // start like it: every run's prefill must be the planned one.
+                if !matches!(self.model.release_prompt_cache().await, Ok(Ok(()))) {
+                    lock(saved).switch_off("rkllm_release_prompt_cache failed".into());
+                }
+                lock(saved).loaded = None;
+            }
+            plan.save = lock(saved).save(continues);
+        }
+        if plan.clear {
+            if let Some(saved) = &self.saved {
+                lock(saved).displaced();
+            }
+            match self.model.clear_kv_cache(false).await {
+                Ok(Ok(())) => lock(kv).cleared(),
+                outcome => {
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "the runtime thread is gone".into(),
+                    };
+                    tracing::warn!("rkllm_clear_kv_cache failed ({why}); this run is stateless");
+                    self.forget_kv();
+                    return None;
+                }
+            }
+        }
+        lock(kv).filled_with(lora);
+        Some(plan)
+    }
+
+    /// Loads a saved conversation's file; a failure switches the files off.
+    async fn load_saved(&self, saved: &Mutex<Saved>, restore: &Restore) -> bool {
+        if lock(saved).loaded.as_ref() == Some(&restore.file) {
+            return true;
+        }
+        let Some(path) = restore.file.to_str() else { return false };
+        match self.model.load_prompt_cache(path).await {
+            Ok(Ok(())) => {
+                lock(saved).loaded = Some(restore.file.clone());
+                true
+            }
+            outcome => {
+                let why = match outcome {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "the runtime thread is gone".into(),
+                };
+                crate::metrics::observer().metrics.conversation_cache_off();
+                lock(saved).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
+                false
+            }
+        }
+    }
+
+    /// After a cached run (turn still held): checks the cache's size against
+    /// what was sent and generated, and a restore's reuse against the
+    /// runtime's prefill count; keeps the saved file. Returns the tokens the
+    /// run reused and how it found them.
+    pub(super) async fn settle_kv(
+        &self,
+        job: &str,
+        plan: &Plan,
+        generated: &[i32],
+        perf: Option<&RuntimePerf>,
+    ) -> (u32, CacheUse) {
+        let Some(kv) = self.kv.as_ref() else { return (0, CacheUse::Miss(MissReason::Empty)) };
+        let reported = match self.model.kv_cache_size().await {
+            Ok(Ok(sizes)) => sizes.first().and_then(|&s| usize::try_from(s).ok()),
+            _ => None,
+        };
+        let metrics = &crate::metrics::observer().metrics;
+        if let Some(size) = reported {
+            self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
+        }
+        let (reused, found) = match &plan.restore {
+            Some(restore) => self.check_restore(plan, restore, perf),
+            None if plan.cached > 0 => (plan.cached, CacheUse::Resident),
+            None => (0, CacheUse::Miss(plan.miss)),
+        };
+        let settled = lock(kv).after_run(job, plan, generated, reported);
+        if let Err(d) = &settled {
+            tracing::warn!(
+                expected = d.expected,
+                reported = ?d.reported,
+                "the KV cache does not hold what was sent and generated; the next run starts clean"
+            );
+            metrics.kv_cache_mismatch();
+        }
+        if let (Some(saved), Some(save)) = (&self.saved, &plan.save) {
+            let kept = {
+                let kv = lock(kv);
+                let lora = kv.lora().map(str::to_owned);
+                kv.last_prompt().filter(|_| settled.is_ok()).map(|held| (held.to_vec(), lora))
+            };
+            let mut saved = lock(saved);
+            let was_on = !saved.is_off();
+            match kept {
+                Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
+                None => saved.abandoned(save),
+            }
+            if was_on && saved.is_off() {
+                metrics.conversation_cache_off();
+            }
+        }
+        (u32::try_from(reused).unwrap_or(u32::MAX), found)
+    }
+
+    /// What a restoring run really reused, by the runtime's prefill count:
+    /// anything but the file's ids switches the files off.
+    fn check_restore(&self, plan: &Plan, restore: &Restore, perf: Option<&RuntimePerf>) -> (usize, CacheUse) {
+        let Some(perf) = perf else {
+            return (0, CacheUse::Miss(MissReason::Unknown));
+        };
+        let prefilled = usize::try_from(perf.prefill_tokens).unwrap_or(0);
+        let skipped = plan.input.len().saturating_sub(prefilled);
+        if skipped == restore.held {
+            return (skipped, CacheUse::Restored);
+        }
+        tracing::warn!(
+            expected = restore.held,
+            skipped,
+            prefilled,
+            "a restored conversation did not spare its prefill as its file should have"
+        );
+        if let Some(saved) = &self.saved {
+            crate::metrics::observer().metrics.conversation_cache_off();
+            lock(saved).switch_off(format!(
+                "a restore spared {skipped} prefilled tokens where its file holds {}",
+                restore.held
+            ));
+        }
+        (skipped, CacheUse::Miss(MissReason::Other))
+    }
+
+    /// How the client was shown the reply of `job` (see [`super::kv::KvCache::seen`]).
+    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool) {
+        if let Some(kv) = &self.kv {
+            lock(kv).seen(job, view, reasoned);
+        }
+    }
+
+    /// What the KV cache holds is no longer known (a run ended without its
+    /// events being read, or a stateless run).
+    pub(super) fn forget_kv(&self) {
+        if let Some(kv) = &self.kv {
+            lock(kv).forget();
+        }
+        if let Some(saved) = &self.saved {
+            lock(saved).forget();
+        }
+    }
+
+    /// The conversations kept warm now; `None` with the cache off.
+    pub fn warm_conversations(&self) -> Option<WarmConversations> {
+        let kv = self.kv.as_ref()?;
+        // Between runs only: a run holding the lock is brief (planning, settling).
+        let resident_tokens = lock(kv).last_prompt().map_or(0, <[i32]>::len);
+        let ((saved, saved_bytes), resident_saved) = self.saved.as_ref().map_or(((0, 0), false), |s| {
+            let s = lock(s);
+            (s.held(), s.resident().is_some())
+        });
+        // The resident conversation's latest prompt is one of the files, when saved.
+        let warm = saved + usize::from(resident_tokens > 0 && !resident_saved);
+        Some(WarmConversations { warm, resident_tokens, saved, saved_bytes })
+    }
+
+    /// Whether a job of these ids, run with `lora`, extends the conversation
+    /// the KV cache holds: the one question the scheduler asks of the cache
+    /// (`schedule.rs` lets such a job go first, its prefill mostly done).
+    pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
+        let (Some(kv), Some(ids)) = (self.kv.as_ref(), ids) else { return false };
+        lock(kv).plan(ids, None, lora, 0, u32::MAX).cached > 0
+    }
+
+    /// Asks the runtime thread for the KV cache's size (it answers between
+    /// runs) and keeps it for `/metrics` when it comes; nothing waits for it.
+    pub(super) fn sample_kv_cache(&self) {
+        let size = self.model.kv_cache_size();
+        let kv_tokens = self.kv_tokens.clone();
+        let publish = async move {
+            if let Ok(Ok(sizes)) = size.await {
+                kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), std::sync::atomic::Ordering::Relaxed);
+            }
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(publish);
+        }
+    }
+}

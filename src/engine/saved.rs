@@ -1,0 +1,354 @@
+//! Conversations kept warm beyond the one the KV cache holds: every cached
+//! run saves its prompt's KV as a prompt-cache file (`save_prompt_cache = 1`)
+//! in a RAM directory (tmpfs), so a conversation that another one (or a side
+//! task: a title, an embedding) displaced is restored with
+//! `rkllm_load_prompt_cache` instead of prefilled again.
+//!
+//! A file holds the prompt of a conversation's latest run (the runtime
+//! saves the prompt, not the reply — *open*, assumed): a return prefills
+//! that run's reply and its own new message. Each entry keeps the exact ids
+//! the file holds and the ids a client sends for them (they differ after a
+//! reply matched by its view, `kv.rs`); a new prompt that starts with the
+//! client's ids is sent as the file's ids and the rest.
+//!
+//! Nothing about the files is assumed to work: a restoring run's reuse is
+//! read from the runtime's own `perf.prefill_tokens`. A run that prefilled
+//! other than the file's ids spared switches the files off for the model
+//! (WARN, `rkllmd_conversation_cache_off_total`): the manual leaves open
+//! whether a loaded cache combines with `keep_history` (rknn-llm #399).
+//!
+//! Budget: the files may add up to `max_bytes` and number `max_count`; past
+//! either, the least recently used go. (Putting one-off requests such as
+//! title tasks first was tried: with more live conversations than the count,
+//! conversations that had come back once stayed forever while every new
+//! one was evicted before its second turn — 0 of 40 follow-ups cached with
+//! 8 conversations after a run of 4.)
+
+use std::path::{Path, PathBuf};
+
+/// Where conversations are saved and how much they may take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedSettings {
+    /// The directory for this model's files (made at load, removed at unload).
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+    pub max_count: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    file: PathBuf,
+    /// The ids the file holds.
+    held: Vec<i32>,
+    /// The ids a client sends for them.
+    client: Vec<i32>,
+    lora: Option<String>,
+    bytes: u64,
+    /// A use counter value: the larger, the more recent.
+    used: u64,
+    /// The client's name for the conversation.
+    key: Option<String>,
+}
+
+/// A restore the next run makes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Restore {
+    pub entry: u64,
+    pub file: PathBuf,
+    /// The ids the file spares the prefill.
+    pub held: usize,
+    /// Where the client's prompt goes on past the file's content.
+    pub client: usize,
+    pub held_ids: Vec<i32>,
+}
+
+/// What the next save writes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Save {
+    pub entry: u64,
+    pub file: PathBuf,
+}
+
+#[derive(Debug)]
+pub(super) struct Saved {
+    settings: SavedSettings,
+    entries: Vec<Entry>,
+    next: u64,
+    clock: u64,
+    /// The entry of the conversation the KV cache holds.
+    resident: Option<u64>,
+    /// The file the runtime has loaded (`rkllm_load_prompt_cache`).
+    pub loaded: Option<PathBuf>,
+    /// Why the files were switched off, once they were.
+    off: Option<String>,
+    /// The file the running run saves to.
+    pending: Option<Save>,
+    pub evictions: u64,
+}
+
+impl Saved {
+    /// Makes the directory; `Err` says why the files cannot be kept.
+    pub fn open(settings: SavedSettings) -> Result<Self, String> {
+        if let Some(parent) = settings.dir.parent() {
+            sweep(parent);
+        }
+        std::fs::create_dir_all(&settings.dir).map_err(|e| format!("{}: {e}", settings.dir.display()))?;
+        Ok(Saved {
+            settings,
+            entries: Vec::new(),
+            next: 0,
+            clock: 0,
+            resident: None,
+            loaded: None,
+            off: None,
+            pending: None,
+            evictions: 0,
+        })
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.off.is_some()
+    }
+
+    /// Files kept and their bytes.
+    pub fn held(&self) -> (usize, u64) {
+        (self.entries.len(), self.entries.iter().map(|e| e.bytes).sum())
+    }
+
+    /// The saved conversation a prompt of `ids` continues (the longest),
+    /// when it fits the context with `max_new` more.
+    pub fn find(&self, ids: &[i32], lora: Option<&str>, room: impl Fn(usize, usize) -> bool) -> Option<Restore> {
+        if self.is_off() {
+            return None;
+        }
+        let entry = self
+            .entries
+            .iter()
+            .filter(|e| e.lora.as_deref() == lora && e.client.len() < ids.len() && ids.starts_with(&e.client))
+            .filter(|e| room(e.held.len(), ids.len() - e.client.len()))
+            .max_by_key(|e| e.client.len())?;
+        Some(Restore {
+            entry: entry.id,
+            file: entry.file.clone(),
+            held: entry.held.len(),
+            client: entry.client.len(),
+            held_ids: entry.held.clone(),
+        })
+    }
+
+    /// Where the coming run saves its prompt: a fresh file (the entry's old
+    /// one stays valid until the run succeeds) of the conversation it
+    /// continues (`continues`: the resident one, or the one restored), or of
+    /// a new entry.
+    pub fn save(&mut self, continues: Option<u64>) -> Option<Save> {
+        if self.is_off() {
+            return None;
+        }
+        let entry = continues.filter(|id| self.entries.iter().any(|e| e.id == *id)).unwrap_or_else(|| {
+            self.next += 1;
+            self.next
+        });
+        self.next += 1;
+        let file = self.settings.dir.join(format!("conversation-{entry}-{}.cache", self.next));
+        self.pending = Some(Save { entry, file: file.clone() });
+        Some(Save { entry, file })
+    }
+
+    /// The saved conversation the client named `key`.
+    pub fn keyed(&self, key: &str) -> Option<u64> {
+        self.entries.iter().find(|e| e.key.as_deref() == Some(key)).map(|e| e.id)
+    }
+
+    pub fn resident(&self) -> Option<u64> {
+        self.resident
+    }
+
+    /// The KV cache no longer holds a saved conversation.
+    pub fn displaced(&mut self) {
+        self.resident = None;
+    }
+
+    /// The running run ended unread (its client went away): what it may
+    /// have saved is not kept.
+    pub fn forget(&mut self) {
+        if let Some(save) = self.pending.take() {
+            remove(&save.file);
+        }
+        self.resident = None;
+    }
+
+    /// A run that saved to `save` ended with the cache holding `held` ids
+    /// for the client's `client` ids (its prompt). Keeps the file if the
+    /// runtime wrote it.
+    pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, key: Option<&str>) {
+        self.pending = None;
+        if self.is_off() {
+            // Switched off by this very run (its restore did not deliver).
+            remove(&save.file);
+            return;
+        }
+        let bytes = match std::fs::metadata(&save.file) {
+            Ok(m) => m.len(),
+            Err(e) => {
+                self.switch_off(format!("the runtime wrote no prompt-cache file ({}: {e})", save.file.display()));
+                return;
+            }
+        };
+        self.clock += 1;
+        let old = self.entries.iter().position(|e| e.id == save.entry).map(|i| self.entries.remove(i));
+        if let Some(old) = old {
+            remove(&old.file);
+        }
+        self.entries.push(Entry {
+            id: save.entry,
+            file: save.file.clone(),
+            held: held.to_vec(),
+            client: client.to_vec(),
+            lora: lora.map(str::to_owned),
+            bytes,
+            used: self.clock,
+            key: key.map(str::to_owned),
+        });
+        self.resident = Some(save.entry);
+        self.evict();
+    }
+
+    /// A run that was to save did not end cleanly: its file is not kept.
+    pub fn abandoned(&mut self, save: &Save) {
+        self.pending = None;
+        remove(&save.file);
+        self.resident = None;
+    }
+
+    /// The least recently used files go until the budget holds; never the
+    /// one just saved.
+    fn evict(&mut self) {
+        let over = |s: &Self| {
+            let (count, bytes) = s.held();
+            count > s.settings.max_count || bytes > s.settings.max_bytes
+        };
+        while over(self) {
+            let victim = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| Some(e.id) != self.resident)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(i, _)| i);
+            let Some(i) = victim else { break };
+            let gone = self.entries.remove(i);
+            remove(&gone.file);
+            self.evictions += 1;
+            crate::metrics::observer().metrics.conversation_evicted();
+            tracing::debug!(file = %gone.file.display(), bytes = gone.bytes, "conversation evicted");
+        }
+    }
+
+    /// The files did not deliver: drop them all and save no more.
+    pub fn switch_off(&mut self, why: String) {
+        tracing::warn!(reason = %why, "saved conversations switched off for this model");
+        for e in self.entries.drain(..) {
+            remove(&e.file);
+        }
+        self.resident = None;
+        self.off = Some(why);
+    }
+}
+
+impl Drop for Saved {
+    fn drop(&mut self) {
+        for e in &self.entries {
+            remove(&e.file);
+        }
+        let _ = std::fs::remove_dir(&self.settings.dir);
+    }
+}
+
+/// Removes what daemons that are gone left in `parent` (`rkllmd-PID-MODEL`
+/// directories): a daemon killed without its shutdown leaves its files.
+fn sweep(parent: &Path) {
+    let Ok(dir) = std::fs::read_dir(parent) else { return };
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let pid = name.to_str().and_then(|n| n.strip_prefix("rkllmd-")).and_then(|n| n.split('-').next());
+        let gone = pid.and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+        if gone {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::debug!(dir = %entry.path().display(), error = %e, "cannot remove a gone daemon's saved conversations");
+            }
+        }
+    }
+}
+
+fn remove(file: &Path) {
+    if let Err(e) = std::fs::remove_file(file) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(file = %file.display(), error = %e, "cannot remove a saved conversation");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn saved(dir: &Path, max_count: usize, max_bytes: u64) -> Saved {
+        Saved::open(SavedSettings { dir: dir.join("m"), max_bytes, max_count }).unwrap()
+    }
+
+    /// Saves as the runtime would: writes `bytes` bytes to the planned file.
+    fn run(s: &mut Saved, continues: Option<u64>, held: &[i32], bytes: usize) -> u64 {
+        let save = s.save(continues).unwrap();
+        std::fs::write(&save.file, vec![0u8; bytes]).unwrap();
+        s.saved(&save, held, held, None, None);
+        save.entry
+    }
+
+    #[test]
+    fn the_longest_saved_prompt_a_new_one_continues_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = saved(dir.path(), 8, 1 << 20);
+        let a = run(&mut s, None, &[1, 2], 10);
+        let a2 = run(&mut s, Some(a), &[1, 2, 3, 4], 10);
+        assert_eq!(a, a2, "a continued conversation keeps its entry");
+        run(&mut s, None, &[5, 6], 10);
+        assert_eq!(s.held(), (2, 20), "the old file of a continued entry is gone");
+        let room = |_: usize, _: usize| true;
+        assert_eq!(s.find(&[1, 2, 3, 4, 9], None, room).map(|r| (r.entry, r.held)), Some((a, 4)));
+        assert_eq!(s.find(&[1, 2, 3, 4], None, room), None, "nothing new to run");
+        assert_eq!(s.find(&[1, 2, 3, 4, 9], Some("style"), room), None, "another adapter");
+        assert_eq!(s.find(&[1, 2, 3, 4, 9], None, |_, _| false), None, "over the context");
+    }
+
+    #[test]
+    fn over_budget_the_least_recently_used_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = saved(dir.path(), 2, 1 << 20);
+        let chat = run(&mut s, None, &[1], 10);
+        let other = run(&mut s, None, &[7], 10);
+        run(&mut s, Some(chat), &[1, 2], 10);
+        let third = run(&mut s, None, &[8], 10);
+        assert_eq!(s.evictions, 1);
+        let left: Vec<u64> = s.entries.iter().map(|e| e.id).collect();
+        assert!(left.contains(&chat) && left.contains(&third) && !left.contains(&other), "{left:?}");
+        // Bytes count as well.
+        let mut s = saved(&dir.path().join("b"), 8, 25);
+        run(&mut s, None, &[1], 10);
+        run(&mut s, None, &[2], 10);
+        run(&mut s, None, &[3], 10);
+        assert_eq!(s.held(), (2, 20));
+    }
+
+    #[test]
+    fn a_missing_file_switches_the_files_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = saved(dir.path(), 8, 1 << 20);
+        run(&mut s, None, &[1], 10);
+        let save = s.save(None).unwrap();
+        s.saved(&save, &[2], &[2], None, None);
+        assert!(s.is_off());
+        assert_eq!(s.held(), (0, 0));
+        assert_eq!(s.save(None), None);
+    }
+}

@@ -1,0 +1,175 @@
+//! The conversation cache matches a follow-up by what the client resends,
+//! not only by re-tokenized ids (issue 21, item 1): a reply cut inside a
+//! character (U+FFFD resent), a thinking model's reply resent without its
+//! reasoning, a reply resent with trailing whitespace trimmed. An edited
+//! earlier turn still starts clean, and every reply is the scripted one.
+
+mod common;
+
+use common::{script, Daemon};
+use serde_json::{json, Value};
+
+const MODEL: &str = "sim-qwen2.5-1.5b";
+
+struct Turn {
+    content: String,
+    usage: Value,
+    timings: Value,
+}
+
+impl Turn {
+    fn cached(&self) -> i64 {
+        self.usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap()
+    }
+    fn prompt(&self) -> i64 {
+        self.usage["prompt_tokens"].as_i64().unwrap()
+    }
+    fn completion(&self) -> i64 {
+        self.usage["completion_tokens"].as_i64().unwrap()
+    }
+}
+
+async fn turn(d: &Daemon, messages: &Value, max_tokens: Option<u32>) -> Turn {
+    let mut body = json!({"model": MODEL, "messages": messages});
+    if let Some(n) = max_tokens {
+        body["max_tokens"] = json!(n);
+    }
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned();
+    Turn { content, usage: body["usage"].clone(), timings: body["timings"].clone() }
+}
+
+fn start(script: &tempfile::NamedTempFile, extra: &[&str]) -> Daemon {
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&script={}", script.path().display());
+    Daemon::start(&[&["--model", &spec, "--model-id", MODEL][..], extra].concat())
+}
+
+/// The follow-up reused the whole cache (the first turn's prompt and every
+/// token it generated) and the runtime prefilled only the rest.
+fn assert_whole_reuse(first: &Turn, follow: &Turn) {
+    assert_eq!(follow.cached(), first.prompt() + first.completion(), "{}", follow.usage);
+    assert_eq!(follow.timings["prompt_n"].as_i64().unwrap(), follow.prompt() - follow.cached(), "{}", follow.timings);
+    assert_eq!(follow.timings["cache_n"], follow.cached());
+}
+
+#[tokio::test]
+async fn a_reply_cut_inside_a_character_and_resent_with_u_fffd_is_reused() {
+    let s = script(&[("Again", "Fine."), ("Where", "In 東京 mostly.")]);
+    let d = start(&s, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "Where?"})];
+    // "In" and " " are whole tokens; 東 is three byte tokens: 3 cuts inside it.
+    let first = turn(&d, &Value::Array(messages.clone()), Some(3)).await;
+    assert!(first.content.ends_with('\u{FFFD}'), "the case this test is about: {:?}", first.content);
+    messages
+        .extend([json!({"role": "assistant", "content": first.content}), json!({"role": "user", "content": "Again?"})]);
+    let follow = turn(&d, &Value::Array(messages), None).await;
+    assert_eq!(follow.content, "Fine.");
+    assert_whole_reuse(&first, &follow);
+    assert!(!d.log().contains("does not hold"), "{}", d.log());
+}
+
+#[tokio::test]
+async fn a_reply_resent_with_trailing_whitespace_trimmed_is_reused_and_an_edit_before_it_is_not() {
+    let s = script(&[("next", "Done."), ("Hello", "Sure thing.   ")]);
+    let on = start(&s, &[]);
+    let off = start(&s, &["--conversation-cache", "off"]);
+    let mut messages = vec![json!({"role": "user", "content": "Hello"})];
+    let first = turn(&on, &Value::Array(messages.clone()), None).await;
+    assert_eq!(first.content, "Sure thing.   ");
+    let trimmed = first.content.trim_end();
+    messages
+        .extend([json!({"role": "assistant", "content": trimmed}), json!({"role": "user", "content": "And next?"})]);
+    let follow = turn(&on, &Value::Array(messages.clone()), None).await;
+    assert_eq!(follow.content, "Done.");
+    assert_whole_reuse(&first, &follow);
+
+    // The last reply resent as seen, after an edited earlier turn: the ids
+    // before it are not the cached ones, a clean miss with the right reply.
+    messages[0] = json!({"role": "user", "content": "Hello, edited"});
+    messages.extend([json!({"role": "assistant", "content": "Done."}), json!({"role": "user", "content": "next"})]);
+    let edited = turn(&on, &Value::Array(messages.clone()), None).await;
+    let plain = turn(&off, &Value::Array(messages), None).await;
+    assert_eq!(edited.cached(), 0, "{}", edited.usage);
+    assert_eq!((edited.content.as_str(), edited.prompt()), (plain.content.as_str(), plain.prompt()));
+}
+
+/// A Qwen3 template drops earlier reasoning from the history it renders; the
+/// KV cache holds the reasoning the model generated.
+#[tokio::test]
+async fn a_thinking_reply_resent_without_its_reasoning_is_reused_unless_history_follows_the_template() {
+    let s = script(&[
+        ("second", "<think>\nShorter.\n</think>\n\nTwo."),
+        ("first", "<think>\nLet me think about it.\n</think>\n\nOne."),
+    ]);
+    let base = ["--template", "qwen3"];
+    let kept = start(&s, &base);
+    let template = start(&s, &[&base[..], &["--reasoning-history", "template"]].concat());
+    let off = start(&s, &[&base[..], &["--conversation-cache", "off"]].concat());
+    let mut results = Vec::new();
+    for d in [&kept, &template, &off] {
+        let mut messages = vec![json!({"role": "user", "content": "The first question"})];
+        let first = turn(d, &Value::Array(messages.clone()), None).await;
+        assert_eq!(first.content, "One.");
+        // As the openai SDK resends it: content only, no reasoning_content.
+        messages.extend([
+            json!({"role": "assistant", "content": first.content}),
+            json!({"role": "user", "content": "The second one"}),
+        ]);
+        let follow = turn(d, &Value::Array(messages), None).await;
+        assert_eq!(follow.content, "Two.");
+        results.push((first, follow));
+    }
+    let [(k1, k2), (t1, t2), (_, o2)] = &results[..] else { unreachable!() };
+    assert_whole_reuse(k1, k2);
+    assert_eq!(k2.timings["cache"], "resident");
+    // Template: the cached reasoning is not reused; the first prompt, saved
+    // as a file when it ran, is restored and the reply prefilled again.
+    assert_eq!(t2.cached(), t1.prompt(), "{}", t2.usage);
+    assert_eq!(t2.timings["cache"], "restored", "{}", t2.timings);
+    assert_eq!(t2.prompt(), o2.prompt(), "template: the prompt is the cache-off daemon's");
+    // What keeping costs: the earlier reasoning stays in the context.
+    assert!(k2.prompt() > o2.prompt(), "kept {} vs template {}", k2.prompt(), o2.prompt());
+}
+
+#[tokio::test]
+async fn through_dlopen_a_cut_reply_resent_is_reused() {
+    let s = script(&[("Again", "Fine."), ("Where", "In 東京 mostly.")]);
+    let dir = tempfile::tempdir().unwrap();
+    let tokenizer = dir.path().join("tokenizer.json");
+    std::fs::write(&tokenizer, rkllm_sim::tokenizer_json()).unwrap();
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&script={}", s.path().display());
+    let args =
+        ["--model", &spec, "--model-id", MODEL, "--template", "chatml", "--tokenizer", tokenizer.to_str().unwrap()];
+    let d = Daemon::start_dlopen(&args);
+    let mut messages = vec![json!({"role": "user", "content": "Where?"})];
+    let first = turn(&d, &Value::Array(messages.clone()), Some(3)).await;
+    assert!(first.content.ends_with('\u{FFFD}'), "{:?}", first.content);
+    messages
+        .extend([json!({"role": "assistant", "content": first.content}), json!({"role": "user", "content": "Again?"})]);
+    let follow = turn(&d, &Value::Array(messages), None).await;
+    assert_eq!(follow.content, "Fine.");
+    assert_whole_reuse(&first, &follow);
+}
+
+/// Every turn cut inside a character: the cache holds the generated bytes,
+/// the client's history holds U+FFFD, turn after turn.
+#[tokio::test]
+async fn a_chat_of_cut_replies_reuses_the_whole_cache_on_every_turn() {
+    let s = script(&[("", "In 東京 mostly.")]);
+    let d = start(&s, &[]);
+    let mut messages = vec![json!({"role": "user", "content": "Where?"})];
+    let mut previous: Option<Turn> = None;
+    for i in 0..5 {
+        let t = turn(&d, &Value::Array(messages.clone()), Some(3)).await;
+        assert!(t.content.ends_with('\u{FFFD}'), "turn {i}: {:?}", t.content);
+        match &previous {
+            Some(p) => assert_whole_reuse(p, &t),
+            None => assert_eq!(t.cached(), 0),
+        }
+        messages
+            .extend([json!({"role": "assistant", "content": t.content}), json!({"role": "user", "content": "More?"})]);
+        previous = Some(t);
+    }
+}
