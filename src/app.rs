@@ -145,7 +145,8 @@ pub fn metrics_settings(config: &Config) -> metrics::Settings {
     }
 }
 
-/// The host name (gethostname(2)), as the default instance name. Anything
+/// The host name (gethostname(2)): the default instance name, and a name
+/// the server answers to (`Host`). Anything
 /// a header value cannot hold becomes `-` (validate.rs holds a configured
 /// name to the same rule); "localhost" if the call fails.
 pub fn host_name() -> String {
@@ -166,9 +167,12 @@ pub fn api_settings(config: &Config) -> api::Settings {
     api::Settings {
         api_key: config.api_key.clone(),
         cors_origins: config.cors_origins.clone(),
+        // The machine's own name is one the server answers to (e.g. `http://rock5b:8080`).
+        allowed_hosts: config.allowed_hosts.iter().cloned().chain(std::iter::once(host_name())).collect(),
         body_limit_bytes: config.body_limit_bytes,
         keepalive: Duration::from_secs(config.keepalive_secs),
         head_wait: Duration::from_secs(config.head_wait_secs),
+        write_timeout: Duration::from_secs(config.write_timeout_secs),
         reasoning: config.reasoning,
         tools_overflow: config.tools_overflow,
         metrics_on_main_listener: config.metrics_addr.is_none(),
@@ -180,6 +184,7 @@ pub fn listener_settings(config: &Config) -> crate::listener::Settings {
     crate::listener::Settings {
         header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
         body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs),
+        body_timeout: Duration::from_secs(config.body_timeout_secs),
         max_connections: config.max_connections,
     }
 }

@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod embed;
 pub mod engine;
 pub mod listener;
+pub mod log_sink;
 pub mod metrics;
 pub mod notify;
 pub mod registry;

@@ -3,9 +3,12 @@
 //! - a header-read time-out (a client gets that long to send a request's
 //!   head; the same timer ends an idle kept-alive connection), so slowloris
 //!   connections do not pile up;
-//! - a body-idle time-out (a body that stops arriving is answered with 408);
+//! - a body-idle time-out (a body that stops arriving is answered with 408)
+//!   and a time-out on the whole body (a body trickling in is too);
 //! - a cap on open connections (past it, a connection is answered with 503
-//!   and closed);
+//!   and closed), which health probes pass (`GET /health`, `/health/ready`
+//!   are served on up to [`PROBE_CONNECTIONS`] more connections): a service
+//!   manager or load balancer must not take a busy daemon for a dead one;
 //! - the OpenAI error envelope on the error responses hyper writes by itself
 //!   when a request cannot be parsed ([`EnvelopeIo`]).
 //!
@@ -25,7 +28,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -35,13 +38,22 @@ use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
 /// What the listener enforces (config: `header_read_timeout_secs`,
-/// `body_idle_timeout_secs`, `max_connections`).
+/// `body_idle_timeout_secs`, `body_timeout_secs`, `max_connections`).
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub header_read_timeout: Duration,
     pub body_idle_timeout: Duration,
+    pub body_timeout: Duration,
     pub max_connections: usize,
 }
+
+/// Connections over the cap that may still be health probes, at most.
+pub const PROBE_CONNECTIONS: usize = 64;
+/// How long a health probe over the cap may take in all.
+const PROBE_LIMIT: Duration = Duration::from_secs(5);
+/// While a connection over the cap has sent only part of its request
+/// line, look again this often.
+const PROBE_PEEK_EVERY: Duration = Duration::from_millis(10);
 
 /// A refused connection (over the cap) is kept this long at most, so the
 /// client can read the 503 before the socket closes.
@@ -57,6 +69,8 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     let permits = Arc::new(Semaphore::new(settings.max_connections));
+    let probes = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
+    let limits = BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout };
     let refusal = Bytes::from(over_capacity_response(settings.max_connections));
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -73,7 +87,15 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
             () = &mut shutdown => break,
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            tokio::spawn(refuse(tcp, refusal.clone()));
+            match probes.clone().try_acquire_owned() {
+                Ok(probe) => {
+                    let over = OverCap { app: app.clone(), builder: builder.clone(), limits, refusal: refusal.clone() };
+                    tokio::spawn(over.serve(tcp, probe, settings.max_connections));
+                }
+                Err(_) => {
+                    tokio::spawn(refuse(tcp, refusal.clone()));
+                }
+            }
             continue;
         };
         // Without TCP_NODELAY each small SSE write waits for the ACK of the one before, and on a kept-alive
@@ -82,8 +104,7 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
         let app = app.clone();
-        let idle = settings.body_idle_timeout;
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| handle(app.clone(), req, idle));
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| handle(app.clone(), req, limits));
         let conn = builder.serve_connection(TokioIo::new(EnvelopeIo::new(tcp)), service).into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -97,43 +118,75 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
     graceful.shutdown().await;
 }
 
-/// One request through the router, its body under the idle time-out.
-async fn handle(app: Router, req: Request<Incoming>, idle: Duration) -> Result<axum::response::Response, Infallible> {
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let req = req.map(|body| Body::new(IdleBody { inner: body, idle, timer: None, timed_out: timed_out.clone() }));
+/// How long a request body may take: without data, and in all.
+#[derive(Debug, Clone, Copy)]
+struct BodyLimits {
+    idle: Duration,
+    total: Duration,
+}
+
+/// Which body time-out fired (`TimedOut::NONE`: neither).
+struct TimedOut;
+impl TimedOut {
+    const NONE: u8 = 0;
+    const IDLE: u8 = 1;
+    const TOTAL: u8 = 2;
+}
+
+/// One request through the router, its body under the time-outs.
+async fn handle(
+    app: Router,
+    req: Request<Incoming>,
+    limits: BodyLimits,
+) -> Result<axum::response::Response, Infallible> {
+    let timed_out = Arc::new(AtomicU8::new(TimedOut::NONE));
+    let req = req.map(|body| {
+        Body::new(TimedBody { inner: body, limits, idle_timer: None, deadline: None, timed_out: timed_out.clone() })
+    });
     let response = app.oneshot(req).await?;
-    if !timed_out.load(Ordering::SeqCst) {
-        return Ok(response);
-    }
-    // Whatever the handler made of the failed read, the cause is the client's silence.
-    let mut response = ApiError::body_timeout(idle.as_secs()).into_response();
+    // Whatever the handler made of the failed read, the cause is the client's slowness.
+    let error = match timed_out.load(Ordering::SeqCst) {
+        TimedOut::IDLE => ApiError::body_timeout(limits.idle.as_secs()),
+        TimedOut::TOTAL => ApiError::body_too_slow(limits.total.as_secs()),
+        _ => return Ok(response),
+    };
+    let mut response = error.into_response();
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }
 
 /// A request body that fails once no data has arrived for `idle` while the
-/// handler waits for it. The timer runs only while the body is being read.
-struct IdleBody {
+/// handler waits for it, or once it has been read for `total` without
+/// ending. The timers run only while the body is being read.
+struct TimedBody {
     inner: Incoming,
-    idle: Duration,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    timed_out: Arc<AtomicBool>,
+    limits: BodyLimits,
+    idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    timed_out: Arc<AtomicU8>,
 }
 
-impl http_body::Body for IdleBody {
+impl http_body::Body for TimedBody {
     type Data = Bytes;
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        let total = this.limits.total;
+        // First, so that a body trickling in cannot keep it from firing.
+        let deadline = this.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(total)));
+        if deadline.as_mut().poll(cx).is_ready() {
+            this.timed_out.store(TimedOut::TOTAL, Ordering::SeqCst);
+            return Poll::Ready(Some(Err(format!("the body took over {} s", total.as_secs()).into())));
+        }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
-            this.timer = None;
+            this.idle_timer = None;
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
-        let idle = this.idle;
-        let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        let idle = this.limits.idle;
+        let timer = this.idle_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
         ready!(timer.as_mut().poll(cx));
-        this.timed_out.store(true, Ordering::SeqCst);
+        this.timed_out.store(TimedOut::IDLE, Ordering::SeqCst);
         Poll::Ready(Some(Err(format!("no body data for {} s", idle.as_secs()).into())))
     }
 
@@ -166,6 +219,70 @@ fn raw_response(error: &ApiError, extra_headers: &[&str]) -> Vec<u8> {
     let mut bytes = head.into_bytes();
     bytes.extend_from_slice(&body);
     bytes
+}
+
+/// A connection over the cap, while a probe slot is free.
+struct OverCap {
+    app: Router,
+    builder: auto::Builder<TokioExecutor>,
+    limits: BodyLimits,
+    refusal: Bytes,
+}
+
+impl OverCap {
+    /// Serves a health probe (its requests to `/health` and `/health/ready`;
+    /// anything else on it gets the 503), answers anything else with the 503.
+    async fn serve(self, tcp: TcpStream, _probe: tokio::sync::OwnedSemaphorePermit, max_connections: usize) {
+        let probe = tokio::time::timeout(REFUSE_LINGER, is_health_probe(&tcp)).await.unwrap_or(false);
+        if !probe {
+            return refuse(tcp, self.refusal).await;
+        }
+        let OverCap { app, builder, limits, .. } = self;
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let app = app.clone();
+            async move {
+                let mut response = if is_health_path(req.uri().path()) {
+                    handle(app, req, limits).await?
+                } else {
+                    ApiError::too_many_connections(max_connections).into_response()
+                };
+                response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                Ok::<_, Infallible>(response)
+            }
+        });
+        let conn = builder.serve_connection(TokioIo::new(EnvelopeIo::new(tcp)), service);
+        let _ = tokio::time::timeout(PROBE_LIMIT, conn).await;
+    }
+}
+
+fn is_health_path(path: &str) -> bool {
+    path == "/health" || path == "/health/ready"
+}
+
+/// Whether the connection's first request line asks for a health path
+/// (looked at without reading it, so hyper reads it whole after).
+async fn is_health_probe(tcp: &TcpStream) -> bool {
+    const GET: &[u8] = b"GET ";
+    let mut buf = [0u8; 64];
+    loop {
+        let seen = match tcp.peek(&mut buf).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => &buf[..n],
+        };
+        if let Some(target) = seen.strip_prefix(GET) {
+            // "GET /health HTTP/1.1", "GET /health/ready?x HTTP/1.1".
+            if let Some(end) = target.iter().position(|&b| b == b' ' || b == b'?') {
+                return std::str::from_utf8(&target[..end]).is_ok_and(is_health_path);
+            }
+        } else if !GET.starts_with(seen) {
+            return false;
+        }
+        if seen.len() == buf.len() {
+            return false;
+        }
+        // Part of the line so far: peeking again at once would return the same bytes.
+        tokio::time::sleep(PROBE_PEEK_EVERY).await;
+    }
 }
 
 /// Answers a connection over the cap with 503 and closes it. What the client

@@ -152,9 +152,10 @@ fn on_runtime<T>(
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RKLLMD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let sink = rkllmd::log_sink::LogSink::stderr_duplicate();
     // Colours only on a terminal: journald and log files get plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let ansi = sink.is_terminal();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(sink).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

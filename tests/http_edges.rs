@@ -71,6 +71,8 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
         "1",
         "--body-idle-timeout-secs",
         "1",
+        "--body-timeout-secs",
+        "2",
         "--max-connections",
         "3",
     ]);
@@ -88,20 +90,52 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
     assert_eq!((s, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
     assert!(started.elapsed() < Duration::from_secs(5));
 
+    // A body trickling in (a byte every 300 ms, never idle for 1 s): 408 once it took 2 s in all.
+    let started = Instant::now();
+    let mut s = TcpStream::connect(addr(&d)).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.write_all(format!("{head}Content-Length: 100\r\n\r\n").as_bytes()).unwrap();
+    let mut out = Vec::new();
+    while started.elapsed() < Duration::from_secs(10) {
+        if s.write_all(b" ").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) if !out.is_empty() => break,
+            Err(_) => {}
+        }
+    }
+    let took = started.elapsed();
+    let (status, body) = parse(&out);
+    assert_eq!((status, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("body_timeout_secs"), "{body}");
+    assert!(took < Duration::from_secs(4), "held {took:?}");
+
     // A body announced over the limit is refused before any of it arrives.
     let (s, body) =
         parse(&raw(&d, format!("{head}Content-Length: 50000000\r\n\r\n{{\"mo").as_bytes(), Duration::from_secs(10)));
     assert_eq!((s, body["error"]["code"].as_str()), (413, Some("payload_too_large")), "{body}");
 
-    // Three open connections fill the cap; the fourth is answered 503 and closed.
+    // Three open connections fill the cap; the fourth is answered 503 and closed,
+    // unless it is a health probe: liveness and readiness are never refused.
     let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr(&d)).unwrap()).collect();
-    let (s, body) = parse(&raw(&d, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)));
+    let (s, body) = parse(&raw(&d, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)));
     assert_eq!((s, body["error"]["code"].as_str()), (503, Some("too_many_connections")), "{body}");
+    for probe in ["/health", "/health/ready"] {
+        let started = Instant::now();
+        let request = format!("GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (s, body) = parse(&raw(&d, request.as_bytes(), Duration::from_secs(10)));
+        assert_eq!(s, 200, "{probe}: {body}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{probe} took {:?}", started.elapsed());
+    }
     drop(held);
     // Closed connections give their places back (the server notices the close).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = raw(&d, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(10));
+        let out = raw(&d, b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", Duration::from_secs(10));
         if out.starts_with(b"HTTP/1.1 200") {
             break;
         }
@@ -204,6 +238,13 @@ async fn keys_cors_root_and_the_document() {
     assert_eq!(get(("x-api-key", "k")).await, 200);
     assert_eq!(get(("authorization", "Bearer k")).await, 200);
     assert_eq!(get(("x-api-key", "wrong")).await, 401);
+    // The public /health names no file while the key keeps /v1/system private.
+    let (_, h) = d.get_json("/health").await;
+    assert_eq!(h["runtime"]["backend"], "sim", "{h}");
+    assert!(h["runtime"].get("origin").is_none() && h["runtime"].get("model_path").is_none(), "{h}");
+    let system = d.client().get(format!("{}/v1/system", d.url)).header("x-api-key", "k").send().await.unwrap();
+    let system: Value = system.json().await.unwrap();
+    assert_eq!(system["runtime"]["model_path"], "sim:instant", "{system}");
 
     let preflight = d
         .client()

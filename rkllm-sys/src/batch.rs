@@ -57,6 +57,8 @@ struct BatchContext {
     surprises: Vec<String>,
     shared: Arc<Shared>,
     cancelled: Arc<AtomicBool>,
+    /// The run's id, for a re-issued abort (see `model.rs`'s `RunContext`).
+    id: u64,
     reissued_abort: bool,
     /// Steps delivered after the abort was re-issued.
     steps_after_abort: u32,
@@ -121,6 +123,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         surprises: Vec::new(),
         shared: shared.clone(),
         cancelled: cancelled.clone(),
+        id,
         reissued_abort: false,
         steps_after_abort: 0,
     };
@@ -188,8 +191,7 @@ impl BatchContext {
                 }
             } else if self.cancelled.load(Ordering::SeqCst) {
                 self.reissued_abort = true;
-                // SAFETY: called during the run, so the handle is alive.
-                unsafe { (self.shared.abort)(self.shared.handle) };
+                self.shared.reissue_abort(self.id);
             }
         } else if state == call_state::FINISH {
             self.perf = self.batch_perf(results);

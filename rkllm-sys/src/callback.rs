@@ -27,6 +27,32 @@ pub(crate) struct Shared {
     pub(crate) progress: Progress,
 }
 
+impl Shared {
+    /// Aborts run `id` if it is the one inside `rkllm_run`. Holds `active`
+    /// meanwhile, so the run cannot end and another begin in between.
+    pub(crate) fn abort_run(&self, id: u64) {
+        let active = self.active.lock().unwrap_or_else(|e| e.into_inner());
+        if active.as_ref().is_some_and(|(running, _)| *running == id) {
+            // SAFETY: the handle is alive while a run is active (it is destroyed
+            // only after the runtime thread leaves its loop).
+            unsafe { (self.abort)(self.handle) };
+        }
+    }
+
+    /// Aborts run `id` again, from a thread of its own: called by the result
+    /// callback, which must not call `rkllm_abort` itself. The manual allows
+    /// an abort from another thread and says nothing of one from inside the
+    /// callback, on the thread inside `rkllm_run` (a runtime that takes the
+    /// same lock around the callback and in abort would deadlock there).
+    pub(crate) fn reissue_abort(self: &Arc<Self>, id: u64) {
+        let shared = self.clone();
+        let spawned = std::thread::Builder::new().name("rkllm-abort".into()).spawn(move || shared.abort_run(id));
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread to re-issue an abort ({e}); the run goes on to its end");
+        }
+    }
+}
+
 // SAFETY: the handle is an opaque pointer the runtime allows `rkllm_abort`
 // on from any thread; every other use stays on the runtime thread.
 unsafe impl Send for Shared {}

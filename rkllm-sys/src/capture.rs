@@ -4,9 +4,12 @@
 //! (`invalid rkllm model!`, `failed to malloc npu memory`, …) only on the
 //! process's stdout/stderr. To put those lines into the error the daemon
 //! reports, file descriptors 1 and 2 are redirected into a pipe for the
-//! duration of the call, then restored. The caller writes the text back to
-//! stderr with [`echo`] when the call succeeded (the operator's terminal or
+//! duration of the call, then restored. The caller hands the text back to
+//! the log with [`echo`] when the call succeeded (the operator's terminal or
 //! journal still shows it); a failed call's text is in its error, once.
+//! Each line becomes a log event (target `rkllm_runtime`), in the log's
+//! format; the daemon writes its own log to a duplicate of stderr taken at
+//! start, so no other thread's log line ends up in the capture.
 
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -62,7 +65,14 @@ pub fn capture_output<R>(f: impl FnOnce() -> R) -> (R, String) {
     }
 }
 
-/// Writes captured text back to stderr, where it would have gone.
+/// Hands captured text to the log, a line per event: the runtime's errors
+/// (`E rkllm: …`) and warnings as warnings, the rest as info.
 pub fn echo(text: &str) {
-    let _ = std::io::stderr().write_all(text.as_bytes());
+    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+        if line.starts_with("E ") || line.starts_with("W ") {
+            tracing::warn!(target: "rkllm_runtime", "{line}");
+        } else {
+            tracing::info!(target: "rkllm_runtime", "{line}");
+        }
+    }
 }

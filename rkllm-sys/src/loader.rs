@@ -79,11 +79,18 @@ impl Runtime {
     }
 
     /// Sniffs the file's version, loads it and resolves every symbol.
+    ///
+    /// The path is resolved once, to the absolute path of the file it names
+    /// (symbolic links followed), and that one path is both sniffed and
+    /// loaded: given a bare name (`librkllmrt.so`), `dlopen` would search the
+    /// library path instead of the working directory the version was read
+    /// from, and could load another runtime than the one checked.
     pub fn load(path: &Path, configured: Option<Abi>) -> Result<Runtime, LoadError> {
+        let Ok(path) = std::fs::canonicalize(path) else {
+            return Err(LoadError::Missing(path.display().to_string()));
+        };
+        let path = path.as_path();
         let shown = path.display().to_string();
-        if !path.exists() {
-            return Err(LoadError::Missing(shown));
-        }
         let sniffed = sniff_file(path, configured)?;
         // SAFETY: loading runs the library's initialisers; this is the
         // operator's runtime library, whose version we have just checked.

@@ -52,13 +52,9 @@ impl RunControl {
     /// running, nothing if it has finished (so a late abort never hits the
     /// next run on the handle).
     pub fn abort(&self) {
-        let active = self.shared.active.lock().unwrap_or_else(|e| e.into_inner());
+        // Set first: `enter` checks it under the same lock `abort_run` takes.
         self.cancelled.store(true, Ordering::SeqCst);
-        if active.as_ref().is_some_and(|(id, _)| *id == self.id) {
-            // SAFETY: the handle is alive while a run is active (it is destroyed
-            // only after the runtime thread leaves its loop).
-            unsafe { (self.shared.abort)(self.shared.handle) };
-        }
+        self.shared.abort_run(self.id);
     }
 }
 
@@ -392,8 +388,10 @@ struct RunContext {
     shared: Arc<Shared>,
     /// The run's abort flag: an abort that arrived between marking the run
     /// active and the runtime entering it may have been ignored by the
-    /// runtime, so the first token re-issues it.
+    /// runtime, so the first token re-issues it (from another thread).
     cancelled: Arc<AtomicBool>,
+    /// The run's id, for that re-issued abort.
+    id: u64,
     reissued_abort: bool,
     /// A hidden-layer or logits run: what to copy, and the copy.
     capture: Option<Capture>,
@@ -466,6 +464,7 @@ fn run_one<A: Marshal>(
         runtime_error: false,
         shared: shared.clone(),
         cancelled: cancelled.clone(),
+        id,
         reissued_abort: false,
     };
     let _ = ctx.events.send(Event::Started { at: Instant::now() });
@@ -526,8 +525,7 @@ impl RunContext {
                 let _ = self.events.send(Event::Token(token(result, state, at, &mut self.utf8)));
                 if !self.reissued_abort && self.cancelled.load(Ordering::SeqCst) {
                     self.reissued_abort = true;
-                    // SAFETY: called during the run, so the handle is alive.
-                    unsafe { (self.shared.abort)(self.shared.handle) };
+                    self.shared.reissue_abort(self.id);
                 }
             }
             call_state::FINISH => self.perf = result.map(|r| r.perf),

@@ -60,11 +60,19 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
             if api && settings.api_key {
                 add("401", "Missing or wrong API key");
             }
+            // Any route: a browser request from a foreign web origin or under a foreign host name.
+            add("403", "A foreign Origin (cors_origins) or Host (allowed_hosts)");
             if api {
-                add("503", "The model is loading or the server is shutting down");
+                add(
+                    "503",
+                    "The model is loading, the server is shutting down, or the runtime is stuck in an aborted run",
+                );
             }
             if post {
-                add("408", "The request body stopped arriving (body_idle_timeout_secs)");
+                add(
+                    "408",
+                    "The request body stopped arriving (body_idle_timeout_secs) or took too long (body_timeout_secs)",
+                );
                 add("413", "The body is larger than body_limit_bytes");
                 add("415", "The body is not JSON (Content-Type)");
             }

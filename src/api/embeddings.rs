@@ -180,8 +180,10 @@ pub(super) async fn vectors(
 /// tokenizer, or the client's ids), or text when there is no tokenizer.
 fn run_inputs(loaded: &Loaded, input: EmbeddingInput) -> Result<Vec<RunInput>, ApiError> {
     let inputs: Vec<RunInput> = match input {
-        EmbeddingInput::Text(text) => vec![text_input(loaded, text)],
-        EmbeddingInput::Texts(texts) => texts.into_iter().map(|t| text_input(loaded, t)).collect(),
+        EmbeddingInput::Text(text) => vec![text_input(loaded, text, "input")?],
+        EmbeddingInput::Texts(texts) => {
+            texts.into_iter().map(|t| text_input(loaded, t, "input")).collect::<Result<_, _>>()?
+        }
         EmbeddingInput::Tokens(ids) => vec![token_input(ids, loaded)?],
         EmbeddingInput::TokenArrays(arrays) => {
             arrays.into_iter().map(|ids| token_input(ids, loaded)).collect::<Result<_, _>>()?
@@ -220,11 +222,15 @@ pub(super) fn check_inputs(inputs: &[RunInput], max_context_len: u32) -> Result<
     Ok(())
 }
 
-pub(super) fn text_input(loaded: &Loaded, text: String) -> RunInput {
-    match loaded.prompter.tokenize(&text) {
+/// A text as the runtime will read it; one far too long for the context is
+/// refused before it is tokenized (`param` names it).
+pub(super) fn text_input(loaded: &Loaded, text: String, param: &str) -> Result<RunInput, ApiError> {
+    let context = loaded.engine.limits().max_context_len as usize;
+    super::request::refuse_unfittable(param, text.len(), context)?;
+    Ok(match loaded.prompter.tokenize(&text) {
         Some(ids) => RunInput::Tokens(ids.into_iter().map(|id| id as i32).collect()),
         None => RunInput::Prompt(text),
-    }
+    })
 }
 
 /// A client's token ids: each must be one the model's tokenizer knows, when

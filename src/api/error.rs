@@ -79,6 +79,12 @@ impl ApiError {
             .code("method_not_allowed")
     }
 
+    /// A browser request from a foreign web origin, or under a host name the
+    /// server does not answer to (`cross_site.rs`).
+    pub fn cross_site(code: &'static str, message: String) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "invalid_request_error", message).code(code)
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -111,6 +117,15 @@ impl ApiError {
             StatusCode::REQUEST_TIMEOUT,
             "invalid_request_error",
             format!("The request body stopped arriving: nothing for {idle_secs} s (body_idle_timeout_secs)."),
+        )
+        .code("body_timeout")
+    }
+
+    pub fn body_too_slow(total_secs: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body did not arrive whole within {total_secs} s (body_timeout_secs)."),
         )
         .code("body_timeout")
     }
@@ -181,6 +196,19 @@ impl ApiError {
     /// Not run: the runtime could not take the run (its thread is gone).
     pub fn runtime_unavailable(message: impl Into<String>) -> Self {
         let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).code("runtime_unavailable");
+        e.retry_after = Some(5);
+        e
+    }
+
+    /// The runtime has not returned from an aborted run: nothing can run
+    /// until it does (or the service manager restarts the daemon).
+    pub fn runtime_unresponsive() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "The runtime has not returned from an aborted run; retry later.",
+        )
+        .code("runtime_unresponsive");
         e.retry_after = Some(5);
         e
     }

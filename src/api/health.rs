@@ -63,7 +63,14 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         reason: stalled,
         version: env!("CARGO_PKG_VERSION"),
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
-        runtime: loaded.map(|l| l.engine.info().into()),
+        runtime: loaded.map(|l| {
+            let runtime = Runtime::from(l.engine.info());
+            if state.settings.api_key.is_some() {
+                runtime.without_paths()
+            } else {
+                runtime
+            }
+        }),
         model: loaded.map(|l| l.model_id.clone()),
         loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
         queue,
@@ -87,7 +94,8 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
         Err(_) => "loading",
         Ok(r) => {
             let loaded = r.loaded();
-            let mut stalled = false;
+            // A runtime stuck in an aborted run refuses every request already.
+            let mut stalled = loaded.iter().any(|m| m.engine.is_unresponsive());
             for m in &loaded {
                 stalled |= m.engine.check_alive(PING_TIMEOUT).await.is_err();
             }

@@ -22,8 +22,15 @@ use utoipa_axum::router::UtoipaMethodRouter;
 
 /// The exposition: accumulated request metrics and this moment's gauges.
 pub async fn scrape(State(state): State<AppState>) -> Response {
+    match super::system::off_the_async_thread(move || exposition(&state)).await {
+        Ok(response) => response,
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+fn exposition(state: &AppState) -> Response {
     let observer = crate::metrics::observer();
-    let system = SystemInfo::gather(&state);
+    let system = SystemInfo::gather(state);
     // Within the same second as `gather`'s read: the cached snapshot.
     let snapshot = observer.telemetry.get();
     let loaded = state.models().ok().map(|r| r.loaded());
@@ -227,9 +234,11 @@ mod tests {
         let state = AppState::new(crate::api::Settings {
             api_key: None,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             body_limit_bytes: 1 << 20,
             keepalive: std::time::Duration::from_secs(15),
             head_wait: std::time::Duration::from_secs(30),
+            write_timeout: std::time::Duration::from_secs(30),
             reasoning: crate::conversation::ReasoningMode::Split,
             tools_overflow: crate::conversation::ToolsOverflow::Select,
             metrics_on_main_listener: true,

@@ -4,6 +4,7 @@
 mod auth;
 mod chat;
 mod completions;
+mod cross_site;
 mod docs;
 mod embeddings;
 pub mod error;
@@ -15,6 +16,7 @@ mod metrics;
 mod models;
 mod named;
 mod ollama;
+mod outbox;
 mod record;
 mod reply;
 pub mod request;
@@ -64,11 +66,15 @@ pub struct Settings {
     pub api_key: Option<String>,
     /// Origins allowed by CORS ("*" for any); empty: CORS off.
     pub cors_origins: Vec<String>,
+    /// Host names besides addresses and local names (`cross_site.rs`); `*`: any.
+    pub allowed_hosts: Vec<String>,
     pub body_limit_bytes: usize,
     /// Between keep-alive comments on a quiet stream.
     pub keepalive: std::time::Duration,
     /// How long a queued stream's response head waits for its run to start.
     pub head_wait: std::time::Duration,
+    /// How long a response may wait for its client to read (`outbox.rs`).
+    pub write_timeout: std::time::Duration,
     /// What becomes of `<think>…</think>` text in chat replies.
     pub reasoning: ReasoningMode,
     /// What happens to a chat whose tools do not fit the context.
@@ -164,6 +170,7 @@ pub fn registry_error(e: &RegistryError) -> ApiError {
         RegistryError::Load { .. } | RegistryError::Interrupted(_) => ApiError::model_load_failed(e.to_string()),
         RegistryError::TooLarge { .. } => ApiError::model_too_large(e.to_string()),
         RegistryError::QueueFull(_) => status::refused(&crate::engine::EngineError::QueueFull),
+        RegistryError::Unresponsive(_) => status::refused(&crate::engine::EngineError::Unresponsive),
     }
 }
 
@@ -224,7 +231,11 @@ pub fn router(state: AppState) -> Router {
     if let Some(cors) = cors(&state.settings.cors_origins) {
         app = app.layer(cors);
     }
-    app.layer(axum::middleware::from_fn(instance_header)).with_state(state)
+    // A foreign origin's preflight is refused too (outside CORS); the
+    // instance header is on every response, the refusals included.
+    app.layer(axum::middleware::from_fn_with_state(state.clone(), cross_site::check))
+        .layer(axum::middleware::from_fn(instance_header))
+        .with_state(state)
 }
 
 /// Which board answered: on every response, errors and refusals included,

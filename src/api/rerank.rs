@@ -155,7 +155,8 @@ async fn rerank(
     let prompts: Vec<String> =
         req.documents.iter().map(|d| format.prompt(&instruction, &req.query, d.text())).collect();
     let inputs = prepare(&lease, move |loaded| {
-        let inputs: Vec<_> = prompts.into_iter().map(|prompt| text_input(loaded, prompt)).collect();
+        let inputs: Vec<_> =
+            prompts.into_iter().map(|prompt| text_input(loaded, prompt, "documents")).collect::<Result<_, _>>()?;
         check_inputs(&inputs, loaded.engine.limits().max_context_len)
             .map(|()| inputs)
             .map_err(|e| ApiError::invalid_value("documents", e.body.message.replace("input[", "documents[")))

@@ -54,6 +54,7 @@ pub async fn respond(
     let (streamed, include_usage, tools_dropped) = (v.stream, v.include_usage, v.checks.tools_dropped);
     let wait = head_wait(&v, state.settings.head_wait);
     let (pieces, ignored) = start(model, place, v, &meta.id, counting);
+    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
     let mut response = if streamed {
         match hold_head(pieces, wait).await {
             Ok(pieces) => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),

@@ -14,10 +14,21 @@ pub struct Runtime {
     pub abi: String,
     /// The runtime's version (from the library's marker), if known.
     pub version: Option<String>,
-    /// The library path, or the in-process simulator.
-    pub origin: String,
-    /// The path or spec given to `rkllm_init`.
-    pub model_path: String,
+    /// The library path, or the in-process simulator. Not in the public
+    /// `/health` when an API key protects `/v1/system`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// The path or spec given to `rkllm_init` (shown as `origin` is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_path: Option<String>,
+}
+
+impl Runtime {
+    /// Without the file paths: what a public endpoint shows when an API key
+    /// keeps the rest of the system's description private.
+    pub fn without_paths(self) -> Runtime {
+        Runtime { origin: None, model_path: None, ..self }
+    }
 }
 
 impl From<&RuntimeInfo> for Runtime {
@@ -26,8 +37,8 @@ impl From<&RuntimeInfo> for Runtime {
             backend: info.backend.as_str(),
             abi: info.abi.to_string(),
             version: info.version.clone(),
-            origin: info.origin.clone(),
-            model_path: info.model_path.clone(),
+            origin: Some(info.origin.clone()),
+            model_path: Some(info.model_path.clone()),
         }
     }
 }

@@ -75,6 +75,7 @@ pub fn ending(reason: &EndReason, facts: &Facts) -> Ending {
         }
         EndReason::RuntimeError(message) => Ending::failed(ApiError::runtime(message.clone()), "error"),
         EndReason::ShuttingDown => Ending::failed(ApiError::shutting_down(), "shutdown"),
+        EndReason::Unresponsive => Ending::failed(ApiError::runtime_unresponsive(), "error"),
         EndReason::Abandoned => Ending { status: CLIENT_CLOSED, finish_reason: "abort", error: None },
     }
 }
@@ -98,6 +99,7 @@ pub fn wrong_dimensions(error: ApiError) -> Ending {
 pub fn refused(error: &EngineError) -> ApiError {
     match error {
         EngineError::QueueFull => ApiError::queue_full(2),
+        EngineError::Unresponsive => ApiError::runtime_unresponsive(),
         // Load-time errors: not what a submitted job meets, but named all the same.
         EngineError::Model(_) | EngineError::Adapter { .. } | EngineError::PromptCache(_) | EngineError::Vision(_) => {
             ApiError::runtime(error.to_string())
@@ -131,6 +133,10 @@ mod tests {
         assert_eq!(
             row(EndReason::ShuttingDown, false),
             (503, "shutdown", Some((StatusCode::SERVICE_UNAVAILABLE, "server_error", Some("shutting_down"))))
+        );
+        assert_eq!(
+            row(EndReason::Unresponsive, false),
+            (503, "error", Some((StatusCode::SERVICE_UNAVAILABLE, "server_error", Some("runtime_unresponsive"))))
         );
         assert_eq!(row(EndReason::Abandoned, false), (499, "abort", None));
         let never_ran = ending(&EndReason::RuntimeError("gone".into()), &Facts { never_ran: true, ..Facts::default() });

@@ -2,6 +2,7 @@
 //! by hand next to their benchmarks. Every item that cannot be read here is
 //! `null`. Field names are stable (the bench tool embeds this in reports).
 
+use super::error::ApiError;
 use super::runtime_info::Runtime;
 use super::AppState;
 use crate::engine::BackendKind;
@@ -132,6 +133,15 @@ impl SystemInfo {
     responses((status = 200, body = SystemInfo)),
     security(("bearer" = []))
 )]
-pub async fn get(State(state): State<AppState>) -> Json<SystemInfo> {
-    Json(SystemInfo::gather(&state))
+pub async fn get(State(state): State<AppState>) -> Result<Json<SystemInfo>, ApiError> {
+    off_the_async_thread(move || SystemInfo::gather(&state)).await.map(Json).map_err(ApiError::runtime)
+}
+
+/// Runs `read` on the blocking pool. Reading the board's files (sysfs,
+/// debugfs, /proc) can block — a debugfs read waits on the NPU driver — and
+/// the daemon serves on one async thread, which every stream's tokens share.
+pub(super) async fn off_the_async_thread<T: Send + 'static>(
+    read: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(read).await.map_err(|e| format!("reading the system's state failed: {e}"))
 }

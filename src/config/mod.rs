@@ -112,6 +112,9 @@ pub struct Config {
     /// Origins allowed by CORS (comma-separated; "*" for any). Default: CORS off.
     #[arg(long, env = "RKLLMD_CORS_ORIGINS", value_delimiter = ',')]
     pub cors_origins: Vec<String>,
+    /// Host names the server answers to besides IP addresses, localhost, .local/.internal names and the machine's name (comma-separated; "*" for any).
+    #[arg(long, env = "RKLLMD_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
     /// Largest accepted request body, in bytes.
     #[arg(long, env = "RKLLMD_BODY_LIMIT_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub body_limit_bytes: usize,
@@ -121,9 +124,15 @@ pub struct Config {
     /// Seconds a request body may go without data while it is read (then 408).
     #[arg(long, env = "RKLLMD_BODY_IDLE_TIMEOUT_SECS", default_value_t = 20)]
     pub body_idle_timeout_secs: u64,
+    /// Seconds a request body may take in all, however steadily it arrives (then 408).
+    #[arg(long, env = "RKLLMD_BODY_TIMEOUT_SECS", default_value_t = 60)]
+    pub body_timeout_secs: u64,
     /// Open connections at most; one more gets 503 and is closed.
     #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
+    /// Seconds a streamed response may wait for its client to read before the client is dropped.
+    #[arg(long, env = "RKLLMD_WRITE_TIMEOUT_SECS", default_value_t = 30)]
+    pub write_timeout_secs: u64,
     /// Seconds between keep-alive comments on a quiet stream.
     #[arg(long, env = "RKLLMD_KEEPALIVE_SECS", default_value_t = 10)]
     pub keepalive_secs: u64,

@@ -25,12 +25,17 @@ impl Config {
         if !(1..=8).contains(&self.batch) {
             return invalid(format!("batch must be between 1 and 8, got {}", self.batch));
         }
-        if self.keepalive_secs == 0 {
-            return invalid("keepalive_secs must be at least 1".into());
+        if self.keepalive_secs == 0 || self.write_timeout_secs == 0 {
+            return invalid("keepalive_secs and write_timeout_secs must be at least 1".into());
         }
-        if self.header_read_timeout_secs == 0 || self.body_idle_timeout_secs == 0 || self.max_connections == 0 {
+        if self.header_read_timeout_secs == 0
+            || self.body_idle_timeout_secs == 0
+            || self.body_timeout_secs == 0
+            || self.max_connections == 0
+        {
             return invalid(
-                "header_read_timeout_secs, body_idle_timeout_secs and max_connections must be at least 1".into(),
+                "header_read_timeout_secs, body_idle_timeout_secs, body_timeout_secs and max_connections must be at least 1"
+                    .into(),
             );
         }
         if self.max_loaded_models == 0 {

@@ -65,7 +65,14 @@ impl Engine {
         let engine = self.clone();
         async move {
             let mut timeline = Timeline::new(received);
-            let _turn = engine.queue.wait_turn(place).await;
+            // As a generation's: no waiting past the shutdown's abort or behind a stuck runtime.
+            let _turn = tokio::select! {
+                turn = engine.queue.wait_turn(place) => turn,
+                reason = engine.halt.halted() => {
+                    timeline.finished = Some(Instant::now());
+                    return Forward { outputs: Err(reason), timeline, perf: None };
+                }
+            };
             let admitted = Instant::now();
             timeline.admitted = Some(admitted);
             let single = job.inputs.len() == 1;

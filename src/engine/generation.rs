@@ -6,6 +6,7 @@
 
 use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
+use super::halt::ABORT_GRACE;
 use super::job::{CacheHints, Job};
 use super::kv::Plan;
 use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
@@ -127,6 +128,10 @@ impl Engine {
                         return;
                     }
                     Next::Gone => break,
+                    Next::Unanswered => {
+                        yield GenEvent::Done(Box::new(run.unanswered()));
+                        return;
+                    }
                 };
                 match run.step(event) {
                     Step::Started => yield GenEvent::Started,
@@ -168,7 +173,15 @@ impl Start {
     async fn run(mut self) -> Result<Run, Outcome> {
         let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
         let engine = self.engine.clone();
-        let assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()).await;
+        // A queued job stops waiting at the shutdown's abort, or when the
+        // runtime is stuck in an aborted run (`halt.rs`).
+        let assigned = tokio::select! {
+            assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()) => assigned,
+            reason = engine.halt.halted() => {
+                self.waiting.start();
+                return Err(Outcome::without_run(reason, Timeline::new(self.received), self.prompt_tokens));
+            }
+        };
         let mut image_figures = None;
         let (submitted, turn) = match assigned {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
@@ -202,16 +215,18 @@ impl Start {
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
         let mut reason = None;
+        let mut aborted_at = None;
         {
             let mut s = self.stop.lock().unwrap_or_else(|e| e.into_inner());
             if s.requested {
                 control.abort();
+                aborted_at = Some(Instant::now());
                 reason = Some(EndReason::Stopped);
             }
             s.control = Some(control.clone());
         }
         let guard = RunGuard {
-            engine: self.engine.clone(),
+            engine: engine.clone(),
             control,
             events,
             turn,
@@ -220,18 +235,21 @@ impl Start {
             dropped: 0,
             finished: false,
             abandoned,
+            aborted_at,
         };
-        let generated = Vec::new();
+        // Until `Started` the runtime thread is about to start (the turn is
+        // held): the first-token allowance covers that moment too.
+        let deadline = Some(tokio::time::Instant::now() + first_token_timeout);
         Ok(Run {
             guard,
             stop: self.stop,
             limit: self.plan.limit,
             aborts_at_limit: self.plan.aborts_at_limit(),
             first_token_timeout,
-            deadline: None,
+            deadline,
             reason,
             plan,
-            generated,
+            generated: Vec::new(),
             prompt_cache: self.prompt_cache,
             job: self.job,
         })
@@ -277,8 +295,7 @@ struct Run {
     /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
     aborts_at_limit: bool,
     first_token_timeout: std::time::Duration,
-    /// Until admission there is no deadline of ours (the turn is held, so
-    /// the runtime thread is about to start); then first-token, then total.
+    /// First-token (from submission, then from admission), then total.
     deadline: Option<tokio::time::Instant>,
     /// Why the run is ending, once something decided it (limit, time-out).
     reason: Option<EndReason>,
@@ -300,6 +317,15 @@ enum Next {
     LeftBatch,
     /// The runtime thread is gone.
     Gone,
+    /// The run was aborted and did not return within [`ABORT_GRACE`].
+    Unanswered,
+}
+
+/// What ended a wait for the runtime's next event.
+enum Waited {
+    Event(Option<Event>),
+    Deadline,
+    Closing,
 }
 
 enum Step {
@@ -310,34 +336,64 @@ enum Step {
 }
 
 impl Run {
-    /// The next event from the runtime thread; a deadline that passes first
-    /// aborts the run (whose `Finished` then follows) or, in a batch, leaves it.
+    /// The next event from the runtime thread. A deadline that passes first,
+    /// or the shutdown's abort, aborts the run (whose `Finished` then follows)
+    /// or, in a batch, leaves it; an aborted run gets [`ABORT_GRACE`] to
+    /// return before the generation ends without it.
     async fn next_event(&mut self) -> Next {
-        let next = |event: Option<Event>| event.map_or(Next::Gone, Next::Event);
         loop {
             if self.guard.control.is_batched() && (self.reason.is_some() || stop_requested(&self.stop)) {
                 return Next::LeftBatch;
             }
-            let deadline = self.deadline.filter(|_| self.reason.is_none());
-            let Some(deadline) = deadline else { return next(self.guard.events.recv().await) };
-            let late = match tokio::time::timeout_at(deadline, self.guard.events.recv()).await {
+            if self.guard.aborted_at.is_none() && stop_requested(&self.stop) {
+                // `Generation::stop` aborted the run.
+                self.guard.aborted_at = Some(Instant::now());
+            }
+            let aborted_at = self.guard.aborted_at;
+            let wait_until = match aborted_at {
+                Some(at) => Some(tokio::time::Instant::from_std(at + ABORT_GRACE)),
+                None => self.deadline,
+            };
+            let engine = self.guard.engine.clone();
+            let waited = tokio::select! {
+                event = self.guard.events.recv() => Waited::Event(event),
+                () = sleep_until(wait_until) => Waited::Deadline,
+                () = engine.halt.closed(), if aborted_at.is_none() => Waited::Closing,
+            };
+            match waited {
                 // A token stamped after the deadline missed it, even when this
                 // task was polled too late to see the deadline pass first (a
                 // loaded machine): the runtime's clock decides. The token still
                 // goes through `step` (it is in the KV cache, and counted as
                 // dropped after the abort).
-                Ok(Some(Event::Token(token))) if token.at > deadline.into_std() => Some(token),
-                Ok(event) => return next(event),
-                Err(_) => None,
-            };
-            let which =
-                if self.guard.timeline.first_token.is_none() { Deadline::FirstToken } else { Deadline::Request };
-            self.reason = Some(EndReason::Timeout(which));
-            self.guard.control.abort();
-            if let Some(token) = late {
-                return Next::Event(Event::Token(token));
+                Waited::Event(Some(Event::Token(token)))
+                    if aborted_at.is_none() && self.deadline.is_some_and(|d| token.at > d.into_std()) =>
+                {
+                    self.abort(EndReason::Timeout(self.missed_deadline()));
+                    return Next::Event(Event::Token(token));
+                }
+                Waited::Event(event) => return event.map_or(Next::Gone, Next::Event),
+                Waited::Deadline if aborted_at.is_some() => return Next::Unanswered,
+                Waited::Deadline => self.abort(EndReason::Timeout(self.missed_deadline())),
+                Waited::Closing => self.abort(EndReason::ShuttingDown),
             }
         }
+    }
+
+    /// Ends the run early for `reason` (unless something already decided its end).
+    /// Which deadline a run past its deadline missed.
+    fn missed_deadline(&self) -> Deadline {
+        if self.guard.timeline.first_token.is_none() {
+            Deadline::FirstToken
+        } else {
+            Deadline::Request
+        }
+    }
+
+    fn abort(&mut self, reason: EndReason) {
+        self.reason.get_or_insert(reason);
+        self.guard.control.abort();
+        self.guard.aborted_at.get_or_insert_with(Instant::now);
     }
 
     fn step(&mut self, event: Event) -> Step {
@@ -374,9 +430,12 @@ impl Run {
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
         }
         if timeline.tokens == self.limit {
-            self.reason = Some(EndReason::Length);
             if self.aborts_at_limit {
-                self.guard.control.abort();
+                // The runtime was not told the limit (ABI 1.2): enforce it here.
+                self.abort(EndReason::Length);
+            } else {
+                // The runtime stops at the limit by itself.
+                self.reason = Some(EndReason::Length);
             }
         }
         Step::Token(token.text)
@@ -451,10 +510,30 @@ impl Run {
         outcome
     }
 
+    /// The aborted run did not return in time: the client gets the ending
+    /// its abort was for now, and the guard's drop drains the run in the
+    /// background, holding the turn (`guards.rs`).
+    fn unanswered(&mut self) -> Outcome {
+        // Delivered with `Done`: the drain hands over nothing.
+        self.guard.abandoned = None;
+        let reason = self.reason.take().unwrap_or(EndReason::Stopped);
+        let mut outcome = Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens);
+        outcome.dropped_tokens = self.guard.dropped;
+        outcome
+    }
+
     /// The runtime thread went away without finishing the run.
     fn thread_gone(mut self) -> Outcome {
         self.guard.finished = true;
         let reason = EndReason::RuntimeError("the runtime thread stopped".into());
         Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens)
+    }
+}
+
+/// Sleeps until `at`; never wakes without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

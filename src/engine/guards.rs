@@ -5,6 +5,7 @@
 //! engine itself records nothing.
 
 use super::batch::SlotControl;
+use super::halt::ABORT_GRACE;
 use super::outcome::{EndReason, Outcome};
 use super::queue::Turn;
 use super::Engine;
@@ -59,6 +60,8 @@ pub(super) struct RunGuard {
     /// The run ended and its outcome was delivered.
     pub finished: bool,
     pub abandoned: Option<AbandonedTx>,
+    /// When the run was told to end (abort), if it was.
+    pub aborted_at: Option<Instant>,
 }
 
 impl Drop for RunGuard {
@@ -84,18 +87,35 @@ impl Drop for RunGuard {
         let prompt_tokens = self.prompt_tokens;
         let abandoned = self.abandoned.take();
         let engine = self.engine.clone();
+        let aborted_at = self.aborted_at.unwrap_or_else(Instant::now);
         let drain = async move {
             let mut perf = None;
-            while let Some(event) = events.recv().await {
-                match event {
-                    Event::Started { at } => timeline.admitted = Some(at),
-                    // Tokens after the client left are not part of any reply.
-                    Event::Token(_) => dropped += 1,
-                    Event::Finished(f) => {
-                        timeline.finished = Some(f.at);
-                        perf = f.perf.map(RuntimePerf::from);
-                        break;
+            {
+                let finished = async {
+                    while let Some(event) = events.recv().await {
+                        match event {
+                            Event::Started { at } => timeline.admitted = Some(at),
+                            // Tokens after the client left are not part of any reply.
+                            Event::Token(_) => dropped += 1,
+                            Event::Finished(f) => {
+                                timeline.finished = Some(f.at);
+                                perf = f.perf.map(RuntimePerf::from);
+                                break;
+                            }
+                        }
                     }
+                };
+                let mut finished = std::pin::pin!(finished);
+                let grace_end = tokio::time::Instant::from_std(aborted_at + ABORT_GRACE);
+                if tokio::time::timeout_at(grace_end, &mut finished).await.is_err() {
+                    engine.halt.set_unresponsive(true);
+                    tracing::error!(
+                        "the runtime has not returned from an aborted run after {} ms: queued requests end with 503 and new ones are refused until it does",
+                        ABORT_GRACE.as_millis()
+                    );
+                    finished.await;
+                    engine.halt.set_unresponsive(false);
+                    tracing::warn!("the runtime returned from the aborted run; requests are accepted again");
                 }
             }
             engine.forget_kv();

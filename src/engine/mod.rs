@@ -9,6 +9,7 @@ mod conversations;
 mod forward;
 mod generation;
 mod guards;
+mod halt;
 mod job;
 mod kv;
 mod liveness;
@@ -38,13 +39,16 @@ pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, 
 
 use crate::sampling::SamplingOverrides;
 use rkllm_sys::{Abi, InitConfig, LoraAdapter, Model, SamplingParams};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error("the request queue is full")]
     QueueFull,
+    /// An aborted run has not returned ([`halt`]): nothing can run until it does.
+    #[error("the runtime did not return from an aborted run")]
+    Unresponsive,
     // The registry says which model's load failed (`RegistryError::Load`).
     #[error(transparent)]
     Model(#[from] rkllm_sys::ModelError),
@@ -133,8 +137,8 @@ impl EngineSettings {
 
 pub struct Engine {
     model: Model,
-    /// Set at shutdown: queued jobs end without running.
-    closing: AtomicBool,
+    /// The shutdown's abort, and a runtime that ignores an abort: queued jobs end without running.
+    halt: halt::Halt,
     queue: queue::Queue,
     info: RuntimeInfo,
     defaults: SamplingParams,
@@ -234,7 +238,7 @@ impl Engine {
         });
         Ok(Engine {
             model,
-            closing: AtomicBool::new(false),
+            halt: halt::Halt::default(),
             queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,
@@ -293,22 +297,31 @@ impl Engine {
     pub fn in_use(&self) -> bool {
         self.queue.in_use()
     }
-    /// A place in the queue, or `QueueFull` at once. Taken before a request
+    /// A place in the queue, or `QueueFull` (`Unresponsive` while the runtime
+    /// is stuck in an aborted run: `halt.rs`) at once. Taken before a request
     /// is prepared (rendered, tokenized), so that a full daemon refuses
     /// without doing that work, as TGI's permit and Ollama's pending channel
     /// do; the place then goes to [`Engine::submit`] or [`Engine::forward`].
     pub fn reserve(&self) -> Result<Place, EngineError> {
+        if self.halt.is_unresponsive() {
+            return Err(EngineError::Unresponsive);
+        }
         self.queue.try_enter().ok_or(EngineError::QueueFull)
     }
     /// Shutdown after the grace period: abort the running generation and
     /// end the queued ones without running them.
     pub fn abort_all(&self) {
-        self.closing.store(true, Ordering::SeqCst);
+        self.halt.close();
         self.model.abort_active();
     }
 
     fn is_closing(&self) -> bool {
-        self.closing.load(Ordering::SeqCst)
+        self.halt.is_closing()
+    }
+
+    /// The runtime has not returned from an aborted run (`halt.rs`): nothing can run now.
+    pub fn is_unresponsive(&self) -> bool {
+        self.halt.is_unresponsive()
     }
 }
 

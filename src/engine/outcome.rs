@@ -37,6 +37,9 @@ pub enum EndReason {
     /// The daemon is shutting down: the job did not run, or it was cut off
     /// at the end of the shutdown grace period.
     ShuttingDown,
+    /// The job did not run: the runtime has not returned from an aborted
+    /// run (`halt.rs`), so nothing can run now.
+    Unresponsive,
     /// The consumer dropped the generation (the client went away) while it
     /// waited or ran; the run, if any, was aborted.
     Abandoned,

@@ -22,7 +22,7 @@ pub use load::{load, LoadFailure};
 pub use spec::{discover, Found, KeepAlive, ModelSpec};
 
 use crate::conversation::Prompter;
-use crate::engine::{open_runtime, BackendError, Engine, OpenedRuntime, Place, RuntimeSettings};
+use crate::engine::{open_runtime, BackendError, Engine, EngineError, OpenedRuntime, Place, RuntimeSettings};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -63,6 +63,8 @@ pub enum RegistryError {
     Interrupted(String),
     #[error("the request queue of `{0}` is full")]
     QueueFull(String),
+    #[error("the runtime of `{0}` has not returned from an aborted run")]
+    Unresponsive(String),
 }
 
 /// What `/v1/models`, `/api/tags` and `/api/ps` show of one model.
@@ -267,7 +269,10 @@ impl Registry {
         keep_alive: Option<KeepAlive>,
     ) -> Result<(Lease, Place), RegistryError> {
         self.acquire_with(id, keep_alive, |model| {
-            model.engine.reserve().map_err(|_| RegistryError::QueueFull(model.model_id.clone()))
+            model.engine.reserve().map_err(|e| match e {
+                EngineError::Unresponsive => RegistryError::Unresponsive(model.model_id.clone()),
+                _ => RegistryError::QueueFull(model.model_id.clone()),
+            })
         })
         .await
     }

@@ -28,7 +28,15 @@ impl Daemon {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Self::start_in(None, args, env)
+    }
+
+    /// As `start_with_env`, in working directory `dir` (if given).
+    pub fn start_in(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkllmd"));
+        if let Some(dir) = dir {
+            cmd.current_dir(dir);
+        }
         cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args).env_remove("RKLLM_LIB").env("RKLLMD_LOG", "info");
         for (k, v) in env {
             cmd.env(k, v);

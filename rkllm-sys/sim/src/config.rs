@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 17] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -23,6 +23,9 @@ pub const KEYS: [&str; 14] = [
     "batch_abort_ignored",
     "cache_lies",
     "cache_file_ms",
+    "init_ms",
+    "abort_lag",
+    "reentrant_abort",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -54,6 +57,12 @@ pub(crate) struct SimConfig {
     pub cache_lies: bool,
     /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
     pub cache_file_ms: f64,
+    /// `rkllm_init` takes this long (not scaled: a slow model load).
+    pub init_ms: f64,
+    /// Tokens a run still delivers after an abort (a runtime that notices it late).
+    pub abort_lag: usize,
+    /// `rkllm_abort` called from inside the result callback deadlocks.
+    pub reentrant_abort_deadlocks: bool,
 }
 
 #[derive(Debug)]
@@ -103,6 +112,13 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
         cache_lies: switch(&value, "cache_lies")?,
         cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
+        init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
+        abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),
+        reentrant_abort_deadlocks: match value("reentrant_abort").as_deref().map(str::trim) {
+            None | Some("ok") => false,
+            Some("deadlock") => true,
+            Some(v) => return Err(invalid("reentrant_abort", v, "ok or deadlock")),
+        },
     })
 }
 

@@ -121,6 +121,7 @@ impl SimModel {
         let decode = self.scaled(self.config.profile.decode_ms);
         let mut first_token = None;
         let mut generated = 0;
+        let mut lag = self.config.abort_lag;
         let end = loop {
             let active = reply.slots.iter().filter(|s| !s.finished()).count();
             if active == 0 {
@@ -132,13 +133,20 @@ impl SimModel {
             }
             // The `batch_abort_ignored` fault decodes on (unpaced) to the end.
             if self.gate.wait_until(due) && !(self.config.batch_abort_ignored && reply.slots.len() > 1) {
-                break End::Aborted;
+                if lag == 0 {
+                    break End::Aborted;
+                }
+                // Noticed late (`abort_lag`): this token still comes, at its pace.
+                lag -= 1;
+                if let Some(left) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(left);
+                }
             }
             if self.config.error_after == Some(reply.steps) {
                 break End::Error;
             }
             first_token.get_or_insert_with(Instant::now);
-            let answer = caller.step(&mut reply.slots);
+            let answer = crate::gate::in_callback(|| caller.step(&mut reply.slots));
             generated += active;
             reply.steps += 1;
             // Absolute deadlines keep the pace exact; a step more than one

@@ -141,6 +141,7 @@ impl SimModel {
                 "E rkllm: n_batch {n_batch}: the simulated runtime batches at most {MAX_BATCH} sequences (the manual recommends no more)"
             )]));
         }
+        std::thread::sleep(std::time::Duration::from_secs_f64(config.init_ms / 1000.0));
         if let Some(kind) = &config.fail_init {
             return Err(failed(&[config::fail_init_line(kind)]));
         }
@@ -172,7 +173,15 @@ impl SimModel {
     }
 
     pub fn abort(&self) -> c_int {
-        self.recorder.write(json!({"call": "abort", "running": self.gate.is_running()}));
+        let reentrant = crate::gate::inside_callback();
+        self.recorder.write(json!({"call": "abort", "running": self.gate.is_running(), "reentrant": reentrant}));
+        if reentrant && self.config.reentrant_abort_deadlocks {
+            // As a runtime that holds one lock around the callback and in abort.
+            crate::log::line("E rkllm: rkllm_abort called from inside the result callback: deadlocked");
+            loop {
+                std::thread::park();
+            }
+        }
         self.gate.abort();
         0
     }

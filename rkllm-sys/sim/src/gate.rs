@@ -1,5 +1,6 @@
-//! One handle runs one sequence: whether a run is in progress, and the
-//! abort request that reaches it from any thread.
+//! One handle runs one sequence: whether a run is in progress, the abort
+//! request that reaches it from any thread, and whether a call comes from
+//! inside the result callback (a re-entrant call).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -72,4 +73,21 @@ impl RunGate {
             flags = self.wake.wait_timeout(flags, left).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
+}
+
+thread_local! {
+    /// Set while this thread is inside the result callback.
+    static IN_CALLBACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+pub(crate) fn in_callback<R>(f: impl FnOnce() -> R) -> R {
+    IN_CALLBACK.with(|c| c.set(true));
+    let result = f();
+    IN_CALLBACK.with(|c| c.set(false));
+    result
+}
+
+/// Whether the calling thread is inside the result callback (a re-entrant call).
+pub(crate) fn inside_callback() -> bool {
+    IN_CALLBACK.with(std::cell::Cell::get)
 }

@@ -46,6 +46,9 @@
 //! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
 //! | `record` | path | appends one JSON line per call received (see below) |
 //! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |
+//! | `abort_lag` | N | a run goes on for N tokens after an abort (a runtime that notices it late, as when an abort lands before the run began) |
+//! | `reentrant_abort` | `ok` (default) or `deadlock` | `deadlock`: `rkllm_abort` called from inside the result callback never returns (as a runtime holding one lock around the callback and in abort); the record marks every abort `reentrant` or not |
+//! | `init_ms` | number | `rkllm_init` takes this long (a slow model load; not scaled by `time_scale`) |
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
 //! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //! | `cache_lies` | `0` (default) or `1` | a fault: `rkllm_load_prompt_cache` succeeds but the loaded cache spares no later prefill (a prompt cache that does not speed up, rknn-llm #399) |

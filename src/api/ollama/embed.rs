@@ -7,7 +7,7 @@ use super::{convert, parse_counted, OllamaError};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
-use crate::api::request::prepare;
+use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
 use crate::api::{AppState, Loaded};
 use crate::engine::RunInput;
 use axum::body::Bytes;
@@ -115,7 +115,10 @@ async fn run(
 /// cut at a guess (one that cannot be is sent whole).
 fn fit(loaded: &Loaded, text: String, truncate: bool, context: u32) -> Result<RunInput, ApiError> {
     let context = context as usize;
-    match text_input(loaded, text) {
+    // What the first `context` tokens can span, at most bytes-per-token on
+    // average: the rest is cut before tokenizing, which costs by the byte.
+    let text = if truncate { cut(text, context * MAX_BYTES_PER_TOKEN) } else { text };
+    match text_input(loaded, text, "input")? {
         RunInput::Tokens(mut ids) if truncate => {
             ids.truncate(context);
             Ok(RunInput::Tokens(ids))
@@ -131,4 +134,14 @@ fn fit(loaded: &Loaded, text: String, truncate: bool, context: u32) -> Result<Ru
         )),
         input => Ok(input),
     }
+}
+
+/// `text` cut to at most `bytes`, at a character boundary.
+fn cut(mut text: String, bytes: usize) -> String {
+    if text.len() > bytes {
+        let end = (0..=bytes).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+        text.truncate(end);
+        text.shrink_to_fit();
+    }
+    text
 }

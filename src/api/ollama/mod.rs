@@ -142,6 +142,7 @@ async fn answer(
     };
     let (streamed, tools_dropped) = (v.stream, v.checks.tools_dropped);
     let (pieces, _ignored) = start(model, place, v, &id, counting);
+    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
     let mut response = if streamed {
         match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
             Ok(pieces) => reply::stream(pieces, frame),

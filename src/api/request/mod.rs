@@ -9,7 +9,7 @@ mod tools_fit;
 mod wire;
 
 pub use images::ImageRef;
-pub use size::PromptSize;
+pub use size::{refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN};
 pub use wire::*;
 
 use super::error::ApiError;
@@ -167,6 +167,10 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
+        // What every template renders verbatim (assistant turns may be cut, e.g. their reasoning).
+        let verbatim: usize =
+            self.messages.iter().filter(|m| m.role != ChatRole::Assistant).map(|m| content_bytes(&m.content)).sum();
+        size::refuse_unfittable("messages", verbatim, model.engine.limits().max_context_len as usize)?;
         let (mut chat, images) = convert::chat_input(self)?;
         let format = ResponseFormat::parse(self.response_format.as_ref())?;
         if let Some(format) = &format {
@@ -234,6 +238,11 @@ fn log_selection(id: &str, s: &tools_fit::Selection, before: &PromptSize) {
 
 impl CompletionRequest {
     pub fn validate(&self, id: &str, model: &Loaded) -> Result<Validated, ApiError> {
+        let bytes = match &self.prompt {
+            Prompt::One(p) => p.len(),
+            Prompt::Many(v) => v.iter().map(String::len).sum(),
+        };
+        size::refuse_unfittable("prompt", bytes, model.engine.limits().max_context_len as usize)?;
         let prompt = match &self.prompt {
             Prompt::One(p) => p.clone(),
             Prompt::Many(v) if v.len() == 1 => v[0].clone(),
@@ -265,17 +274,21 @@ fn prompt_error(e: PromptError) -> ApiError {
 }
 
 /// The prompt's size: its bytes, and with a tokenizer its exact count
-/// (the ids then go with the job).
+/// (the ids then go with the job). A prompt that clearly cannot fit is not
+/// tokenized: `check` refuses it by its bytes.
 fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     // With images, the text is what remains around the markers: the runtime
     // replaces each marker with the image's tags and tokens.
     let text = if job.images.is_empty() { job.prompt.clone() } else { job.prompt.replace(images::MARKER, "") };
-    let ids = model.prompter.tokenize(&text);
+    let context = model.engine.limits().max_context_len as usize;
+    let not_tokenized = size::too_long_to_tokenize(text.len(), context);
+    let ids = if not_tokenized { None } else { model.prompter.tokenize(&text) };
     let size = PromptSize {
         param,
         bytes: text.len(),
         tokens: ids.as_ref().map(Vec::len),
-        context: model.engine.limits().max_context_len as usize,
+        not_tokenized,
+        context,
         without_tools: None,
         images: (!job.images.is_empty()).then_some((job.images.len(), job.image_timings.tokens as usize)),
     };
@@ -295,6 +308,15 @@ fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
     Some(Resent { start: found.start, end: found.end, view: found.view })
 }
 
+/// The bytes of a message's text.
+fn content_bytes(content: &Option<Content>) -> usize {
+    match content {
+        None => 0,
+        Some(Content::Text(text)) => text.len(),
+        Some(Content::Parts(parts)) => parts.iter().filter_map(|p| p.text.as_ref()).map(String::len).sum(),
+    }
+}
+
 /// The same conversation rendered without its tools, to name their share
 /// of a prompt that does not fit.
 fn without_tools(model: &Loaded, mut chat: ChatInput) -> Option<size::WithoutTools> {
@@ -302,9 +324,8 @@ fn without_tools(model: &Loaded, mut chat: ChatInput) -> Option<size::WithoutToo
     chat.tools.clear();
     chat.tool_choice = ToolChoice::None;
     let prompt = model.prompter.render(&chat).ok()?.prompt;
-    Some(size::WithoutTools {
-        tools,
-        bytes: prompt.len(),
-        tokens: model.prompter.tokenize(&prompt).map(|ids| ids.len()),
-    })
+    let context = model.engine.limits().max_context_len as usize;
+    let tokens =
+        if size::too_long_to_tokenize(prompt.len(), context) { None } else { model.prompter.tokenize(&prompt) };
+    Some(size::WithoutTools { tools, bytes: prompt.len(), tokens: tokens.map(|ids| ids.len()) })
 }

@@ -18,6 +18,41 @@ use crate::api::error::ApiError;
 /// vocabulary the daemon is likely to serve (see the module docs).
 pub const MAX_BYTES_PER_TOKEN: usize = 8;
 
+/// The fewest tokens `bytes` of text can be, whatever the vocabulary.
+pub fn fewest_tokens(bytes: usize) -> usize {
+    bytes.div_ceil(MAX_BYTES_PER_TOKEN)
+}
+
+/// Text that is at least this many contexts long is refused by its bytes
+/// alone, never rendered or tokenized. Tokenizing costs ~100 bytes of
+/// memory per byte of text and seconds of CPU per MB (issue 22 measured
+/// 919 MiB for an 8 MB message); a prompt only somewhat over is still
+/// counted exactly, so its refusal can say what takes the room.
+const TOKENIZED_CONTEXTS_AT_MOST: usize = 4;
+
+/// Whether `bytes` of text are too long to be worth tokenizing for a
+/// context of `context` tokens (see [`TOKENIZED_CONTEXTS_AT_MOST`]).
+pub fn too_long_to_tokenize(bytes: usize, context: usize) -> bool {
+    fewest_tokens(bytes) > context * TOKENIZED_CONTEXTS_AT_MOST
+}
+
+/// Refuses text too long to be worth tokenizing, by its bytes, before it
+/// is rendered or tokenized.
+pub fn refuse_unfittable(param: &str, bytes: usize, context: usize) -> Result<(), ApiError> {
+    if !too_long_to_tokenize(bytes, context) {
+        return Ok(());
+    }
+    let message = format!(
+        "This model's maximum context length is {} tokens. However, your {param} came to {} bytes, at least {} tokens (counted at {MAX_BYTES_PER_TOKEN} bytes per token at most, before tokenizing). Please reduce the length of the {param}.",
+        group(context),
+        group(bytes),
+        group(fewest_tokens(bytes)),
+    );
+    let mut e = ApiError::bad_request(Some(param), message);
+    e.body.code = Some("context_length_exceeded");
+    Err(e)
+}
+
 /// What the request's prompt weighs, kept with the job: the api reads it
 /// again if the runtime refuses the prompt.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +62,8 @@ pub struct PromptSize {
     pub bytes: usize,
     /// By the model's tokenizer (exact), when one is configured.
     pub tokens: Option<usize>,
+    /// The tokenizer was not run: the prompt clearly cannot fit ([`too_long_to_tokenize`]).
+    pub not_tokenized: bool,
     /// The model's context (`max_context_len`).
     pub context: usize,
     /// The same request without its tools, when tools were offered and the
@@ -55,13 +92,9 @@ impl PromptSize {
         self.images.map_or(0, |(_, tokens)| tokens)
     }
 
-    fn lower_bound(bytes: usize) -> usize {
-        bytes.div_ceil(MAX_BYTES_PER_TOKEN)
-    }
-
     /// The prompt's tokens as far as they are known: exact, or the least it can be.
     fn known_tokens(&self) -> usize {
-        self.tokens.unwrap_or_else(|| Self::lower_bound(self.bytes)) + self.image_tokens()
+        self.tokens.unwrap_or_else(|| fewest_tokens(self.bytes)) + self.image_tokens()
     }
 
     /// Refuses a prompt that leaves no room for the reply (`max_tokens` if
@@ -79,8 +112,9 @@ impl PromptSize {
             None => (
                 "at least ",
                 format!(
-                    " ({} bytes, counted at {MAX_BYTES_PER_TOKEN} bytes per token at most: no tokenizer is configured)",
-                    group(self.bytes)
+                    " ({} bytes, counted at {MAX_BYTES_PER_TOKEN} bytes per token at most: {})",
+                    group(self.bytes),
+                    if self.not_tokenized { "too long to tokenize" } else { "no tokenizer is configured" }
                 ),
             ),
         };
@@ -104,7 +138,7 @@ impl PromptSize {
             None => format!(
                 "{} bytes, an estimated {}–{} tokens (no tokenizer is configured)",
                 group(self.bytes),
-                group(Self::lower_bound(self.bytes)),
+                group(fewest_tokens(self.bytes)),
                 group(self.bytes)
             ),
         };
@@ -212,14 +246,7 @@ mod tests {
 
     #[test]
     fn without_a_tokenizer_only_a_clear_overflow_is_refused() {
-        let size = |bytes| PromptSize {
-            param: "messages",
-            bytes,
-            tokens: None,
-            context: 4096,
-            without_tools: None,
-            images: None,
-        };
+        let size = |bytes| PromptSize { param: "messages", bytes, context: 4096, ..PromptSize::default() };
         // 8 bytes per token at most: 32,768 bytes are at least 4,096 tokens.
         assert!(size(32_760).check(&job(None)).is_ok());
         let e = size(32_768).check(&job(None)).unwrap_err();
@@ -249,6 +276,7 @@ mod tests {
             param: "messages",
             bytes: 40_000,
             tokens: Some(13_950),
+            not_tokenized: false,
             context: 4096,
             without_tools: Some(WithoutTools { tools: 36, bytes: 9_000, tokens: Some(2_930) }),
             images: None,

@@ -56,6 +56,7 @@ pub async fn create(
     let (tools_dropped, streamed) = (v.checks.tools_dropped, v.stream);
     let wait = head_wait(&v, state.settings.head_wait);
     let (pieces, _ignored) = start(model, place, v, &id, &counting);
+    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
     let mut response = if streamed {
         reply::stream(hold_head(pieces, wait).await?, head, state.settings.keepalive)
     } else {

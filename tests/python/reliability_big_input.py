@@ -1,0 +1,31 @@
+# Reliability measurement (not a test; docs/reliability.md). usage: reliability_big_input.py BIN PORT [path] [n_parallel]: peak RSS growth and time of an 8 MB prompt refusal
+import subprocess, sys, time, json, threading, urllib.request
+bin, port = sys.argv[1], sys.argv[2]
+path = sys.argv[3] if len(sys.argv) > 3 else "/v1/chat/completions"
+n = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+p = subprocess.Popen([bin, "--backend", "sim", "--model", "sim:instant", "--model-id", "m", "--port", port], stderr=subprocess.DEVNULL)
+time.sleep(2.5)
+def hwm():
+    for l in open(f"/proc/{p.pid}/status"):
+        if l.startswith(("VmHWM", "VmRSS")): yield l.split()[1]
+base = list(hwm())
+text = "word " * (8_000_000 // 5)
+bodies = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": text}]},
+          "/v1/completions": {"model": "m", "prompt": text},
+          "/api/generate": {"model": "m", "prompt": text, "stream": False},
+          "/v1/embeddings": {"model": "m", "input": text}}
+data = json.dumps(bodies[path]).encode()
+res = []
+def one():
+    t = time.time()
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", data, {"content-type": "application/json"}))
+        code = r.status; body = r.read()[:200]
+    except urllib.error.HTTPError as e:
+        code = e.code; body = e.read()[:200]
+    res.append((code, round((time.time() - t) * 1000), body))
+ts = [threading.Thread(target=one) for _ in range(n)]
+[t.start() for t in ts]; [t.join() for t in ts]
+after = list(hwm())
+print(path, "x", n, res, "HWM growth MiB", (int(after[0]) - int(base[0])) / 1024, "RSS after growth MiB", (int(after[1]) - int(base[1])) / 1024)
+p.terminate(); p.wait()

@@ -1,0 +1,92 @@
+//! A runtime that stops answering (the simulator's `hang_after`: no more
+//! callbacks, aborts ignored, `rkllm_run` never returns): every waiting
+//! client gets a clear ending within its time-outs, and SIGTERM ends every
+//! stream with `shutting_down` and `[DONE]`.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+fn wedging_daemon(extra: &[&str]) -> Daemon {
+    let args = [&["--backend", "sim", "--model", "sim:instant?hang_after=3&reply_tokens=10", "--model-id", "m"], extra];
+    Daemon::start(&args.concat())
+}
+
+fn stream_body(content: &str) -> serde_json::Value {
+    let mut body = chat("m", content);
+    body["stream"] = true.into();
+    body
+}
+
+/// Starts a streamed request and reads it whole on a task of its own.
+fn spawn_stream(d: &Daemon, content: &str) -> tokio::task::JoinHandle<(u16, Vec<SseEvent>)> {
+    let request = d.client().post(format!("{}/v1/chat/completions", d.url)).json(&stream_body(content)).send();
+    tokio::spawn(async move {
+        let response = request.await.unwrap();
+        let status = response.status().as_u16();
+        (status, read_sse(response).await.0)
+    })
+}
+
+/// The stream's error code and whether `[DONE]` followed it.
+fn error_then_done(events: &[SseEvent]) -> (Option<String>, bool) {
+    let n = events.len();
+    let done = n >= 2 && events[n - 1].data == "[DONE]";
+    let error = events.iter().rev().nth(1).and_then(|e| e.json()["error"]["code"].as_str().map(str::to_owned));
+    (error, done)
+}
+
+#[tokio::test]
+async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
+    let d = wedging_daemon(&["--request-timeout-secs", "2"]);
+    let started = Instant::now();
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+
+    let (status, events) = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
+    let took = started.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(error_then_done(&events), (Some("timeout".into()), true), "{events:?}");
+    // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine.
+    assert!(took < Duration::from_millis(3_900), "the running stream ended after {took:?}");
+
+    let (status, events) = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(error_then_done(&events), (Some("runtime_unresponsive".into()), true), "{events:?}");
+
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert!(r.headers().contains_key("retry-after"));
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
+    // Not ready: a load balancer must stop sending requests here.
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+#[tokio::test]
+async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
+    let d = wedging_daemon(&["--shutdown-grace-secs", "1"]);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let signalled = Instant::now();
+    // SAFETY: plain kill(2) on our child's pid.
+    assert_eq!(unsafe { kill(d.pid() as i32, 15) }, 0);
+    for stream in [running, queued] {
+        let (status, events) = tokio::time::timeout(Duration::from_secs(8), stream).await.expect("ended").unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(error_then_done(&events), (Some("shutting_down".into()), true), "{events:?}");
+    }
+    // The grace period (1 s) + the abort's grace (1 s), with slack.
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
+}
