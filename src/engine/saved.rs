@@ -265,7 +265,7 @@ impl Drop for Saved {
     }
 }
 
-/// Removes what daemons that are gone left in `parent` (`rkllmd-PID-MODEL`
+/// Removes what daemons that are gone left in `parent` (`rkllmd-PID-N-MODEL`
 /// directories): a daemon killed without its shutdown leaves its files.
 fn sweep(parent: &Path) {
     let Ok(dir) = std::fs::read_dir(parent) else { return };

@@ -72,11 +72,16 @@ pub fn load(
             tracing::info!(model = %spec.id, "conversation cache off: it needs the model's chat template and tokenizer.json");
         }
     }
-    // Each daemon and model saves conversations in a directory of its own.
+    // Each load saves conversations in a directory of its own: a model
+    // reloaded while its last load's directory is being removed, or two
+    // engines of one id in one process (in-process tests), never share files.
+    // The pid comes first: the start-up sweep reads it.
+    static LOADS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let saved = spec.engine.saved.clone().map(|s| {
         let name: String =
             spec.id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
-        SavedSettings { dir: s.dir.join(format!("rkllmd-{}-{name}", std::process::id())), ..s }
+        let load = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        SavedSettings { dir: s.dir.join(format!("rkllmd-{}-{load}-{name}", std::process::id())), ..s }
     });
     let settings = EngineSettings {
         model_path: spec.path.clone(),
