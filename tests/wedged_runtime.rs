@@ -22,13 +22,24 @@ fn stream_body(content: &str) -> serde_json::Value {
     body
 }
 
+/// How a streamed request ended: its status, its error code, and whether
+/// `[DONE]` followed the error event. A stream whose run started is a 200
+/// with an error event; one still queued has its head held until its run
+/// starts (docs/api.md, "Streaming"), so it gets the error as its status.
+type Ending = (u16, Option<String>, bool);
+
 /// Starts a streamed request and reads it whole on a task of its own.
-fn spawn_stream(d: &Daemon, content: &str) -> tokio::task::JoinHandle<(u16, Vec<SseEvent>)> {
+fn spawn_stream(d: &Daemon, content: &str) -> tokio::task::JoinHandle<Ending> {
     let request = d.client().post(format!("{}/v1/chat/completions", d.url)).json(&stream_body(content)).send();
     tokio::spawn(async move {
         let response = request.await.unwrap();
         let status = response.status().as_u16();
-        (status, read_sse(response).await.0)
+        if status != 200 {
+            let body: serde_json::Value = response.json().await.unwrap();
+            return (status, body["error"]["code"].as_str().map(str::to_owned), false);
+        }
+        let (error, done) = error_then_done(&read_sse(response).await.0);
+        (status, error, done)
     })
 }
 
@@ -49,16 +60,15 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let queued = spawn_stream(&d, "second");
     d.wait_queue(|_, waiting| waiting == 1).await;
 
-    let (status, events) = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
+    let ending = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
     let took = started.elapsed();
-    assert_eq!(status, 200);
-    assert_eq!(error_then_done(&events), (Some("timeout".into()), true), "{events:?}");
+    assert_eq!(ending, (200, Some("timeout".into()), true));
     // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine.
     assert!(took < Duration::from_millis(3_900), "the running stream ended after {took:?}");
 
-    let (status, events) = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
-    assert_eq!(status, 200);
-    assert_eq!(error_then_done(&events), (Some("runtime_unresponsive".into()), true), "{events:?}");
+    // Still queued: its head was held, so the refusal is its status, which a proxy retries elsewhere.
+    let ending = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
 
     let r = d.post("/v1/chat/completions", chat("m", "third")).await;
     assert_eq!(r.status().as_u16(), 503);
@@ -81,11 +91,11 @@ async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     let signalled = Instant::now();
     // SAFETY: plain kill(2) on our child's pid.
     assert_eq!(unsafe { kill(d.pid() as i32, 15) }, 0);
-    for stream in [running, queued] {
-        let (status, events) = tokio::time::timeout(Duration::from_secs(8), stream).await.expect("ended").unwrap();
-        assert_eq!(status, 200);
-        assert_eq!(error_then_done(&events), (Some("shutting_down".into()), true), "{events:?}");
-    }
+    let running = tokio::time::timeout(Duration::from_secs(8), running).await.expect("ended").unwrap();
+    assert_eq!(running, (200, Some("shutting_down".into()), true));
+    // Still queued: its head was held, so the refusal is its status.
+    let queued = tokio::time::timeout(Duration::from_secs(8), queued).await.expect("ended").unwrap();
+    assert_eq!(queued, (503, Some("shutting_down".into()), false));
     // The grace period (1 s) + the abort's grace (1 s), with slack.
     let took = signalled.elapsed();
     assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
