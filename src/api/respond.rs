@@ -51,17 +51,14 @@ pub async fn respond(
     counting: &Counting,
 ) -> Result<Response, ApiError> {
     let template_mode = HeaderValue::from_static(model.prompter.mode().as_str());
-    let (streamed, include_usage, tools_dropped) = (v.stream, v.include_usage, v.checks.tools_dropped);
     let wait = head_wait(&v, state.settings.head_wait);
-    let (pieces, ignored) = start(model, place, v, &meta.id, counting);
-    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
-    let mut response = if streamed {
-        match hold_head(pieces, wait).await {
-            Ok(pieces) => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),
-            Err(e) => e.into_response(),
-        }
-    } else {
-        collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response)
+    let include_usage = v.include_usage;
+    let Submitted { pieces, streamed, tools_dropped, ignored } =
+        submit(state, model, place, v, &meta.id, counting, wait).await;
+    let mut response = match pieces {
+        Ok(pieces) if streamed => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),
+        Ok(pieces) => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     tools_dropped_header(&mut response, tools_dropped);
@@ -95,6 +92,39 @@ pub fn head_wait(v: &Validated, bound: Duration) -> HeadWait {
     }
 }
 
+/// A submitted job's reply, for any wire shape to write.
+pub struct Submitted<S> {
+    /// Its pieces, read ahead of the client (`outbox.rs`) and, for a stream,
+    /// from when its head may go; `Err` when the request ended before that
+    /// (its status: see [`hold_head`]).
+    pub pieces: Result<S, ApiError>,
+    pub streamed: bool,
+    /// Tools left out of the prompt (`tools_dropped_header`).
+    pub tools_dropped: usize,
+    /// The sampling fields the runtime ignored (comma-separated).
+    pub ignored: String,
+}
+
+/// The one path from a validated job to its reply that every generation
+/// endpoint takes (chat and completions, Ollama, Responses, Messages):
+/// submitted in its queue place, read ahead of its client, and a stream's
+/// head held as `wait` says.
+pub async fn submit(
+    state: &AppState,
+    model: Lease,
+    place: Place,
+    v: Validated,
+    id: &str,
+    counting: &Counting,
+    wait: HeadWait,
+) -> Submitted<impl futures_util::Stream<Item = Piece> + Send + 'static> {
+    let (streamed, tools_dropped) = (v.stream, v.checks.tools_dropped);
+    let (pieces, ignored) = start(model, place, v, id, counting);
+    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
+    let pieces = hold_head(pieces, streamed.then_some(wait)).await;
+    Submitted { pieces, streamed, tools_dropped, ignored }
+}
+
 /// Holds a stream's response head until its run starts. A request that ends
 /// before then — still queued when the daemon stops, or refused by the
 /// runtime — is answered with its own status (503 with `Retry-After`), which
@@ -102,18 +132,20 @@ pub fn head_wait(v: &Validated, bound: Duration) -> HeadWait {
 /// only an error; a daemon that dies meanwhile leaves no response at all,
 /// which proxies retry too. Past the bound the head goes out and keep-alive
 /// comments tell the client its request is alive. The timeline is the
-/// engine's: holding the head moves no instant of it.
-pub async fn hold_head(
+/// engine's: holding the head moves no instant of it. `None` (a reply that
+/// is not streamed) holds nothing: its body reports its own ending.
+async fn hold_head(
     pieces: impl futures_util::Stream<Item = Piece> + Send + 'static,
-    wait: HeadWait,
+    wait: Option<HeadWait>,
 ) -> Result<impl futures_util::Stream<Item = Piece> + Send + 'static, ApiError> {
     let mut pieces = Box::pin(pieces);
     let first = match wait {
-        HeadWait::RunStart(bound) => match tokio::time::timeout(bound, pieces.next()).await {
+        None => None,
+        Some(HeadWait::RunStart(bound)) => match tokio::time::timeout(bound, pieces.next()).await {
             Ok(Some(Piece::Started)) | Err(_) => None,
             Ok(piece) => piece,
         },
-        HeadWait::FirstPiece => loop {
+        Some(HeadWait::FirstPiece) => loop {
             match pieces.next().await {
                 Some(Piece::Started) => continue,
                 piece => break piece,
@@ -135,7 +167,7 @@ pub fn tools_dropped_header(response: &mut Response, dropped: usize) {
 
 /// Submits a job in its queue place and gives its reply as pieces (holding
 /// the lease), with the sampling fields the runtime ignored (comma-separated).
-pub fn start(
+fn start(
     model: Lease,
     place: Place,
     v: Validated,

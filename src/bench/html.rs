@@ -142,16 +142,7 @@ fn level(out: &mut String, l: &LevelReport) {
         }
     }
     if let Some(p) = &l.server_process {
-        let _ = writeln!(
-            out,
-            "<p>Server process {}: CPU {:.0} ms = {} µs per streamed token; VmRSS peak {} KiB (end {} KiB); VmHWM {} KiB.</p>",
-            p.pid,
-            p.cpu_ms,
-            num(p.cpu_us_per_token),
-            p.rss_peak_kib,
-            p.rss_end_kib,
-            p.vm_hwm_kib
-        );
+        let _ = writeln!(out, "<p>{}.</p>", super::markdown::server_process(p));
     }
 }
 

@@ -2,6 +2,7 @@
 //! summaries, findings, per-request figures, prompts and responses.
 
 use super::measure::DEFINITIONS;
+use super::procstat::ServerProcess;
 use super::report::Report;
 use super::stats::FORMULAS;
 use super::table::{num, summary_cells, summary_rows};
@@ -63,16 +64,7 @@ pub fn render(r: &Report) -> String {
             }
         }
         if let Some(p) = &l.server_process {
-            let _ = writeln!(
-                out,
-                "\nServer process {}: CPU {:.0} ms = {} µs per streamed token; VmRSS peak {} KiB (end {} KiB); VmHWM {} KiB.",
-                p.pid,
-                p.cpu_ms,
-                num(p.cpu_us_per_token),
-                p.rss_peak_kib,
-                p.rss_end_kib,
-                p.vm_hwm_kib
-            );
+            let _ = writeln!(out, "\n{}.", server_process(p));
         }
     }
     out.push_str("\n## Definitions\n\n");
@@ -122,6 +114,20 @@ pub fn render(r: &Report) -> String {
         out.push_str(&fenced("text", &q.response));
     }
     out
+}
+
+/// The server process's figures for one level, as a sentence (the Markdown
+/// and HTML reports both say it).
+pub(super) fn server_process(p: &ServerProcess) -> String {
+    format!(
+        "Server process {}: CPU {:.0} ms = {} µs per streamed token; VmRSS peak {} KiB (end {} KiB); VmHWM {} KiB",
+        p.pid,
+        p.cpu_ms,
+        num(p.cpu_us_per_token),
+        p.rss_peak_kib,
+        p.rss_end_kib,
+        p.vm_hwm_kib
+    )
 }
 
 #[cfg(test)]

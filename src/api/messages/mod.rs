@@ -11,7 +11,7 @@ mod wire;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{head_wait, hold_head, start, tools_dropped_header};
+use super::respond::{head_wait, submit, tools_dropped_header};
 use super::AppState;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -88,16 +88,14 @@ pub async fn create(
     let (policy, job_id) = (state.settings.chat_policy(), id.clone());
     let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
     let head = reply::Head { id: id.clone(), model: model.served_id() };
-    let (tools_dropped, streamed) = (v.checks.tools_dropped, v.stream);
     let wait = head_wait(&v, state.settings.head_wait);
-    let (pieces, _ignored) = start(model, place, v, &id, &counting);
-    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
-    let mut response = if streamed {
-        reply::stream(hold_head(pieces, wait).await?, head, state.settings.keepalive)
+    let s = submit(&state, model, place, v, &id, &counting, wait).await;
+    let mut response = if s.streamed {
+        reply::stream(s.pieces?, head, state.settings.keepalive)
     } else {
-        reply::collect(pieces, head).await
+        reply::collect(s.pieces?, head).await
     };
-    tools_dropped_header(&mut response, tools_dropped);
+    tools_dropped_header(&mut response, s.tools_dropped);
     Ok(response)
 }
 

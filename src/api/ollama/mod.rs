@@ -17,7 +17,7 @@ use super::metrics::CountedRoutes;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{hold_head, start, HeadWait};
+use super::respond::{submit, HeadWait};
 use super::AppState;
 use crate::metrics::Kind;
 use axum::body::Bytes;
@@ -140,17 +140,10 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    let (streamed, tools_dropped) = (v.stream, v.checks.tools_dropped);
-    let (pieces, _ignored) = start(model, place, v, &id, counting);
-    let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
-    let mut response = if streamed {
-        match hold_head(pieces, HeadWait::RunStart(state.settings.head_wait)).await {
-            Ok(pieces) => reply::stream(pieces, frame),
-            Err(e) => return Err(e.into()),
-        }
-    } else {
-        reply::collect(pieces, frame).await
-    };
-    super::respond::tools_dropped_header(&mut response, tools_dropped);
+    let wait = HeadWait::RunStart(state.settings.head_wait);
+    let s = submit(state, model, place, v, &id, counting, wait).await;
+    let mut response =
+        if s.streamed { reply::stream(s.pieces?, frame) } else { reply::collect(s.pieces?, frame).await };
+    super::respond::tools_dropped_header(&mut response, s.tools_dropped);
     Ok(response)
 }
