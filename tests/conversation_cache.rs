@@ -130,26 +130,37 @@ async fn an_edited_history_and_interleaved_conversations_are_clean_misses() {
     }
 }
 
+/// A chat UI sends no `max_tokens`: the run may take the server's whole
+/// `max_new_tokens`, which a long conversation leaves no room for, and the
+/// reply ends where the context does. A fresh prefill of the prompt runs
+/// so; a follow-up that continues the cache takes the same positions, so it
+/// reuses them (it once started clean: every turn of a conversation past
+/// half the context was a full prefill), and gives the cache-off reply.
 #[tokio::test]
-async fn a_turn_that_would_overflow_the_context_starts_clean() {
-    let d = start(&["--max-context-len", "200", "--max-new-tokens", "150"]);
+async fn a_turn_without_max_tokens_past_the_limits_room_still_reuses_the_cache() {
+    let limits = ["--max-context-len", "200", "--max-new-tokens", "150"];
+    let on = start(&limits);
+    let off = start(&[&limits[..], &["--conversation-cache", "off"]].concat());
     let mut messages = vec![json!({"role": "user", "content": "Hello there!"})];
-    let (_, reply, _, _) = turn(&d, &Value::Array(messages.clone()), 16).await;
+    let (_, reply, _, _) = turn(&on, &Value::Array(messages.clone()), 16).await;
     messages.extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "Go on."})]);
-    // With room for its 16 tokens the prefix is reused ...
-    let (status, reply, usage, _) = turn(&d, &Value::Array(messages.clone()), 16).await;
+    let (status, reply, _, _) = turn(&on, &Value::Array(messages.clone()), 16).await;
     assert_eq!(status, 200);
-    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap() > 0, "{usage}");
-    // ... without max_tokens the run may take the configured 150, and the
-    // cached prompt + 150 would not fit in 200: it starts clean.
     messages.extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "More."})]);
-    let r = d.post("/v1/chat/completions", json!({"model": "sim-qwen2.5-1.5b", "messages": messages})).await;
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
-    let prompt = body["usage"]["prompt_tokens"].as_i64().unwrap();
-    assert!(prompt + 150 > 200 && prompt < 200, "the case this test is about: {body}");
-    assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0, "{body}");
-    assert_eq!(body["timings"]["prompt_n"], prompt, "the whole prompt was prefilled");
+    let body = json!({"model": "sim-qwen2.5-1.5b", "messages": messages});
+    let mut replies = Vec::new();
+    for d in [&on, &off] {
+        let r = d.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status(), 200);
+        replies.push(r.json::<Value>().await.unwrap());
+    }
+    let prompt = replies[0]["usage"]["prompt_tokens"].as_i64().unwrap();
+    assert!(prompt + 150 > 200 && prompt < 200, "the case this test is about: {}", replies[0]);
+    let cached = replies[0]["usage"]["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap();
+    assert!(cached > 0, "{}", replies[0]);
+    assert_eq!(replies[0]["timings"]["cache"], "resident", "{}", replies[0]);
+    assert_eq!(replies[0]["timings"]["prompt_n"], prompt - cached, "only the new part was prefilled");
+    assert_eq!(replies[0]["choices"][0], replies[1]["choices"][0], "the same reply, cut where the context ends");
 }
 
 #[tokio::test]

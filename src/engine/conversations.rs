@@ -6,7 +6,7 @@
 //! kept, and every reuse is checked against the runtime afterwards.
 
 use super::job::CacheHints;
-use super::kv::Plan;
+use super::kv::{self, Plan};
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Saved};
 use super::Engine;
@@ -52,7 +52,7 @@ impl Engine {
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
             if plan.cached == 0 {
-                let fits = |held: usize, rest: usize| held + rest + max_new as usize <= context;
+                let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
                 let found = lock(saved).find(ids, lora, fits);
                 if let Some(restore) = found {
                     if self.load_saved(saved, &restore).await {

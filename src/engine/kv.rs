@@ -103,7 +103,7 @@ impl KvCache {
     /// up to `max_new` tokens runs in a context of `context` positions;
     /// `resent` says where the prompt resends an earlier reply.
     pub fn plan(&self, ids: &[i32], resent: Option<&Resent>, lora: Option<&str>, max_new: u32, context: u32) -> Plan {
-        let fits = |cached: usize, sent: usize| cached + sent + max_new as usize <= context as usize;
+        let fits = |cached: usize, sent: usize| continuation_fits(cached + sent, ids.len(), max_new, context as usize);
         let plan = |clear, cached, from: usize, by_view, miss| Plan {
             clear,
             cached,
@@ -241,6 +241,19 @@ impl KvCache {
     }
 }
 
+/// Whether a run that continues cached positions, taking `positions` in
+/// all, fits where a fresh prefill of the prompt's `prompt_len` ids would
+/// run. The api admitted the prompt for a fresh run: with the client's
+/// `max_tokens` when it set one, else with room for one token, the reply
+/// then ending where the context does (`max_new` is then the server's
+/// limit, which a long conversation leaves no room for). A continuation
+/// that takes no more positions than the fresh run is admitted alike; one
+/// that takes more (a cached reply longer than the resent one it stands
+/// for, e.g. with its reasoning) must leave room for `max_new`.
+pub(super) fn continuation_fits(positions: usize, prompt_len: usize, max_new: u32, context: usize) -> bool {
+    positions <= prompt_len || positions + max_new as usize <= context
+}
+
 impl Plan {
     pub fn input(&self) -> RunInput {
         RunInput::Tokens(self.input.clone())
@@ -272,9 +285,11 @@ mod tests {
         assert_eq!(shape(&edited), (true, 0, vec![1, 2, 6, 7, 8, 9, 4, 5], false));
         // The same prompt again has no new token: start clean.
         assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4], None, None, 10, 100).clear);
-        // Cached + new + max_tokens over the context: start clean.
-        assert!(kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 93, 100).clear);
-        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 92, 100).clear);
+        // No more positions than a fresh prefill takes: as admissible as it,
+        // even when the reply's limit reaches past the context (a request
+        // without max_tokens gets the server's limit).
+        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 93, 100).clear);
+        assert!(!kv.plan(&[1, 2, 3, 7, 8, 9, 4, 5], None, None, 2048, 100).clear);
     }
 
     #[test]
@@ -331,7 +346,10 @@ mod tests {
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight!")), None, 10, 100).clear, "another view");
         assert!(kv.plan(&[1, 5, 3, 70, 9, 4], Some(&resent(3, "seven eight")), None, 10, 100).clear, "an edited turn");
         assert!(kv.plan(&[1, 2, 3, 70], Some(&resent(3, "seven eight")), None, 10, 100).clear, "nothing new");
+        // The cached reply [7 8] stands for the resent [70]: one position
+        // more than a fresh prefill, so the reply's limit must still fit.
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), None, 94, 100).clear, "over the context");
+        assert!(!kv.plan(&ids, Some(&resent(3, "seven eight")), None, 93, 100).clear, "within it");
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight")), Some("style"), 10, 100).clear, "another adapter");
         // After the hit the next reply is the one that can be stood for,
         // after the prompt as the client sent it (its reply [70], not [7 8]).
