@@ -168,6 +168,50 @@ async fn with_a_tokenizer_the_most_relevant_tools_that_fit_are_sent() {
     assert_eq!(status, 200, "{body}");
 }
 
+/// Open WebUI as it runs by default: the conversation cache on, a chat turn
+/// with its 36 tools, then the title, tags and follow-up tasks, then the next
+/// turn. The tools sit at the start of the prompt, so each turn must get the
+/// same ones for the next to reuse the cache (tools_fit.rs); the tasks must
+/// not cost the conversation its state. Run live with Open WebUI 0.12.4
+/// before this (docs/clients.md): every follow-up was a full prefill.
+#[tokio::test]
+async fn selected_tools_stay_the_same_over_turns_and_follow_ups_reuse_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&reply_tokens=24&record={}", record.display());
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m", "--template", "chatml"]);
+    let names = tool_names(&chat_36_tools("m", false));
+    let mut body = chat_36_tools("m", false);
+    let mut offered = Vec::new();
+    for turn in 0..4 {
+        let r = d.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let reply: Value = r.json().await.unwrap();
+        // The cache sends token ids: the run's input as text, by the daemon's tokenizer.
+        let ids = common::sim_records(&record, "run").last().unwrap()["token_ids"].clone();
+        let r = d.post("/detokenize", json!({"tokens": ids})).await;
+        let prompt = r.json::<Value>().await.unwrap()["content"].as_str().unwrap().to_owned();
+        let cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        if turn == 0 {
+            offered = offered_in(&prompt, &names);
+            assert!(!offered.is_empty() && offered.len() < 36, "{offered:?}");
+        } else {
+            // Only what is new was prefilled; the tools came from the cache
+            // (a restore sends the saved ids again, the runtime skips them).
+            let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+            assert!(cached > 0 && cached + reply["timings"]["prompt_n"].as_u64().unwrap() == prompt_tokens, "{reply}");
+            assert!(cached > prompt_tokens * 9 / 10, "turn {turn}: {reply}");
+            assert!(["resident", "restored"].contains(&reply["timings"]["cache"].as_str().unwrap()), "{reply}");
+            let sent = offered_in(&prompt, &names);
+            assert!(sent.is_empty() || sent == offered, "turn {turn}: {sent:?} after {offered:?}");
+        }
+        tasks_work(&d, "m").await;
+        let history = body["messages"].as_array_mut().unwrap();
+        history.push(json!({"role": "assistant", "content": reply["choices"][0]["message"]["content"]}));
+        history.push(json!({"role": "user", "content": format!("Now generate an image of it ({turn}).")}));
+    }
+}
+
 #[tokio::test]
 async fn without_a_tokenizer_tools_are_selected_by_bytes_or_refused_by_the_runtime() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,10 +7,21 @@
 //! kept do not leave the model a handful of tokens to answer in. The kept
 //! tools are counted by the model's tokenizer; without one, by the prompt's
 //! bytes (a token is at least one byte), which always fits but keeps fewer.
+//!
+//! The tools sit at the start of the prompt, so a follow-up reuses the
+//! conversation cache only if it gets the very same tools. Both halves of
+//! the choice are therefore kept steady over a conversation's turns:
+//! * the ranking reads the conversation's opening (its messages up to the
+//!   first user turn, and the tools called since), not its latest turn;
+//! * the tools' budget moves in steps of [`BUDGET_STEPS`]ths of the context:
+//!   what the conversation has left for tools is rounded down to a step, so
+//!   turns that grow it within a step keep the same tools, and one turn per
+//!   step crossed (a full prefill) drops the next least relevant ones.
+//! The price: up to one step of the context left unused by tools.
 
 use super::size::PromptSize;
 use super::Loaded;
-use crate::conversation::{rank_tools, ChatInput, Rendered, ToolChoice};
+use crate::conversation::{rank_tools, ChatInput, Rendered, Role, ToolChoice};
 use serde_json::Value;
 
 /// The tools sent and those dropped, with the prompt rendered with the kept ones.
@@ -35,13 +46,49 @@ pub fn needed(chat: &ChatInput, size: &PromptSize, room: usize) -> bool {
     offered && size.tokens.unwrap_or(size.bytes) + room > size.context
 }
 
+/// The tools' budget moves in steps of `context / BUDGET_STEPS` tokens.
+const BUDGET_STEPS: usize = 8;
+
 /// The most relevant tools whose prompt leaves `room` for the reply, or
 /// `None` when not even the fewest allowed (none, or one when a call is
 /// required) leave it: then the request is refused as it stands.
 pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> Option<Selection> {
     let budget = context.checked_sub(room)?;
-    let order = rank_tools(chat);
+    let order = rank_tools(&opening(chat));
     let fewest = usize::from(chat.tool_choice == ToolChoice::Required);
+    let weight =
+        |rendered: &Rendered| model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
+    // What the conversation leaves for tools, rounded down to a step.
+    let mut bare = chat.clone();
+    (bare.tools, bare.tool_choice) = (Vec::new(), ToolChoice::None);
+    let step = (context / BUDGET_STEPS).max(1);
+    let stepped = model.prompter.render(&bare).ok().and_then(|r| {
+        let base = weight(&r);
+        Some(budget - budget.checked_sub(base)? % step)
+    });
+    stepped
+        .and_then(|b| select_within(model, chat, &order, fewest, b, &weight))
+        .or_else(|| select_within(model, chat, &order, fewest, budget, &weight))
+}
+
+/// The conversation as far as the ranking reads it: up to the first user
+/// turn, and the assistant turns that called tools (a called tool stays).
+fn opening(chat: &ChatInput) -> ChatInput {
+    let first_user = chat.messages.iter().position(|m| m.role == Role::User).map_or(0, |i| i + 1);
+    let called = chat.messages[first_user..].iter().filter(|m| !m.tool_calls.is_empty()).cloned();
+    let messages = chat.messages[..first_user].iter().cloned().chain(called).collect();
+    ChatInput { messages, ..chat.clone() }
+}
+
+/// The first tools of `order` whose prompt weighs at most `budget`, as many as fit.
+fn select_within(
+    model: &Loaded,
+    chat: &ChatInput,
+    order: &[usize],
+    fewest: usize,
+    budget: usize,
+    weight: &dyn Fn(&Rendered) -> usize,
+) -> Option<Selection> {
     let with_first = |k: usize| -> Option<(ChatInput, Rendered)> {
         let mut keep: Vec<usize> = order[..k].to_vec();
         // The client's order in the prompt: only the set is the ranking's.
@@ -52,8 +99,7 @@ pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> 
             subset.tool_choice = ToolChoice::None;
         }
         let rendered = model.prompter.render(&subset).ok()?;
-        let weight = model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
-        (weight <= budget).then_some((subset, rendered))
+        (weight(&rendered) <= budget).then_some((subset, rendered))
     };
     // A prompt grows with each tool added: the largest k that fits, by bisection.
     let mut best = (fewest, with_first(fewest)?);
