@@ -348,6 +348,7 @@ pub fn registry_settings(config: &Config, models: usize) -> registry::Settings {
         max_loaded: config.max_loaded_models,
         memory_budget_bytes: config.memory_budget_mb.map(|mb| mb * 1024 * 1024),
         keep_alive: config.keep_alive.as_deref().and_then(|k| KeepAlive::parse(k).ok()).unwrap_or(default),
+        switch_after: Duration::from_secs(config.max_switch_wait_secs),
     }
 }
 

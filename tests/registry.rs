@@ -95,3 +95,67 @@ async fn a_model_in_use_is_not_unloaded_and_one_whose_client_left_is_once_its_ru
         d.log()
     );
 }
+
+/// Steady traffic to one model must not keep a request for another waiting
+/// as long as it lasts (it did: 19.2 s of a 20 s flood): after
+/// `max_switch_wait_secs` the busy model yields — finishes what it holds,
+/// takes nothing new — and the other loads. Then the first comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_to_one_model_lets_another_load_after_the_switch_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    std::fs::write(
+        &config,
+        "[[models]]\nid = \"a\"\npath = \"sim:qwen2.5-1.5b?time_scale=0.1&reply_tokens=6\"\n\
+         [[models]]\nid = \"b\"\npath = \"sim:instant?reply_tokens=3\"\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--config",
+        config.to_str().unwrap(),
+        "--max-loaded-models",
+        "1",
+        "--max-switch-wait-secs",
+        "1",
+    ]);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Three closed-loop clients: model `a` is never idle while they run.
+    let flood: Vec<_> = (0..3)
+        .map(|_| {
+            let (client, url, done, answered) = (d.client(), d.url.clone(), done.clone(), answered.clone());
+            tokio::spawn(async move {
+                while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                    let r = client.post(format!("{url}/v1/chat/completions")).json(&chat("a", "hello")).send().await;
+                    let ok = r.is_ok_and(|r| r.status() == 200);
+                    answered.lock().unwrap().push((std::time::Instant::now(), ok));
+                }
+            })
+        })
+        .collect();
+    while answered.lock().unwrap().len() < 3 {
+        tokio::task::yield_now().await;
+    }
+    let sent = std::time::Instant::now();
+    let b = tokio::time::timeout(Duration::from_secs(30), d.post("/v1/chat/completions", chat("b", "hi"))).await;
+    let waited = sent.elapsed();
+    let during = answered.lock().unwrap().iter().filter(|(at, _)| *at > sent).count();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    for client in flood {
+        client.await.unwrap();
+    }
+    let b = b.expect("the request for `b` waited as long as the flood to `a` lasted");
+    assert_eq!(b.status(), 200);
+    assert!(during > 0, "`a` kept answering until it yielded");
+    assert!(waited < Duration::from_secs(15), "waited {waited:?}");
+    assert!(d.wait_log("model yields"), "{}", d.log());
+    assert!(answered.lock().unwrap().iter().all(|(_, ok)| *ok), "every request to `a` was answered");
+    // `a` comes back for the next request.
+    let r = d.post("/v1/chat/completions", chat("a", "again")).await;
+    assert_eq!(r.status(), 200);
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("rkllmd_model_yields_total ") && !l.ends_with(" 0")), "{metrics}");
+    eprintln!("`b` answered after {waited:?}, `a` answered {during} requests meanwhile");
+}

@@ -226,6 +226,9 @@ pub struct Config {
     /// How long an idle model stays loaded: "5m", seconds, negative = forever, 0 = unload at once (default: 5m, or forever with one model).
     #[arg(long, env = "RKLLMD_KEEP_ALIVE", allow_hyphen_values = true)]
     pub keep_alive: Option<String>,
+    /// Seconds a request for a model that needs the room of busy models waits before they yield: they finish what they hold, take no new request, and are unloaded to make room.
+    #[arg(long, env = "RKLLMD_MAX_SWITCH_WAIT_SECS", default_value_t = 10)]
+    pub max_switch_wait_secs: u64,
     /// The loaded model files may add up to at most this many MiB.
     #[arg(long, env = "RKLLMD_MEMORY_BUDGET_MB")]
     pub memory_budget_mb: Option<u64>,

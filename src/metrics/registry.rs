@@ -73,6 +73,7 @@ pub struct Metrics {
     conversation_cache: Family<CacheLabels, Counter>,
     conversation_cache_off: Counter,
     conversation_evictions: Counter,
+    model_yields: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -110,6 +111,7 @@ impl Metrics {
             conversation_cache: Family::default(),
             conversation_cache_off: Counter::default(),
             conversation_evictions: Counter::default(),
+            model_yields: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -170,6 +172,11 @@ impl Metrics {
             "rkllmd_conversation_cache_off",
             "Times saved conversations were switched off for a model (a file the runtime did not write, load or use as it should; see the WARN log)",
             self.conversation_cache_off.clone(),
+        );
+        r.register(
+            "rkllmd_model_yields",
+            "Times a busy model stopped taking new requests so that another model could load (max_switch_wait_secs)",
+            self.model_yields.clone(),
         );
         r.register(
             "rkllmd_conversation_evictions",
@@ -286,6 +293,10 @@ impl Metrics {
 
     pub fn conversation_cache_off(&self) {
         self.conversation_cache_off.inc();
+    }
+
+    pub fn model_yielded(&self) {
+        self.model_yields.inc();
     }
 
     pub fn conversation_evicted(&self) {

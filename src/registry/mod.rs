@@ -11,6 +11,14 @@
 //! to become idle instead. An idle model is unloaded when its `keep_alive`
 //! (per request, else the daemon's) expires.
 //!
+//! Waiting for a busy model is bounded: steady traffic to it would keep it
+//! busy, and the load waiting, for as long as the traffic lasts. After
+//! `switch_after`, the models in the way *yield*: they take no new request
+//! (those wait, like requests for a model being loaded) and finish what
+//! they hold; then they are idle, unloaded, and the load goes ahead. Their
+//! waiting requests load them back the same way, so under traffic to both,
+//! the models take turns of about `switch_after` plus a load.
+//!
 //! Below the api, above `engine` and `conversation`; it never reads the
 //! configuration: the composition root hands it [`ModelSpec`]s and
 //! [`Settings`].
@@ -49,6 +57,8 @@ pub struct Settings {
     pub memory_budget_bytes: Option<u64>,
     /// How long an idle model stays loaded unless a request says otherwise.
     pub keep_alive: KeepAlive,
+    /// How long a load waits for busy models before they yield (module doc).
+    pub switch_after: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,6 +119,14 @@ struct State {
     loaded: HashMap<String, Slot>,
     /// Loads in progress, with their sizes: counted as loaded when making room.
     reserved: Vec<(String, u64)>,
+    /// (model, the load it yields to): loaded models that take no new request.
+    yielding: Vec<(String, String)>,
+}
+
+impl State {
+    fn yields(&self, id: &str) -> bool {
+        self.yielding.iter().any(|(model, _)| model == id)
+    }
 }
 
 pub struct Registry {
@@ -306,11 +324,19 @@ impl Registry {
             return leased;
         }
         let Some(lock) = self.load_locks.get(id) else { return Err(RegistryError::NotFound(id.to_owned())) };
-        let _loading = lock.lock().await;
-        // Loaded by the request ahead of us while we waited.
-        if let Some(leased) = self.lease_loaded(id, keep_alive, started.elapsed(), &take) {
-            return leased;
-        }
+        let _loading = loop {
+            // A model yielding to another's load takes no new request until
+            // it has been unloaded (then this request loads it back).
+            self.wait_while_yielding(id).await;
+            let loading = lock.lock().await;
+            // Loaded by the request ahead of us while we waited.
+            if let Some(leased) = self.lease_loaded(id, keep_alive, started.elapsed(), &take) {
+                return leased;
+            }
+            if !self.state().loaded.contains_key(id) {
+                break loading;
+            }
+        };
         self.make_room(spec).await?;
         let loading = spec.clone();
         let this = self.clone();
@@ -368,6 +394,9 @@ impl Registry {
         take: impl Fn(&Loaded) -> Result<T, RegistryError>,
     ) -> Option<Result<(Lease, T), RegistryError>> {
         let mut state = self.state();
+        if state.yields(id) {
+            return None;
+        }
         let slot = state.loaded.get_mut(id)?;
         let taken = match take(&slot.model) {
             Ok(taken) => taken,
@@ -392,6 +421,10 @@ impl Registry {
             return Err(RegistryError::TooLarge { id: spec.id.clone(), size: spec.size_bytes, budget });
         }
         let mut said = false;
+        let waiting = Instant::now();
+        // Whatever way this ends (room made, or the request gone), the
+        // models that yielded to it take requests again.
+        let _yielded = Yielded { registry: self, load: &spec.id };
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
@@ -407,6 +440,9 @@ impl Registry {
                         if !std::mem::replace(&mut said, true) {
                             tracing::info!(model = %spec.id, "loading waits for room: the loaded models are in use");
                         }
+                        if waiting.elapsed() >= self.settings.switch_after {
+                            self.yield_to(&mut state, spec);
+                        }
                         Vec::new()
                     }
                 }
@@ -418,6 +454,58 @@ impl Registry {
             }
             if reserved {
                 return Ok(());
+            }
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+
+    /// Marks the busy models in `spec`'s way, least recently used first, as
+    /// yielding to its load: they finish what they hold and take nothing new.
+    fn yield_to(&self, state: &mut State, spec: &ModelSpec) {
+        let size = |id: &str| self.spec(id).map_or(0, |s| s.size_bytes);
+        let mut count = state.loaded.len() + state.reserved.len();
+        let mut bytes: u64 =
+            state.loaded.keys().map(|id| size(id)).sum::<u64>() + state.reserved.iter().map(|(_, s)| s).sum::<u64>();
+        let fits = |count: usize, bytes: u64| {
+            count < self.settings.max_loaded.max(1)
+                && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
+        };
+        let mut by_use: Vec<(&String, &Slot)> = state.loaded.iter().collect();
+        by_use.sort_by_key(|(_, slot)| slot.last_used);
+        let mut yielding = Vec::new();
+        for (id, slot) in by_use {
+            if fits(count, bytes) {
+                break;
+            }
+            count -= 1;
+            bytes -= size(id);
+            if !slot.idle() && !state.yields(id) {
+                yielding.push(id.clone());
+            }
+        }
+        for id in yielding {
+            tracing::info!(
+                model = %id,
+                to = %spec.id,
+                waited_ms = self.settings.switch_after.as_millis() as u64,
+                "model yields: it finishes what it holds and takes no new request until the other model has run"
+            );
+            crate::metrics::observer().metrics.model_yielded();
+            state.yielding.push((id, spec.id.clone()));
+        }
+    }
+
+    /// Waits until the model does not yield to another model's load.
+    async fn wait_while_yielding(&self, id: &str) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if !self.state().yields(id) {
+                return;
             }
             tokio::select! {
                 () = notified => {}
@@ -538,6 +626,25 @@ impl Registry {
                 () = notified => {}
                 () = tokio::time::sleep(wait) => {}
             }
+        }
+    }
+}
+
+/// The models yielding to a load take requests again when it has made its
+/// room (they are unloaded by then) or given up.
+struct Yielded<'a> {
+    registry: &'a Registry,
+    load: &'a str,
+}
+
+impl Drop for Yielded<'_> {
+    fn drop(&mut self) {
+        let mut state = self.registry.state();
+        let before = state.yielding.len();
+        state.yielding.retain(|(_, to)| to != self.load);
+        if state.yielding.len() != before {
+            drop(state);
+            self.registry.changed.notify_waiters();
         }
     }
 }

@@ -17,6 +17,7 @@
 //!   what the conversation has left for tools is rounded down to a step, so
 //!   turns that grow it within a step keep the same tools, and one turn per
 //!   step crossed (a full prefill) drops the next least relevant ones.
+//!
 //! The price: up to one step of the context left unused by tools.
 
 use super::size::PromptSize;
