@@ -221,7 +221,12 @@ pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
             config.prompt_cache_prefix.as_ref(),
             config.prompt_cache_prefix_file.as_ref(),
         ),
-        vision: vision_settings(config, &path, config.vision_encoder.as_ref(), None),
+        vision: vision_settings(
+            config,
+            &path,
+            config.vision_encoder.as_ref(),
+            <&[String; 3]>::try_from(config.vision_tags.as_slice()).ok(),
+        ),
         ..engine_settings(config, npu)
     };
     Some(ModelSpec {

@@ -141,6 +141,27 @@ async fn abi_1_2_takes_the_tags_at_init() {
     assert_eq!(content(&reply), "I see 1 image: image 1 is #00ff00 (392x392).");
 }
 
+/// `--vision-tags` sets the single model's tags over the family table,
+/// as `vision_tags` does in a `[[models]]` table (ABI 1.2 takes them at init).
+#[tokio::test]
+async fn the_cli_sets_the_image_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let spec = format!("{VL}&record={}", record.display());
+    let tags = ["<|vision_start|>", "<|vision_end|>", "<|video_pad|>"];
+    let d = Daemon::start(
+        &[&[ID[0], ID[1], "--model", &spec, "--runtime-abi", "1.2", "--vision-tags"][..], &tags].concat(),
+    );
+    let init = common::sim_records(&record, "init");
+    let init = init.last().expect("an init call");
+    assert_eq!(
+        [&init["img_start"], &init["img_end"], &init["img_content"]],
+        tags.map(|t| json!(t)).each_ref(),
+        "{init}"
+    );
+    drop(d);
+}
+
 #[tokio::test]
 async fn a_models_directory_pairs_each_model_with_its_encoder() {
     let dir = tempfile::tempdir().unwrap();

@@ -248,6 +248,10 @@ pub struct Config {
     /// Vision encoder (.rknn) of `--model`: the model then takes images (a `sim:` vision profile has its own).
     #[arg(long, env = "RKLLMD_VISION_ENCODER")]
     pub vision_encoder: Option<String>,
+    /// The image tags of `--model`'s family, START END CONTENT (e.g. `<|vision_start|> <|vision_end|> <|image_pad|>`), over the table chosen by the file's name.
+    #[arg(long, env = "RKLLMD_VISION_TAGS", num_args = 3, value_names = ["START", "END", "CONTENT"], value_delimiter = ',')]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vision_tags: Vec<String>,
     /// Path of librknnrt.so for vision encoders (default: LD_LIBRARY_PATH, then the usual library directories).
     #[arg(long, env = "RKLLMD_VISION_LIB")]
     pub vision_lib: Option<PathBuf>,

@@ -38,6 +38,9 @@ impl Config {
                     .into(),
             );
         }
+        if !matches!(self.vision_tags.len(), 0 | 3) {
+            return invalid(format!("vision_tags needs 3 tags (START, END, CONTENT), not {}", self.vision_tags.len()));
+        }
         if self.max_loaded_models == 0 {
             return invalid("max_loaded_models must be at least 1".into());
         }
