@@ -30,6 +30,8 @@ pub enum Piece {
 pub struct Summary {
     /// `stop`, `length` or `tool_calls`.
     pub finish_reason: &'static str,
+    /// The client's stop sequence that ended the reply (`finish_reason` `stop`).
+    pub stop_sequence: Option<String>,
     pub usage: Usage,
     pub timings: Timings,
 }
@@ -105,7 +107,8 @@ pub fn pieces(
                     let prompt_tokens = crate::metrics::usage_prompt_tokens(outcome.prompt_tokens, &timings);
                     let completion_tokens = outcome.timeline.tokens;
                     let usage = Usage::new(prompt_tokens, completion_tokens, outcome.cached_tokens);
-                    yield Piece::Finished(Box::new(Summary { finish_reason: ending.finish_reason, usage, timings }));
+                    let stop_sequence = parser.stop_sequence().map(str::to_owned);
+                    yield Piece::Finished(Box::new(Summary { finish_reason: ending.finish_reason, stop_sequence, usage, timings }));
                     break;
                 }
             }

@@ -203,7 +203,7 @@ async fn collect(
             Piece::Delta(delta) => reply.absorb(delta),
             Piece::Failed(e) => return Err(*e),
             Piece::Finished(finished) => {
-                let Summary { finish_reason, usage, timings } = *finished;
+                let Summary { finish_reason, usage, timings, .. } = *finished;
                 let finish_reason = Some(finish_reason);
                 let Meta { id, created, model, fingerprint } = meta;
                 let body = match shape {
@@ -263,7 +263,7 @@ fn stream(
                     yield Event::default().data("[DONE]");
                 }
                 Piece::Finished(finished) => {
-                    let Summary { finish_reason, usage, timings } = *finished;
+                    let Summary { finish_reason, usage, timings, .. } = *finished;
                     let finish_reason = Some(finish_reason);
                     // The last chunk before [DONE] carries usage and timings in every stream.
                     if include_usage {

@@ -73,7 +73,8 @@ pub struct ReplyParser {
     /// Absent when nothing depends on the thinking block: `inline` without tools.
     think: Option<ThinkSplitter>,
     tools: Option<ToolCallParser>,
-    stopped: bool,
+    /// The stop sequence that ended the reply.
+    stopped: Option<String>,
     /// The reply held reasoning text (in any mode).
     reasoned: bool,
 }
@@ -86,7 +87,7 @@ impl ReplyParser {
             mode: rules.reasoning,
             think: needs_think.then(|| ThinkSplitter::new(rules.starts_in_thinking)),
             tools: rules.tool_syntax.map(ToolCallParser::new),
-            stopped: false,
+            stopped: None,
             reasoned: false,
         }
     }
@@ -94,21 +95,26 @@ impl ReplyParser {
     /// Reads the next token's text. After a stop sequence matched, tokens still
     /// in flight are ignored.
     pub fn push(&mut self, token: &str) -> Step {
-        if self.stopped {
+        if self.stopped.is_some() {
             return Step { delta: Delta::default(), stopped: true };
         }
         let pushed = self.stop.push(token);
         self.stopped = pushed.matched;
         let mut delta = Delta::default();
         self.parse(&pushed.release, false, &mut delta);
-        Step { delta, stopped: pushed.matched }
+        Step { delta, stopped: self.stopped.is_some() }
+    }
+
+    /// The stop sequence that ended the reply, if one did.
+    pub fn stop_sequence(&self) -> Option<&str> {
+        self.stopped.as_deref()
     }
 
     /// The reply ended. `tail` is text the runtime left unfinished (U+FFFD for
     /// an incomplete character); it is dropped after a stop sequence.
     pub fn finish(&mut self, tail: &str) -> Delta {
         let mut rest = self.stop.finish();
-        if !self.stopped {
+        if self.stopped.is_none() {
             rest.push_str(tail);
         }
         let mut delta = Delta::default();

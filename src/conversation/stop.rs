@@ -15,8 +15,8 @@ pub struct StopMatcher {
 pub struct Pushed {
     /// Text that is now certainly part of the reply.
     pub release: String,
-    /// A stop sequence matched; `release` ends right before it.
-    pub matched: bool,
+    /// The stop sequence that matched; `release` ends right before it.
+    pub matched: Option<String>,
 }
 
 impl StopMatcher {
@@ -26,18 +26,20 @@ impl StopMatcher {
 
     pub fn push(&mut self, text: &str) -> Pushed {
         if self.stops.is_empty() {
-            return Pushed { release: text.to_owned(), matched: false };
+            return Pushed { release: text.to_owned(), matched: None };
         }
         self.held.push_str(text);
-        // The earliest complete match wins.
-        if let Some(at) = self.stops.iter().filter_map(|s| self.held.find(s.as_str())).min() {
+        // The earliest complete match wins (at one place, the first listed).
+        let found = self.stops.iter().filter_map(|s| Some((self.held.find(s.as_str())?, s))).min_by_key(|(at, _)| *at);
+        if let Some((at, stop)) = found {
+            let matched = Some(stop.clone());
             self.held.truncate(at);
-            return Pushed { release: std::mem::take(&mut self.held), matched: true };
+            return Pushed { release: std::mem::take(&mut self.held), matched };
         }
         let keep = self.longest_partial_suffix();
         let release = self.held[..self.held.len() - keep].to_owned();
         self.held.drain(..self.held.len() - keep);
-        Pushed { release, matched: false }
+        Pushed { release, matched: None }
     }
 
     /// At the end of generation held text can no longer become a stop string.
@@ -66,17 +68,22 @@ mod tests {
     use super::*;
 
     fn run(stops: &[&str], tokens: &[&str]) -> (Vec<String>, bool) {
+        let (out, matched) = run_which(stops, tokens);
+        (out, matched.is_some())
+    }
+
+    fn run_which(stops: &[&str], tokens: &[&str]) -> (Vec<String>, Option<String>) {
         let mut m = StopMatcher::new(stops.iter().map(|s| s.to_string()).collect());
         let mut out = Vec::new();
         for t in tokens {
             let p = m.push(t);
             out.push(p.release);
-            if p.matched {
-                return (out, true);
+            if p.matched.is_some() {
+                return (out, p.matched);
             }
         }
         out.push(m.finish());
-        (out, false)
+        (out, None)
     }
 
     #[test]
@@ -103,8 +110,8 @@ mod tests {
 
     #[test]
     fn earliest_of_several_stops_wins_and_multibyte_is_safe() {
-        let (out, matched) = run(&["世界", "b"], &["a日", "本世", "界b"]);
-        assert!(matched);
+        let (out, matched) = run_which(&["b", "世界"], &["a日", "本世", "界b"]);
+        assert_eq!(matched.as_deref(), Some("世界"), "the earlier match, not the first listed");
         assert_eq!(out.concat(), "a日本");
     }
 

@@ -61,6 +61,20 @@ def test_text_with_a_system_prompt(sdk):
     assert m.usage.cache_read_input_tokens == 0
 
 
+def test_a_stop_sequence_is_named(sdk):
+    kwargs = dict(model=MODEL_ID, max_tokens=64, system="Be brief.", stop_sequences=["nothing", ", and"],
+                  messages=[{"role": "user", "content": "Hello"}])
+    m = sdk.messages.create(**kwargs)
+    assert (m.stop_reason, m.stop_sequence) == ("stop_sequence", ", and")
+    assert m.content[0].text == "Brief it is"
+    with sdk.messages.stream(**kwargs) as stream:
+        streamed = stream.get_final_message()
+    assert (streamed.stop_reason, streamed.stop_sequence, streamed.content[0].text) == ("stop_sequence", ", and", "Brief it is")
+    # The reply's own end is not a stop sequence.
+    m = sdk.messages.create(**{**kwargs, "stop_sequences": ["nothing"]})
+    assert (m.stop_reason, m.stop_sequence) == ("end_turn", None)
+
+
 def test_the_token_limit(sdk):
     m = sdk.messages.create(model=MODEL_ID, max_tokens=2, system="Be brief.",
                             messages=[{"role": "user", "content": "Hello"}])

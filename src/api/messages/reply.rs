@@ -18,12 +18,15 @@ pub struct Head {
     pub model: String,
 }
 
-/// `end_turn` (the model ended, or a stop sequence matched), `max_tokens`, `tool_use`.
-fn stop_reason(finish_reason: &str) -> &'static str {
-    match finish_reason {
-        "length" => "max_tokens",
-        "tool_calls" => "tool_use",
-        _ => "end_turn",
+/// `stop_reason` and `stop_sequence`: `end_turn` (the model ended),
+/// `stop_sequence` (one of the request's matched, named beside it),
+/// `max_tokens`, `tool_use`.
+fn stop(s: &Summary) -> (&'static str, Option<&str>) {
+    match (s.finish_reason, s.stop_sequence.as_deref()) {
+        ("length", _) => ("max_tokens", None),
+        ("tool_calls", _) => ("tool_use", None),
+        (_, Some(sequence)) => ("stop_sequence", Some(sequence)),
+        _ => ("end_turn", None),
     }
 }
 
@@ -59,8 +62,9 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, head: Head) -> Response 
                 for c in &reply.calls {
                     content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input(&c.arguments)}));
                 }
+                let (stop_reason, stop_sequence) = stop(&summary);
                 let body = json!({"id": head.id, "type": "message", "role": "assistant", "model": head.model,
-                    "content": content, "stop_reason": stop_reason(summary.finish_reason), "stop_sequence": null,
+                    "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
                     "usage": usage(&summary), "timings": summary.timings});
                 return axum::Json(body).into_response();
             }
@@ -169,7 +173,8 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, head: Head, ke
                     for e in out {
                         yield e;
                     }
-                    let delta = json!({"stop_reason": stop_reason(summary.finish_reason), "stop_sequence": null});
+                    let (stop_reason, stop_sequence) = stop(&summary);
+                    let delta = json!({"stop_reason": stop_reason, "stop_sequence": stop_sequence});
                     yield event("message_delta", json!({"delta": delta, "usage": usage(&summary), "timings": summary.timings}));
                     yield event("message_stop", json!({}));
                 }
