@@ -81,11 +81,14 @@ async fn figures_match_the_simulated_pacing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multi_turn_conversations_report_ttft_and_cached_tokens_by_turn() {
     let d = Daemon::start(&["--model", "sim:qwen2-0.5b?reply_tokens=8&time_scale=0.2"]);
+    // Two conversations at once (`--conversations`, the same as `--concurrency`).
     let report = bench(args(&[
         "--url",
         &d.url,
         "--turns",
         "3",
+        "--conversations",
+        "2",
         "--requests",
         "2",
         "--warmup",
@@ -116,6 +119,9 @@ async fn multi_turn_conversations_report_ttft_and_cached_tokens_by_turn() {
         by_turn[2]["cached_tokens"]["mean"].as_f64().unwrap() > by_turn[1]["cached_tokens"]["mean"].as_f64().unwrap()
     );
     assert_eq!(by_turn[2]["ttft_ms"]["n"], 2);
+    // The hit rate: turn 1 never, every follow-up here.
+    assert_eq!(by_turn.iter().map(|t| t["hits"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 2, 2]);
+    assert_eq!(report["levels"][0]["concurrency"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

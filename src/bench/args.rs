@@ -37,8 +37,9 @@ pub struct BenchArgs {
     /// Send `ignore_eos: true` (vLLM, llama.cpp) so replies run to `max_tokens`.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Fixed concurrency levels, run one after the other (comma-separated).
-    #[arg(long, value_delimiter = ',', conflicts_with = "rate")]
+    /// Fixed concurrency levels, run one after the other (comma-separated). With --turns each
+    /// client plays whole conversations: `--conversations` is the same flag.
+    #[arg(long, visible_alias = "conversations", value_delimiter = ',', conflicts_with = "rate")]
     pub concurrency: Vec<usize>,
     /// Poisson arrival rates in requests per second, run one after the other (comma-separated).
     #[arg(long, value_delimiter = ',')]

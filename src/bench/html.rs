@@ -124,9 +124,11 @@ fn level(out: &mut String, l: &LevelReport) {
                 num(t.ttft_ms.mean),
                 num(t.prompt_tokens.mean),
                 num(t.cached_tokens.mean),
+                t.hit_rate(),
             ]
         });
-        table(out, &["turn", "TTFT p50 ms", "TTFT mean ms", "prompt tokens", "cached tokens"], rows, &[0, 1, 2, 3, 4]);
+        let head = ["turn", "TTFT p50 ms", "TTFT mean ms", "prompt tokens", "cached tokens", "cached (hits)"];
+        table(out, &head, rows, &[0, 1, 2, 3, 4]);
     }
     if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
         let _ = writeln!(

@@ -92,6 +92,20 @@ pub struct TurnSummary {
     pub prompt_tokens: Summary,
     /// What the server said it reused; `n` = how many replies reported it.
     pub cached_tokens: Summary,
+    /// Replies of this turn that reported cached tokens > 0, of those that
+    /// reported a count (the conversation cache's hit rate).
+    pub hits: usize,
+}
+
+impl TurnSummary {
+    /// `hits/n (p %)`, or `-` when no reply said what it reused.
+    pub fn hit_rate(&self) -> String {
+        let n = self.cached_tokens.n;
+        if n == 0 {
+            return "-".into();
+        }
+        format!("{}/{n} ({:.0} %)", self.hits, 100.0 * self.hits as f64 / n as f64)
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -234,6 +248,7 @@ fn by_turn(ok: &[&&RequestRow]) -> Vec<TurnSummary> {
                 ttft_ms: Summary::of(of_turn().filter_map(|r| r.ttft_ms)),
                 prompt_tokens: Summary::of(of_turn().filter_map(|r| r.prompt_tokens.map(|n| n as f64))),
                 cached_tokens: Summary::of(of_turn().filter_map(|r| r.cached_tokens.map(|n| n as f64))),
+                hits: of_turn().filter(|r| r.cached_tokens.is_some_and(|n| n > 0)).count(),
             }
         })
         .collect()
