@@ -9,7 +9,7 @@ use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
-use utoipa::openapi::schema::Schema;
+use utoipa::openapi::schema::{ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
@@ -126,8 +126,25 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
             property.maximum = Some(number(hi));
         }
     }
-    if let Some(Schema::Array(messages)) = property(components.schemas.get_mut("ChatCompletionRequest"), "messages") {
-        messages.min_items = Some(1);
+    for (schema, field) in [("ChatCompletionRequest", "messages"), ("RerankRequest", "documents")] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+            array.min_items = Some(1);
+        }
+    }
+    // An embedding's input: no empty string, array, or string or array in one.
+    if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut("EmbeddingInput") {
+        for item in one_of.items.iter_mut() {
+            if let RefOr::T(schema) = item {
+                non_empty(schema);
+                if let Schema::Array(array) = schema {
+                    if let ArrayItems::RefOrSchema(inner) = &mut array.items {
+                        if let RefOr::T(inner) = inner.as_mut() {
+                            non_empty(inner);
+                        }
+                    }
+                }
+            }
+        }
     }
     // The array forms: `stop` takes up to 4 sequences, `prompt` exactly one.
     for (schema, (min, max)) in [("StopSequences", (0, 4)), ("Prompt", (1, 1))] {
@@ -139,6 +156,15 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
                 }
             }
         }
+    }
+}
+
+/// At least one character (a string) or one item (an array).
+fn non_empty(schema: &mut Schema) {
+    match schema {
+        Schema::Object(string) if string.schema_type == SchemaType::Type(Type::String) => string.min_length = Some(1),
+        Schema::Array(array) => array.min_items = Some(1),
+        _ => {}
     }
 }
 
