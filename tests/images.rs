@@ -141,6 +141,39 @@ async fn abi_1_2_takes_the_tags_at_init() {
     assert_eq!(content(&reply), "I see 1 image: image 1 is #00ff00 (392x392).");
 }
 
+/// A client that leaves while its image is being encoded does not free the
+/// NPU turn before the encoder returns: the next run must not start while
+/// the encoder still uses the NPU (it did, when the turn went with the
+/// client's dropped request).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_encode_keeps_the_turn_until_the_encoder_returns() {
+    // The simulated encoder takes 2,930 ms × time_scale: ~290 ms here.
+    let d = Daemon::start_with_env(
+        &[ID[0], ID[1], "--model", "sim:qwen2.5-vl-3b?time_scale=0.1"],
+        &[("RKLLMD_LOG", "debug")],
+    );
+    let (client, url) = (d.client(), d.url.clone());
+    let mut body = with_images(&[data_url(&png(5, 5, [0, 0, 255]))]);
+    body["stream"] = json!(true);
+    let leaving =
+        tokio::spawn(async move { client.post(format!("{url}/v1/chat/completions")).json(&body).send().await });
+    assert!(d.wait_log("vision encoder runs"), "{}", d.log());
+    leaving.abort();
+    let _ = leaving.await;
+    let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})).await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(d.wait_log("vision encoder returned"), "{}", d.log());
+    let log = d.log();
+    let returned = log.lines().position(|l| l.contains("vision encoder returned")).unwrap();
+    let next = log
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("run submitted") && l.contains("images=false"))
+        .map(|(i, _)| i)
+        .next();
+    assert!(next.is_some_and(|n| n > returned), "the next run started while the encoder ran:\n{log}");
+}
+
 /// `--vision-tags` sets the single model's tags over the family table,
 /// as `vision_tags` does in a `[[models]]` table (ABI 1.2 takes them at init).
 #[tokio::test]

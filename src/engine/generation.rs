@@ -187,7 +187,9 @@ impl Start {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
                 // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
-                let submitted = match engine.encode_images(&self.plan.images, self.plan.image_timings).await {
+                let mut turn = Some(turn);
+                let submitted = match engine.encode_images(&self.plan.images, self.plan.image_timings, &mut turn).await
+                {
                     Ok(encoded) => {
                         let (images, figures) = encoded.unzip();
                         image_figures = figures;
@@ -195,7 +197,7 @@ impl Start {
                     }
                     Err(e) => Err(EndReason::RuntimeError(e)),
                 };
-                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), Some(turn))
+                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), turn)
             }
             Err(reason) => (Err(reason), None),
         };
@@ -273,6 +275,7 @@ async fn submit(
     // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
     let tokens = tokens.filter(|_| images.is_none());
     let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
+    tracing::debug!(images = images.is_some(), "run submitted");
     let mut request = match &plan {
         Some(plan) => RunRequest {
             save_prompt_cache: plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned()),

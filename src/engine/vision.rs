@@ -7,6 +7,7 @@
 
 use super::backend::BackendKind;
 use super::job::ImageInput;
+use super::queue::Turn;
 use crate::metrics::ImageTimings;
 use crate::vision::ImageLimits;
 use rkllm_sys::{ImageTags, Images};
@@ -128,11 +129,15 @@ impl Vision {
     }
 
     /// The embeddings of `images` in order, from the cache or the encoder
-    /// (on a blocking thread); the caller holds the NPU turn.
+    /// (on a blocking thread). The caller's NPU `turn` goes with each encoder
+    /// run and comes back after it: if the caller is dropped meanwhile (the
+    /// client left), the turn is released when the encoder returns, not
+    /// while it still uses the NPU.
     pub async fn encode(
         &self,
         images: &[ImageInput],
         mut timings: ImageTimings,
+        turn: &mut Option<Turn>,
     ) -> Result<(Images, ImageTimings), String> {
         let per_image = self.info.encoder.embedding_len();
         let mut embeddings = Vec::with_capacity(per_image * images.len());
@@ -148,10 +153,18 @@ impl Vision {
                     let encoder = self.encoder.clone();
                     let pixels = image.pixels.as_ref().clone();
                     let ran = Instant::now();
-                    let e = tokio::task::spawn_blocking(move || encoder.encode(pixels))
-                        .await
-                        .map_err(|e| format!("the encoder task failed: {e}"))?
-                        .map_err(|e| format!("the vision encoder failed: {e}"))?;
+                    let held = turn.take();
+                    tracing::debug!(hash = image.hash, "vision encoder runs");
+                    let run = move || {
+                        let e = encoder.encode(pixels);
+                        // Before the turn can go (with `held`, when the caller left).
+                        tracing::debug!("vision encoder returned");
+                        (e, held)
+                    };
+                    let (e, held) =
+                        tokio::task::spawn_blocking(run).await.map_err(|e| format!("the encoder task failed: {e}"))?;
+                    *turn = held;
+                    let e = e.map_err(|e| format!("the vision encoder failed: {e}"))?;
                     encoder_ms += ran.elapsed().as_secs_f64() * 1000.0;
                     timings.encoder_runs += 1;
                     let e = Arc::new(e);
@@ -193,6 +206,7 @@ impl super::Engine {
         &self,
         images: &[ImageInput],
         timings: ImageTimings,
+        turn: &mut Option<Turn>,
     ) -> Result<Option<(Images, ImageTimings)>, String> {
         let vision = match (&self.vision, images.is_empty()) {
             (_, true) => return Ok(None),
@@ -207,7 +221,7 @@ impl super::Engine {
                 Err(_) => return Err("the runtime thread is gone".into()),
             }
         }
-        vision.encode(images, timings).await.map(Some)
+        vision.encode(images, timings, turn).await.map(Some)
     }
 }
 
