@@ -81,6 +81,27 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
 }
 
+/// The same with batched decoding: a batch whose every slot was left (here,
+/// timed out) is aborted, and a runtime that does not return from it counts
+/// as unresponsive too (the batch held the turn with no time limit before).
+#[tokio::test]
+async fn a_wedged_batched_run_makes_the_runtime_unresponsive_too() {
+    let d = wedging_daemon(&["--request-timeout-secs", "2", "--batch", "2"]);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let ending = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
+    assert_eq!(ending, (200, Some("timeout".into()), true));
+    let ending = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
 #[tokio::test]
 async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     let d = wedging_daemon(&["--shutdown-grace-secs", "1"]);

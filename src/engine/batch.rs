@@ -16,6 +16,7 @@
 //! time-out): its tokens are dropped from then on, and the run is aborted
 //! only once every slot has been left — `rkllm_abort` ends the whole run.
 
+use super::halt::ABORT_GRACE;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Permit, Place, Turn};
@@ -24,7 +25,7 @@ use rkllm_sys::{BatchInput, BatchRequest, Event, Finish, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 /// The text of a slot no job fills: one token, so it adds next to nothing to
 /// the prefill (its reply is decoded by the runtime and never read).
@@ -34,8 +35,9 @@ const FILLER: &str = " ";
 #[derive(Clone)]
 pub(super) struct SlotControl {
     run: RunControl,
-    /// `Some` for a batch slot: how many slots are still wanted.
-    batch: Option<Arc<AtomicUsize>>,
+    /// `Some` for a batch slot: how many slots are still wanted, and what
+    /// is told when none is (the batch was aborted).
+    batch: Option<(Arc<AtomicUsize>, Arc<Notify>)>,
     left: Arc<AtomicBool>,
 }
 
@@ -53,9 +55,10 @@ impl SlotControl {
     pub fn abort(&self) {
         match &self.batch {
             None => self.run.abort(),
-            Some(wanted) => {
+            Some((wanted, aborted)) => {
                 if !self.left.swap(true, Ordering::SeqCst) && wanted.fetch_sub(1, Ordering::SeqCst) == 1 {
                     self.run.abort();
+                    aborted.notify_one();
                 }
             }
         }
@@ -73,6 +76,8 @@ pub(super) struct Slot {
 /// A batched run under way: its turn is held until the runtime returned.
 pub(super) struct BatchRun {
     done: oneshot::Receiver<Finish>,
+    /// Told when every slot was left and the run aborted.
+    aborted: Arc<Notify>,
     turn: Turn,
     jobs: usize,
     size: usize,
@@ -116,20 +121,31 @@ impl Engine {
         let (control, done) =
             self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
         let wanted = Arc::new(AtomicUsize::new(jobs));
+        let aborted = Arc::new(Notify::new());
         let slots = receivers
             .into_iter()
             .map(|events| {
-                let control = SlotControl { run: control.clone(), batch: Some(wanted.clone()), left: Arc::default() };
+                let batch = Some((wanted.clone(), aborted.clone()));
+                let control = SlotControl { run: control.clone(), batch, left: Arc::default() };
                 Slot { control, events, jobs: jobs as u32 }
             })
             .collect();
-        Ok((slots, BatchRun { done, turn, jobs, size }))
+        Ok((slots, BatchRun { done, aborted, turn, jobs, size }))
     }
 
-    /// Waits until the batched run's `rkllm_run` returned, then frees its turn.
+    /// Waits until the batched run's `rkllm_run` returned, then frees its
+    /// turn. Once every slot was left (the run aborted), the runtime gets
+    /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
     pub(super) async fn end_batch(&self, run: BatchRun) {
-        let BatchRun { done, turn, jobs, size } = run;
-        if let Ok(finish) = done.await {
+        let BatchRun { mut done, aborted, turn, jobs, size } = run;
+        let finished = tokio::select! {
+            finished = &mut done => finished,
+            () = aborted.notified() => {
+                let grace_end = tokio::time::Instant::now() + ABORT_GRACE;
+                self.halt.aborted_run(grace_end, done).await
+            }
+        };
+        if let Ok(finish) = finished {
             for surprise in &finish.surprises {
                 tracing::error!(
                     surprise,

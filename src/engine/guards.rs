@@ -105,18 +105,8 @@ impl Drop for RunGuard {
                         }
                     }
                 };
-                let mut finished = std::pin::pin!(finished);
                 let grace_end = tokio::time::Instant::from_std(aborted_at + ABORT_GRACE);
-                if tokio::time::timeout_at(grace_end, &mut finished).await.is_err() {
-                    engine.halt.set_unresponsive(true);
-                    tracing::error!(
-                        "the runtime has not returned from an aborted run after {} ms: queued requests end with 503 and new ones are refused until it does",
-                        ABORT_GRACE.as_millis()
-                    );
-                    finished.await;
-                    engine.halt.set_unresponsive(false);
-                    tracing::warn!("the runtime returned from the aborted run; requests are accepted again");
-                }
+                engine.halt.aborted_run(grace_end, finished).await;
             }
             engine.forget_kv();
             engine.sample_kv_cache();

@@ -11,6 +11,7 @@
 //! `watch` channels so that any number of waiters wake at once.
 
 use super::outcome::EndReason;
+use std::future::Future;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -57,6 +58,24 @@ impl Halt {
     pub async fn closed(&self) {
         // The sender lives as long as `self`, so `wait_for` cannot fail.
         let _ = self.closing.subscribe().wait_for(|closing| *closing).await;
+    }
+
+    /// Waits for an aborted run to return (`returned`), the runtime counting
+    /// as unresponsive from `grace_end` until it does.
+    pub async fn aborted_run<T>(&self, grace_end: tokio::time::Instant, returned: impl Future<Output = T>) -> T {
+        let mut returned = std::pin::pin!(returned);
+        if let Ok(out) = tokio::time::timeout_at(grace_end, &mut returned).await {
+            return out;
+        }
+        self.set_unresponsive(true);
+        tracing::error!(
+            "the runtime has not returned from an aborted run after {} ms: queued requests end with 503 and new ones are refused until it does",
+            ABORT_GRACE.as_millis()
+        );
+        let out = returned.await;
+        self.set_unresponsive(false);
+        tracing::warn!("the runtime returned from the aborted run; requests are accepted again");
+        out
     }
 
     /// Resolves once a job still waiting for its turn must give up.
