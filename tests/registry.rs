@@ -12,16 +12,19 @@ use std::time::Duration;
 /// Room for one model; `a` replies slowly (a prefill of ~1 s, during which
 /// an abort waits, then ~20 tokens of ~60 ms), `b` at once.
 fn daemon() -> (Daemon, tempfile::TempDir) {
+    two_models("sim:qwen2.5-1.5b?reply_tokens=20&prefill_extra_ms=800", &[])
+}
+
+/// Models `a` (`path_a`) and `b` (an instant one) with room for one.
+fn two_models(path_a: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("rkllmd.toml");
-    std::fs::write(
-        &config,
-        "[[models]]\nid = \"a\"\npath = \"sim:qwen2.5-1.5b?reply_tokens=20&prefill_extra_ms=800\"\n\
-         [[models]]\nid = \"b\"\npath = \"sim:instant?reply_tokens=3\"\n",
-    )
-    .unwrap();
-    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap(), "--max-loaded-models", "1"]);
-    (d, dir)
+    let models = format!(
+        "[[models]]\nid = \"a\"\npath = \"{path_a}\"\n[[models]]\nid = \"b\"\npath = \"sim:instant?reply_tokens=3\"\n"
+    );
+    std::fs::write(&config, models).unwrap();
+    let args = ["--backend", "sim", "--config", config.to_str().unwrap(), "--max-loaded-models", "1"];
+    (Daemon::start(&[&args[..], extra].concat()), dir)
 }
 
 fn streaming(model: &str) -> Value {
@@ -102,24 +105,7 @@ async fn a_model_in_use_is_not_unloaded_and_one_whose_client_left_is_once_its_ru
 /// takes nothing new — and the other loads. Then the first comes back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_to_one_model_lets_another_load_after_the_switch_wait() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("rkllmd.toml");
-    std::fs::write(
-        &config,
-        "[[models]]\nid = \"a\"\npath = \"sim:qwen2.5-1.5b?time_scale=0.1&reply_tokens=6\"\n\
-         [[models]]\nid = \"b\"\npath = \"sim:instant?reply_tokens=3\"\n",
-    )
-    .unwrap();
-    let d = Daemon::start(&[
-        "--backend",
-        "sim",
-        "--config",
-        config.to_str().unwrap(),
-        "--max-loaded-models",
-        "1",
-        "--max-switch-wait-secs",
-        "1",
-    ]);
+    let (d, _dir) = two_models("sim:qwen2.5-1.5b?time_scale=0.1&reply_tokens=6", &["--max-switch-wait-secs", "1"]);
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let answered = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     // Three closed-loop clients: model `a` is never idle while they run.

@@ -465,28 +465,14 @@ impl Registry {
     /// Marks the busy models in `spec`'s way, least recently used first, as
     /// yielding to its load: they finish what they hold and take nothing new.
     fn yield_to(&self, state: &mut State, spec: &ModelSpec) {
-        let size = |id: &str| self.spec(id).map_or(0, |s| s.size_bytes);
-        let mut count = state.loaded.len() + state.reserved.len();
-        let mut bytes: u64 =
-            state.loaded.keys().map(|id| size(id)).sum::<u64>() + state.reserved.iter().map(|(_, s)| s).sum::<u64>();
-        let fits = |count: usize, bytes: u64| {
-            count < self.settings.max_loaded.max(1)
-                && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
-        };
         let mut by_use: Vec<(&String, &Slot)> = state.loaded.iter().collect();
         by_use.sort_by_key(|(_, slot)| slot.last_used);
-        let mut yielding = Vec::new();
-        for (id, slot) in by_use {
-            if fits(count, bytes) {
-                break;
-            }
-            count -= 1;
-            bytes -= size(id);
-            if !slot.idle() && !state.yields(id) {
-                yielding.push(id.clone());
-            }
-        }
-        for id in yielding {
+        let (in_the_way, _) = self.to_unload(state, spec, by_use.into_iter().map(|(id, _)| id));
+        let busy: Vec<String> = in_the_way
+            .into_iter()
+            .filter(|id| state.loaded.get(id).is_some_and(|slot| !slot.idle()) && !state.yields(id))
+            .collect();
+        for id in busy {
             tracing::info!(
                 model = %id,
                 to = %spec.id,
@@ -517,6 +503,22 @@ impl Registry {
     /// The idle models to unload (taken out of the state) so that `spec`
     /// fits, or `None` when busy models are in the way.
     fn victims(&self, state: &mut State, spec: &ModelSpec) -> Option<Vec<Arc<Loaded>>> {
+        let mut idle: Vec<(&String, Instant)> =
+            state.loaded.iter().filter(|(_, s)| s.idle()).map(|(id, s)| (id, s.last_used)).collect();
+        idle.sort_by_key(|(_, used)| *used);
+        let (chosen, fits) = self.to_unload(state, spec, idle.into_iter().map(|(id, _)| id));
+        fits.then(|| chosen.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect())
+    }
+
+    /// Of `candidates`, in order, those to unload one after another until
+    /// `spec` fits beside the rest and the loads in progress, and whether it
+    /// fits then (`max_loaded`, the memory budget).
+    fn to_unload<'a>(
+        &self,
+        state: &State,
+        spec: &ModelSpec,
+        candidates: impl Iterator<Item = &'a String>,
+    ) -> (Vec<String>, bool) {
         let size = |id: &str| self.spec(id).map_or(0, |s| s.size_bytes);
         let mut count = state.loaded.len() + state.reserved.len();
         let mut bytes: u64 =
@@ -525,11 +527,8 @@ impl Registry {
             count < self.settings.max_loaded.max(1)
                 && self.settings.memory_budget_bytes.is_none_or(|b| bytes + spec.size_bytes <= b)
         };
-        let mut idle: Vec<(&String, Instant)> =
-            state.loaded.iter().filter(|(_, s)| s.idle()).map(|(id, s)| (id, s.last_used)).collect();
-        idle.sort_by_key(|(_, used)| *used);
         let mut chosen = Vec::new();
-        for (id, _) in idle {
+        for id in candidates {
             if fits(count, bytes) {
                 break;
             }
@@ -537,10 +536,7 @@ impl Registry {
             bytes -= size(id);
             chosen.push(id.clone());
         }
-        if !fits(count, bytes) {
-            return None;
-        }
-        Some(chosen.iter().filter_map(|id| state.loaded.remove(id)).map(|s| s.model).collect())
+        (chosen, fits(count, bytes))
     }
 
     /// A lease ended: the model's idle clock starts; `keep_alive` 0 unloads
