@@ -121,6 +121,12 @@ async fn multi_turn_conversations_report_ttft_and_cached_tokens_by_turn() {
     assert_eq!(by_turn[2]["ttft_ms"]["n"], 2);
     // The hit rate: turn 1 never, every follow-up here.
     assert_eq!(by_turn.iter().map(|t| t["hits"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 2, 2]);
+    // How the server found each prompt (`timings.cache`): nothing cached yet, then kept.
+    assert_eq!(by_turn[0]["found"]["miss"], 2, "{}", by_turn[0]);
+    let kept = |t: &serde_json::Value| {
+        t["found"]["resident"].as_u64().unwrap_or(0) + t["found"]["restored"].as_u64().unwrap_or(0)
+    };
+    assert_eq!((kept(&by_turn[1]), kept(&by_turn[2])), (2, 2), "{by_turn:?}");
     assert_eq!(report["levels"][0]["concurrency"], 2);
 }
 

@@ -125,9 +125,18 @@ fn level(out: &mut String, l: &LevelReport) {
                 num(t.prompt_tokens.mean),
                 num(t.cached_tokens.mean),
                 t.hit_rate(),
+                t.found_text(),
             ]
         });
-        let head = ["turn", "TTFT p50 ms", "TTFT mean ms", "prompt tokens", "cached tokens", "cached (hits)"];
+        let head = [
+            "turn",
+            "TTFT p50 ms",
+            "TTFT mean ms",
+            "prompt tokens",
+            "cached tokens",
+            "cached (hits)",
+            "found (server)",
+        ];
         table(out, &head, rows, &[0, 1, 2, 3, 4]);
     }
     if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {

@@ -95,6 +95,9 @@ pub struct TurnSummary {
     /// Replies of this turn that reported cached tokens > 0, of those that
     /// reported a count (the conversation cache's hit rate).
     pub hits: usize,
+    /// How rkllmd found each prompt's state (`timings.cache`: resident,
+    /// restored, miss), counted; empty for servers that do not say.
+    pub found: BTreeMap<String, usize>,
 }
 
 impl TurnSummary {
@@ -105,6 +108,14 @@ impl TurnSummary {
             return "-".into();
         }
         format!("{}/{n} ({:.0} %)", self.hits, 100.0 * self.hits as f64 / n as f64)
+    }
+
+    /// `restored 3, miss 1`, or `-`.
+    pub fn found_text(&self) -> String {
+        if self.found.is_empty() {
+            return "-".into();
+        }
+        self.found.iter().map(|(how, n)| format!("{how} {n}")).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -249,6 +260,13 @@ fn by_turn(ok: &[&&RequestRow]) -> Vec<TurnSummary> {
                 prompt_tokens: Summary::of(of_turn().filter_map(|r| r.prompt_tokens.map(|n| n as f64))),
                 cached_tokens: Summary::of(of_turn().filter_map(|r| r.cached_tokens.map(|n| n as f64))),
                 hits: of_turn().filter(|r| r.cached_tokens.is_some_and(|n| n > 0)).count(),
+                found: of_turn().filter_map(|r| r.server_timings.as_ref()?["cache"].as_str()).fold(
+                    BTreeMap::new(),
+                    |mut found, how| {
+                        *found.entry(how.to_owned()).or_default() += 1;
+                        found
+                    },
+                ),
             }
         })
         .collect()
