@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{chat, read_sse, script, sim_cdylib, Daemon};
+use common::{chat, read_sse, run_to_exit, script, sim_cdylib, Daemon};
 use serde_json::{json, Value};
 
 /// Four distinct scripted replies, of different lengths, with characters
@@ -28,15 +28,35 @@ fn entries() -> Vec<(&'static str, &'static str)> {
     all
 }
 
-/// `--batch 4` on the paced simulator, in-process or through dlopen.
-fn daemon(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, tempfile::NamedTempFile) {
+/// `--batch 4` on the paced simulator, in-process or through dlopen (with
+/// the simulator's tokenizer as a file: batched runs need one); the daemon
+/// and the files it reads.
+fn daemon(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, [tempfile::NamedTempFile; 2]) {
     let file = script(&entries());
+    let tokenizer = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(tokenizer.path(), rkllm_sim::tokenizer_json()).unwrap();
     let spec = format!("sim:qwen2-0.5b?time_scale=0.3&script={}{keys}", file.path().display());
     let lib = sim_cdylib();
-    let backend: Vec<&str> =
-        if dlopen { vec!["--backend", "rkllm", "--lib", lib.to_str().unwrap()] } else { vec!["--backend", "sim"] };
+    let backend: Vec<&str> = if dlopen {
+        vec!["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--tokenizer", tokenizer.path().to_str().unwrap()]
+    } else {
+        vec!["--backend", "sim"]
+    };
     let args = [&backend[..], &["--model", &spec, "--model-id", "m", "--batch", "4"], extra].concat();
-    (Daemon::start(&args), file)
+    (Daemon::start(&args), [file, tokenizer])
+}
+
+/// The runtime counts a batch's prefill as a whole: without a tokenizer no
+/// request's `usage.prompt_tokens` could be a number, so the model does not load.
+#[test]
+fn batched_runs_without_a_tokenizer_fail_the_start() {
+    let lib = sim_cdylib();
+    let mut start = std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd"));
+    start.args(["--host", "127.0.0.1", "--port", "0", "--backend", "rkllm", "--lib", lib.to_str().unwrap()]);
+    let out = run_to_exit(start.args(["--model", "sim:instant", "--batch", "2"]), std::time::Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("batch = 2 needs the model's tokenizer.json"), "{stderr}");
 }
 
 /// What a spawned client needs of the daemon.
@@ -95,6 +115,10 @@ async fn streamed(api: &Api, content: &str, extra: Value) -> (String, String, Va
     let text = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
     let finish = chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str()).unwrap_or_default();
     let timings = chunks.iter().rev().find(|c| !c["timings"].is_null()).map(|c| c["timings"].clone());
+    // Batched or not, each request's own count (the schema's integer).
+    let usage = chunks.iter().find_map(|c| c.get("usage").filter(|u| !u.is_null()));
+    let prompt_tokens = usage.and_then(|u| u["prompt_tokens"].as_u64());
+    assert!(prompt_tokens.is_some_and(|n| n > 0), "usage.prompt_tokens: {usage:?}");
     (text, finish.to_owned(), timings.unwrap_or(Value::Null))
 }
 

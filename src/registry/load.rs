@@ -22,6 +22,12 @@ pub enum LoadFailure {
     Engine(#[from] EngineError),
     #[error("{0}")]
     PromptCache(String),
+    /// `usage.prompt_tokens` must be a number, and the runtime counts only
+    /// a whole batch's prefill: each request's count is the daemon's own.
+    #[error(
+        "batch = {0} needs the model's tokenizer.json: the runtime counts the prompt tokens of a whole batch, not each request's (usage.prompt_tokens)"
+    )]
+    BatchWithoutTokenizer(u8),
 }
 
 /// Blocks for as long as `rkllm_init` takes, on the runtime `open` gives
@@ -56,6 +62,9 @@ pub fn load(
         return Err(LoadFailure::PromptCache(
             "a prompt cache needs the model's chat template rendered by the daemon and its tokenizer.json".into(),
         ));
+    }
+    if spec.engine.schedule.batch > 1 && !prompter.has_tokenizer() {
+        return Err(LoadFailure::BatchWithoutTokenizer(spec.engine.schedule.batch));
     }
     let conversation_cache = spec.engine.conversation_cache
         && prompter.renders()
