@@ -1,5 +1,6 @@
 //! Schemathesis (PyPI) against this build's binary: requests generated from
-//! `/openapi.json`, bounded to 100 examples per operation, zero failures.
+//! `/openapi.json` (the OpenAI-style and the Ollama routes), bounded to 100
+//! examples per operation, zero failures.
 //! Its venv is the Python suite's (.venv, from tests/python/requirements.txt).
 //!
 //! One check is left out: `positive_data_acceptance` expects every
@@ -28,5 +29,8 @@ fn schemathesis_finds_nothing() {
         .args(["run", &format!("{}/openapi.json", d.url)])
         .args(["--header", "Authorization: Bearer k", "--max-examples", "100", "--workers", "1"])
         .args(["--exclude-checks", "positive_data_acceptance", "--seed", "1"])
+        // Reads Ollama's NDJSON streams for the response checks.
+        .env("PYTHONPATH", concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python"))
+        .env("SCHEMATHESIS_HOOKS", "st_hooks")
         .current_dir(report.path()));
 }

@@ -1,8 +1,9 @@
 //! `/openapi.json`, the vendored Swagger UI at `/docs`, `GET /` pointing
 //! there, and what the document says beyond the handlers' own annotations:
 //! the responses every operation of a kind can give (auth, body reading,
-//! loading), the streams' content type, the security schemes (only when a
-//! key is configured) and the numeric ranges the server checks.
+//! loading; in Ollama's error shape on its routes), the streams' content
+//! type, the security schemes (only when a key is configured) and the
+//! numeric ranges the server checks.
 
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -48,12 +49,15 @@ pub struct DocSettings {
 pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
     security(openapi, settings.api_key);
     for (path, item) in openapi.paths.paths.iter_mut() {
-        let api = path.starts_with("/v1/");
+        // Ollama's routes: its error shape, any content type (`api::ollama`).
+        let ollama = path.starts_with("/api/");
+        let api = path.starts_with("/v1/") || ollama;
+        let error_schema = if ollama { "OllamaError" } else { "ErrorEnvelope" };
         let streams = path.ends_with("completions") || path == "/v1/responses" || path == "/v1/messages";
         for (op, post) in [(&mut item.get, false), (&mut item.post, true)] {
             let Some(op) = op.as_mut() else { continue };
             let mut add = |status: &str, description: &str| {
-                let error = Content::new(Some(Ref::from_schema_name("ErrorEnvelope")));
+                let error = Content::new(Some(Ref::from_schema_name(error_schema)));
                 let response = Response::builder().description(description).content("application/json", error);
                 op.responses.responses.entry(status.to_owned()).or_insert_with(|| response.into());
             };
@@ -74,7 +78,9 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
                     "The request body stopped arriving (body_idle_timeout_secs) or took too long (body_timeout_secs)",
                 );
                 add("413", "The body is larger than body_limit_bytes");
-                add("415", "The body is not JSON (Content-Type)");
+                if !ollama {
+                    add("415", "The body is not JSON (Content-Type)");
+                }
             }
             if streams {
                 if let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") {

@@ -14,7 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, MethodRouter};
+use axum::routing::get;
 use axum::Router;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,18 +112,6 @@ impl CountedRoutes {
             self.0.insert(path.clone(), kind);
         }
         route
-    }
-
-    /// `router.route(path, method)`, its POST requests counted as `kind`.
-    pub fn route(
-        &mut self,
-        router: Router<AppState>,
-        kind: Kind,
-        path: &str,
-        method: MethodRouter<AppState>,
-    ) -> Router<AppState> {
-        self.0.insert(path.to_owned(), kind);
-        router.route(path, method)
     }
 }
 

@@ -206,6 +206,7 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(system::get))
         .routes(routes!(tokenize::tokenize))
         .routes(routes!(tokenize::detokenize))
+        .merge(ollama::routes(&mut counted))
         .split_for_parts();
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
@@ -215,7 +216,6 @@ pub fn router(state: AppState) -> Router {
         docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
     docs::complete(&mut openapi, &doc_settings);
 
-    let api = api.merge(ollama::routes(&mut counted));
     let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
     let counter = metrics::Counter::new(counted, state.clone());
     let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
@@ -234,6 +234,7 @@ pub fn router(state: AppState) -> Router {
     // A foreign origin's preflight is refused too (outside CORS); the
     // instance header is on every response, the refusals included.
     app.layer(axum::middleware::from_fn_with_state(state.clone(), cross_site::check))
+        .layer(axum::middleware::from_fn(ollama::error_shape))
         .layer(axum::middleware::from_fn(instance_header))
         .with_state(state)
 }

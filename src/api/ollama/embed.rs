@@ -2,8 +2,10 @@
 //! over the path of `/v1/embeddings` (validation, pooling, the engine's
 //! hidden-layer job and the request record: `api::embeddings::vectors`).
 
-use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
-use super::{convert, parse_counted, OllamaError};
+use super::wire::{
+    EmbedInput, EmbedRequest, EmbedResponse, ErrorReply, LegacyEmbedRequest, LegacyEmbedResponse, Options,
+};
+use super::{convert, parse_counted};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
@@ -16,11 +18,25 @@ use axum::{Extension, Json};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
+/// Ollama's embeddings: one normalised vector per input.
+#[utoipa::path(
+    post,
+    path = "/api/embed",
+    operation_id = "ollama_embed",
+    tag = "ollama",
+    request_body = EmbedRequest,
+    responses(
+        (status = 200, description = "One embedding per input, in input order", body = EmbedResponse),
+        (status = 400, description = "Invalid request", body = ErrorReply),
+        (status = 404, description = "Unknown model", body = ErrorReply),
+        (status = 429, description = "Queue full", body = ErrorReply),
+    )
+)]
 pub async fn embed(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Json<EmbedResponse>, OllamaError> {
+) -> Result<Json<EmbedResponse>, ApiError> {
     let received = Instant::now();
     let req: EmbedRequest = parse_counted(&body, &counting)?;
     let texts = match req.input {
@@ -52,11 +68,24 @@ pub async fn embed(
 
 /// One prompt, never truncated, and its vector at its own length: the
 /// legacy endpoint of Ollama's did not normalise.
+#[utoipa::path(
+    post,
+    path = "/api/embeddings",
+    operation_id = "ollama_embeddings",
+    tag = "ollama",
+    request_body = LegacyEmbedRequest,
+    responses(
+        (status = 200, description = "The prompt's embedding (empty without a prompt)", body = LegacyEmbedResponse),
+        (status = 400, description = "Invalid request", body = ErrorReply),
+        (status = 404, description = "Unknown model", body = ErrorReply),
+        (status = 429, description = "Queue full", body = ErrorReply),
+    )
+)]
 pub async fn legacy(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
+) -> Result<Json<LegacyEmbedResponse>, ApiError> {
     let req: LegacyEmbedRequest = parse_counted(&body, &counting)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask {

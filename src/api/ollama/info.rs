@@ -1,7 +1,6 @@
 //! `GET /api/version`, `GET /api/tags`, `GET /api/ps`, `POST /api/show`.
 
-use super::wire::{Details, ModelEntry, Models, Show, ShowRequest};
-use super::{parse, OllamaError};
+use super::wire::{Details, ErrorReply, ModelEntry, Models, Show, ShowRequest, Version};
 use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::conversation::Prompter;
@@ -9,12 +8,15 @@ use crate::registry::{adapter_id, ModelSpec, Status};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub async fn version() -> Json<Value> {
-    Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+/// The daemon's version (Ollama clients check that a server answers here).
+#[utoipa::path(get, path = "/api/version",
+    operation_id = "ollama_version", tag = "ollama", responses((status = 200, description = "The version", body = Version)))]
+pub async fn version() -> Json<Version> {
+    Json(Version { version: env!("CARGO_PKG_VERSION") })
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -66,7 +68,9 @@ fn entry(status: &Status, running: bool) -> ModelEntry {
 
 /// Every registered model, each followed by its LoRA adapters (`BASE:NAME`,
 /// as Ollama names a model's variants by tag).
-pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
+#[utoipa::path(get, path = "/api/tags",
+    operation_id = "ollama_tags", tag = "ollama", responses((status = 200, description = "The registered models", body = Models)))]
+pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, ApiError> {
     let statuses = state.models()?.statuses();
     let models = statuses
         .iter()
@@ -88,7 +92,9 @@ pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, OllamaE
 }
 
 /// The loaded models.
-pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
+#[utoipa::path(get, path = "/api/ps",
+    operation_id = "ollama_ps", tag = "ollama", responses((status = 200, description = "The loaded models", body = Models)))]
+pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, ApiError> {
     let statuses = state.models()?.statuses();
     let models = statuses.iter().filter(|s| s.loaded.is_some()).map(|s| entry(s, true)).collect();
     Ok(Json(Models { models }))
@@ -115,8 +121,20 @@ async fn capabilities(status: &Status) -> Vec<&'static str> {
 }
 
 /// What is known of a model without loading it; the template once it is loaded.
-pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
-    let req: ShowRequest = parse(&body)?;
+#[utoipa::path(
+    post,
+    path = "/api/show",
+    operation_id = "ollama_show",
+    tag = "ollama",
+    request_body = ShowRequest,
+    responses(
+        (status = 200, description = "The model's template, parameters and capabilities", body = Show),
+        (status = 400, description = "Invalid request", body = ErrorReply),
+        (status = 404, description = "Unknown model", body = ErrorReply),
+    )
+)]
+pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, ApiError> {
+    let req: ShowRequest = crate::api::extract::parse(&body)?;
     let registry = state.models()?;
     // An adapter (`BASE:NAME`) is shown as its base model.
     let (base, _) = registry.resolve(&req.model).ok_or_else(|| ApiError::model_not_found(&req.model))?;

@@ -12,7 +12,7 @@ mod info;
 mod reply;
 mod wire;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody, Said};
 use super::metrics::CountedRoutes;
 use super::named::NamesModel;
 use super::record::Counting;
@@ -20,72 +20,90 @@ use super::request::prepare;
 use super::respond::{submit, HeadWait};
 use super::AppState;
 use crate::metrics::Kind;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Router};
+use axum::Extension;
 use reply::{Frame, Shape};
 use std::time::Instant;
-use wire::{ChatRequest, Common, GenerateRequest};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
 
-/// An error as Ollama sends it: `{"error": "…"}` with the status of the
-/// daemon's one status table.
-pub struct OllamaError(pub ApiError);
-
-impl From<ApiError> for OllamaError {
-    fn from(e: ApiError) -> Self {
-        OllamaError(e)
-    }
+/// An error in Ollama's words: `{"error": "…"}`, its text what clients match on.
+fn error_body(status: StatusCode, said: &ErrorBody) -> ErrorReply {
+    let error = match said.code {
+        Some("model_not_found") if status == StatusCode::NOT_FOUND => {
+            format!("model '{}' not found", said.message.split('`').nth(1).unwrap_or_default())
+        }
+        _ => said.message.clone(),
+    };
+    ErrorReply { error }
 }
 
-impl IntoResponse for OllamaError {
-    fn into_response(self) -> Response {
-        let e = self.0;
-        let message = match e.body.code {
-            // Ollama's own wording, which clients match on.
-            Some("model_not_found") if e.status == StatusCode::NOT_FOUND => {
-                format!("model '{}' not found", e.body.message.split('`').nth(1).unwrap_or_default())
-            }
-            _ => e.body.message.clone(),
-        };
-        let mut response = (e.status, axum::Json(serde_json::json!({ "error": message }))).into_response();
-        response.extensions_mut().insert(super::error::Said(e.body));
-        response
-    }
+/// Every error on Ollama's routes in Ollama's shape: the handlers' and
+/// those met before a handler (a missing key, a foreign origin, a body too
+/// large), rewritten from what the response said ([`Said`]).
+pub async fn error_shape(req: Request, next: Next) -> Response {
+    let ollama = req.uri().path().starts_with("/api/");
+    let response = next.run(req).await;
+    let Some(Said(said)) = response.extensions().get::<Said>().filter(|_| ollama).cloned() else {
+        return response;
+    };
+    let (mut parts, _) = response.into_parts();
+    let body = serde_json::to_vec(&error_body(parts.status, &said)).unwrap_or_default();
+    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.remove(CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body))
 }
 
-pub fn routes(counted: &mut CountedRoutes) -> Router<AppState> {
-    let router = Router::new()
-        .route("/api/version", get(info::version))
-        .route("/api/tags", get(info::tags))
-        .route("/api/ps", get(info::ps))
-        .route("/api/show", post(info::show));
-    let router = counted.route(router, Kind::Completion, "/api/chat", post(chat));
-    let router = counted.route(router, Kind::Completion, "/api/generate", post(generate));
-    let router = counted.route(router, Kind::Embedding, "/api/embed", post(embed::embed));
-    counted.route(router, Kind::Embedding, "/api/embeddings", post(embed::legacy))
+/// The routes, with their part of the OpenAPI document (`api::docs` adds
+/// the responses every route can give, in Ollama's error shape).
+pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(info::version))
+        .routes(routes!(info::tags))
+        .routes(routes!(info::ps))
+        .routes(routes!(info::show))
+        .routes(counted.openapi(Kind::Completion, routes!(chat)))
+        .routes(counted.openapi(Kind::Completion, routes!(generate)))
+        .routes(counted.openapi(Kind::Embedding, routes!(embed::embed)))
+        .routes(counted.openapi(Kind::Embedding, routes!(embed::legacy)))
 }
 
-/// Ollama's server takes any content type: the body is parsed as JSON.
-pub fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, OllamaError> {
-    super::extract::parse(body).map_err(OllamaError)
-}
-
-/// A counted request's body, parsed as [`parse`] does; the model it names is told to its counting.
-pub fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
+/// A counted request's body as JSON, whatever its content type (as
+/// Ollama's server reads it); the model it names is told to its counting.
+fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
     body: &Bytes,
     counting: &Counting,
-) -> Result<T, OllamaError> {
-    super::extract::parse_named(body, Some(counting)).map_err(OllamaError)
+) -> Result<T, ApiError> {
+    super::extract::parse_named(body, Some(counting))
 }
 
+/// Ollama's chat: NDJSON objects as tokens come (`stream`, the default), or one.
+#[utoipa::path(
+    post,
+    path = "/api/chat",
+    operation_id = "ollama_chat",
+    tag = "ollama",
+    request_body = ChatRequest,
+    responses(
+        (status = 200, description = "The reply: one object, or with `stream` (the default) one per piece and a last with `done: true`",
+            content((Chunk = "application/json"), (StreamLine = "application/x-ndjson"))),
+        (status = 400, description = "Invalid request", body = ErrorReply),
+        (status = 404, description = "Unknown model", body = ErrorReply),
+        (status = 429, description = "Queue full", body = ErrorReply),
+        (status = 500, description = "The runtime failed", body = ErrorReply),
+    )
+)]
 async fn chat(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, OllamaError> {
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
@@ -94,11 +112,27 @@ async fn chat(
     answer(&state, &common, Shape::Chat, received, &counting, validate).await
 }
 
+/// Ollama's generate: a completion of `prompt` (with the model's template unless `raw`).
+#[utoipa::path(
+    post,
+    path = "/api/generate",
+    operation_id = "ollama_generate",
+    tag = "ollama",
+    request_body = GenerateRequest,
+    responses(
+        (status = 200, description = "The reply: one object, or with `stream` (the default) one per piece and a last with `done: true`",
+            content((Chunk = "application/json"), (StreamLine = "application/x-ndjson"))),
+        (status = 400, description = "Invalid request", body = ErrorReply),
+        (status = 404, description = "Unknown model", body = ErrorReply),
+        (status = 429, description = "Queue full", body = ErrorReply),
+        (status = 500, description = "The runtime failed", body = ErrorReply),
+    )
+)]
 async fn generate(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, OllamaError> {
+) -> Result<Response, ApiError> {
     let received = Instant::now();
     let req: GenerateRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
@@ -116,7 +150,7 @@ async fn answer(
     received: Instant,
     counting: &Counting,
     validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
-) -> Result<Response, OllamaError> {
+) -> Result<Response, ApiError> {
     if common.model.is_empty() {
         return Err(ApiError::invalid_value("model", "model is required").into());
     }

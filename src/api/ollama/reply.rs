@@ -1,8 +1,7 @@
 //! A reply's pieces (the same stream the OpenAI endpoints read) as Ollama's
 //! NDJSON objects, or as one object with `stream: false`.
 
-use super::wire::{Chunk, OutCall, OutFunction, OutMessage, Stats};
-use super::OllamaError;
+use super::wire::{Chunk, OutCall, OutFunction, OutMessage, Stats, StreamLine};
 use crate::api::reply::{Piece, Summary};
 use crate::conversation::{Delta, Reply};
 use axum::body::{Body, Bytes};
@@ -104,7 +103,7 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Respons
         match piece {
             Piece::Started => {}
             Piece::Delta(delta) => reply.absorb(delta),
-            Piece::Failed(e) => return OllamaError(*e).into_response(),
+            Piece::Failed(e) => return e.into_response(),
             Piece::Finished(summary) => {
                 let calls = calls(&mut reply);
                 let chunk =
@@ -114,11 +113,11 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Respons
             }
         }
     }
-    OllamaError::from(crate::api::error::ApiError::runtime("the generation ended without a result")).into_response()
+    crate::api::error::ApiError::runtime("the generation ended without a result").into_response()
 }
 
-fn line(value: &impl serde::Serialize) -> Bytes {
-    let mut text = serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+fn line(value: StreamLine) -> Bytes {
+    let mut text = serde_json::to_string(&value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     text.push('\n');
     Bytes::from(text)
 }
@@ -135,22 +134,22 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
                 Piece::Delta(delta) => {
                     let Delta { content, reasoning, calls } = delta;
                     if !content.is_empty() || !reasoning.is_empty() {
-                        yield line(&frame.chunk(content, reasoning, Vec::new()));
+                        yield line(StreamLine::Chunk(frame.chunk(content, reasoning, Vec::new())));
                     }
                     // Calls are sent whole, as Ollama does: gather their steps.
                     reply.absorb(Delta { calls, ..Delta::default() });
                 }
                 Piece::Failed(e) => {
-                    yield line(&serde_json::json!({"error": e.body.message}));
+                    yield line(StreamLine::Error(super::error_body(e.status, &e.body)));
                 }
                 Piece::Finished(summary) => {
                     let calls = calls(&mut reply);
                     if !calls.is_empty() {
-                        yield line(&frame.chunk(String::new(), String::new(), calls));
+                        yield line(StreamLine::Chunk(frame.chunk(String::new(), String::new(), calls)));
                     }
                     let stats = frame.stats(&summary);
                     let last = frame.done(frame.chunk(String::new(), String::new(), Vec::new()), done_reason(summary.finish_reason), Some(stats));
-                    yield line(&last);
+                    yield line(StreamLine::Chunk(last));
                 }
             }
         }

@@ -5,10 +5,12 @@ use crate::api::named::NamesModel;
 use crate::api::request::SamplingFields;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use utoipa::ToSchema;
 
 /// `options`: the sampling fields (the same names as RKLLM's), the token
 /// limit, stop strings, the context check; anything else is ignored.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[schema(as = OllamaOptions)]
 pub struct Options {
     /// Tokens to generate; -1 (endless) and -2 (fill the context) mean the server's maximum.
     pub num_predict: Option<i64>,
@@ -19,47 +21,61 @@ pub struct Options {
     pub num_ctx: Option<u32>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    /// Ollama's other options (`num_thread`, `mirostat`, …): accepted, ignored.
     #[serde(flatten)]
+    #[schema(ignore)]
     pub other: Map<String, Value>,
 }
 
 /// What chat and generate share.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[schema(as = OllamaCommon)]
 pub struct Common {
+    #[schema(min_length = 1)]
     pub model: String,
     pub stream: Option<bool>,
     pub options: Option<Options>,
     /// A duration (`"5m"`), seconds, negative = forever, 0 = unload after this request.
+    #[schema(schema_with = schema::keep_alive)]
     pub keep_alive: Option<Value>,
     /// `true`/`false`, or a level (`"high"`, `"medium"`, `"low"`) = on.
+    #[schema(schema_with = schema::think)]
     pub think: Option<Value>,
     /// `"json"` or a JSON schema: mapped to `response_format` (asked in the prompt, the reply checked).
+    #[schema(schema_with = schema::format)]
     pub format: Option<Value>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaInCall)]
 pub struct InCall {
     pub function: InFunction,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaInFunction)]
 pub struct InFunction {
     pub name: String,
     pub arguments: Value,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaInMessage)]
 pub struct InMessage {
+    #[schema(schema_with = schema::role)]
     pub role: String,
     #[serde(default)]
     pub content: String,
     pub thinking: Option<String>,
+    /// Base64 images (no `data:` prefix needed).
+    #[schema(value_type = Option<Vec<String>>)]
     pub images: Option<Vec<Value>>,
     pub tool_calls: Option<Vec<InCall>>,
     pub tool_name: Option<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaChatRequest)]
 pub struct ChatRequest {
     #[serde(flatten)]
     pub common: Common,
@@ -67,37 +83,48 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Value>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaGenerateRequest)]
+/// `suffix` and `template` are refused (400): prompts are rendered with the
+/// model's chat template; `raw` prompts take no images.
 pub struct GenerateRequest {
     #[serde(flatten)]
     pub common: Common,
     pub prompt: Option<String>,
     pub system: Option<String>,
+    #[schema(ignore)]
     pub suffix: Option<String>,
+    #[schema(ignore)]
     pub template: Option<String>,
     pub raw: Option<bool>,
+    /// Base64 images (no `data:` prefix needed).
+    #[schema(value_type = Option<Vec<String>>)]
     pub images: Option<Vec<Value>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaShowRequest)]
 pub struct ShowRequest {
     #[serde(alias = "name")]
     pub model: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaOutCall)]
 pub struct OutCall {
     pub function: OutFunction,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaOutFunction)]
 pub struct OutFunction {
     pub name: String,
     /// An object, as Ollama sends it.
     pub arguments: Value,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaOutMessage)]
 pub struct OutMessage {
     pub role: &'static str,
     pub content: String,
@@ -108,7 +135,8 @@ pub struct OutMessage {
 }
 
 /// The figures of the last object, in nanoseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, ToSchema)]
+#[schema(as = OllamaStats)]
 pub struct Stats {
     pub total_duration: u64,
     pub load_duration: u64,
@@ -123,7 +151,8 @@ pub struct Stats {
 }
 
 /// One object of a chat reply (`message`) or a generate reply (`response`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaChunk)]
 pub struct Chunk {
     pub model: String,
     pub created_at: String,
@@ -141,7 +170,18 @@ pub struct Chunk {
     pub stats: Option<Stats>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// One line of an NDJSON reply: a chunk, or the error that ends a stream
+/// whose generation failed after it began (its status was already 200).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(untagged)]
+#[schema(as = OllamaStreamLine)]
+pub enum StreamLine {
+    Chunk(Chunk),
+    Error(ErrorReply),
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaDetails)]
 pub struct Details {
     /// For a LoRA adapter (`BASE:NAME`), the base model; else empty.
     pub parent_model: String,
@@ -153,7 +193,8 @@ pub struct Details {
 }
 
 /// One entry of `/api/tags` and `/api/ps`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaModelEntry)]
 pub struct ModelEntry {
     pub name: String,
     pub model: String,
@@ -174,12 +215,14 @@ pub struct ModelEntry {
     pub conversations: Option<crate::api::runtime_info::Conversations>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaModels)]
 pub struct Models {
     pub models: Vec<ModelEntry>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaShow)]
 pub struct Show {
     pub modelfile: String,
     pub parameters: String,
@@ -191,35 +234,43 @@ pub struct Show {
 }
 
 /// `/api/embed`'s `input`: one text or several.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
+#[schema(as = OllamaEmbedInput)]
 pub enum EmbedInput {
     Text(String),
     Texts(Vec<String>),
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaEmbedRequest)]
 pub struct EmbedRequest {
+    #[schema(min_length = 1)]
     pub model: String,
     pub input: Option<EmbedInput>,
     /// Cut each input to the context (default), or refuse one too long (`false`).
     pub truncate: Option<bool>,
     /// Only `num_ctx` applies (a smaller context to truncate to); sampling has no say.
     pub options: Option<Options>,
+    #[schema(schema_with = schema::keep_alive)]
     pub keep_alive: Option<Value>,
     pub dimensions: Option<u32>,
 }
 
 /// The legacy `/api/embeddings`: one prompt, one vector.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[schema(as = OllamaLegacyEmbedRequest)]
 pub struct LegacyEmbedRequest {
+    #[schema(min_length = 1)]
     pub model: String,
     pub prompt: Option<String>,
     pub options: Option<Options>,
+    #[schema(schema_with = schema::keep_alive)]
     pub keep_alive: Option<Value>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaEmbedResponse)]
 pub struct EmbedResponse {
     pub model: String,
     pub embeddings: Vec<Vec<f32>>,
@@ -228,7 +279,8 @@ pub struct EmbedResponse {
     pub prompt_eval_count: usize,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaLegacyEmbedResponse)]
 pub struct LegacyEmbedResponse {
     pub embedding: Vec<f32>,
 }
@@ -254,5 +306,58 @@ impl NamesModel for EmbedRequest {
 impl NamesModel for LegacyEmbedRequest {
     fn model(&self) -> &str {
         &self.model
+    }
+}
+
+/// `/api/version`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaVersion)]
+pub struct Version {
+    pub version: &'static str,
+}
+
+/// Every error, as Ollama sends it (clients match on the text).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = OllamaError)]
+pub struct ErrorReply {
+    pub error: String,
+}
+
+/// The schemas of fields kept as JSON values and checked by hand (`convert`).
+mod schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+
+    fn null() -> ObjectBuilder {
+        ObjectBuilder::new().schema_type(Type::Null)
+    }
+
+    fn one_of(items: impl IntoIterator<Item = ObjectBuilder>) -> Schema {
+        items.into_iter().fold(OneOfBuilder::new(), |one_of, item| one_of.item(item.build())).build().into()
+    }
+
+    /// Seconds (negative: forever), or the same as a string or a Go duration
+    /// (`"5m"`, `"1h30m"`, `"-1"`) — `KeepAlive::parse`.
+    pub fn keep_alive() -> Schema {
+        let seconds = ObjectBuilder::new().schema_type(Type::Number).maximum(Some(1e15));
+        let duration = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+|((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+)\s*$"));
+        one_of([seconds, duration, null()])
+    }
+
+    pub fn think() -> Schema {
+        let level = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["high", "medium", "low"]));
+        one_of([ObjectBuilder::new().schema_type(Type::Boolean), level, null()])
+    }
+
+    /// `"json"` or a JSON schema (an object).
+    pub fn format() -> Schema {
+        let json = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["json"]));
+        one_of([json, ObjectBuilder::new().schema_type(Type::Object), null()])
+    }
+
+    pub fn role() -> Schema {
+        let roles = ["system", "user", "assistant", "tool"];
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(roles)).build().into()
     }
 }
