@@ -17,6 +17,19 @@ async fn send(d: &Daemon, method: &str, path: &str, headers: &[(&str, &str)], bo
     (status, r.json().await.unwrap_or(Value::Null))
 }
 
+/// A 403 naming the setting that would let the request in: OpenAI's
+/// envelope (with its code) on `/v1`, Ollama's `{"error": "…"}` on `/api`.
+fn assert_refused((status, e): (u16, Value), path: &str, code: &str, setting: &str) {
+    assert_eq!(status, 403, "{path}: {e}");
+    let message = if path.starts_with("/api/") {
+        e["error"].as_str()
+    } else {
+        assert_eq!(e["error"]["code"], code, "{path}: {e}");
+        e["error"]["message"].as_str()
+    };
+    assert!(message.is_some_and(|m| m.contains(setting)), "{path}: {e}");
+}
+
 const GENERATE: &str = r#"{"model": "m", "prompt": "hi", "stream": false}"#;
 
 #[tokio::test]
@@ -34,14 +47,14 @@ async fn foreign_origins_and_host_names_are_refused_by_default() {
         ("OPTIONS", "/v1/chat/completions", &evil[..], ""),
         ("POST", "/api/generate", &[("origin", "null"), ("content-type", "text/plain")][..], GENERATE),
     ] {
-        let (status, e) = send(&d, method, path, headers, body).await;
-        assert_eq!((status, e["error"]["code"].as_str()), (403, Some("origin_not_allowed")), "{method} {path}: {e}");
+        assert_refused(send(&d, method, path, headers, body).await, path, "origin_not_allowed", "cors_origins");
     }
     // DNS rebinding: the page's own name, resolved to this machine; no Origin is needed to read answers.
     for host in ["evil.example", "evil.example:80", "localhost.evil.example"] {
-        let (status, e) = send(&d, "POST", "/api/generate", &[("host", host)], GENERATE).await;
-        assert_eq!((status, e["error"]["code"].as_str()), (403, Some("host_not_allowed")), "{host}: {e}");
-        assert!(e["error"]["message"].as_str().unwrap().contains("allowed_hosts"), "{e}");
+        let refused = send(&d, "POST", "/api/generate", &[("host", host)], GENERATE).await;
+        assert_refused(refused, "/api/generate", "host_not_allowed", "allowed_hosts");
+        let refused = send(&d, "POST", "/v1/models/m/unload", &[("host", host)], "").await;
+        assert_refused(refused, "/v1/models/m/unload", "host_not_allowed", "allowed_hosts");
     }
     // Nothing ran: the model is still loaded and no generation was counted.
     let (_, ps) = d.get_json("/api/ps").await;
@@ -56,10 +69,13 @@ async fn foreign_origins_and_host_names_are_refused_by_default() {
     assert_eq!(send(&d, "POST", "/api/generate", &[], GENERATE).await.0, 200);
     // The document names the refusal.
     let (_, doc) = d.get_json("/openapi.json").await;
-    for path in ["/v1/chat/completions", "/v1/models/{id}/unload"] {
+    for path in ["/v1/chat/completions", "/v1/models/{id}/unload", "/api/generate"] {
         let responses = &doc["paths"][path]["post"]["responses"];
         assert!(responses.get("403").is_some(), "{path}: {responses}");
     }
+    // In Ollama's shape on its routes.
+    let schema = &doc["paths"]["/api/generate"]["post"]["responses"]["403"]["content"]["application/json"]["schema"];
+    assert_eq!(schema["$ref"], "#/components/schemas/OllamaError", "{schema}");
 }
 
 #[tokio::test]
@@ -79,6 +95,6 @@ async fn configured_origins_and_host_names_pass() {
     let (status, _) = send(&d, "POST", "/api/generate", &[("origin", "http://webui.example")], GENERATE).await;
     assert_eq!(status, 200);
     assert_eq!(send(&d, "POST", "/api/generate", &[("host", "board.example:8080")], GENERATE).await.0, 200);
-    let (status, e) = send(&d, "POST", "/api/generate", &[("origin", "http://evil.example")], GENERATE).await;
-    assert_eq!((status, e["error"]["code"].as_str()), (403, Some("origin_not_allowed")));
+    let refused = send(&d, "POST", "/api/generate", &[("origin", "http://evil.example")], GENERATE).await;
+    assert_refused(refused, "/api/generate", "origin_not_allowed", "cors_origins");
 }

@@ -274,6 +274,15 @@ async fn keys_cors_root_and_the_document() {
     assert_eq!((top_p["minimum"].as_f64(), top_p["maximum"].as_f64()), (Some(0.0), Some(1.0)), "{top_p}");
     let messages = &schemas["ChatCompletionRequest"]["allOf"][1]["properties"]["messages"];
     assert_eq!(messages["minItems"], 1, "{messages}");
+    // Ollama's routes, in its shapes: NDJSON lines, `{"error": "…"}`.
+    let ollama = &doc["paths"]["/api/chat"]["post"]["responses"];
+    let ndjson = &ollama["200"]["content"]["application/x-ndjson"]["schema"]["$ref"];
+    assert_eq!(ndjson, "#/components/schemas/OllamaStreamLine", "{ollama}");
+    assert_eq!(ollama["401"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/OllamaError");
+    let r = d.client().post(format!("{}/api/chat", d.url)).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("API key")), "a missing key in Ollama's shape: {e}");
 
     // Without a key nothing in the document asks for one.
     let open = Daemon::start(&["--backend", "sim", "--model", "sim:instant"]);

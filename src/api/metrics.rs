@@ -109,9 +109,14 @@ impl CountedRoutes {
     /// A route of the OpenAPI router, its POST requests counted as `kind`.
     pub fn openapi(&mut self, kind: Kind, route: UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
         for path in route.1.paths.keys() {
-            self.0.insert(path.clone(), kind);
+            self.count(path, kind);
         }
         route
+    }
+
+    /// POST requests to `path` counted as `kind`.
+    fn count(&mut self, path: &str, kind: Kind) {
+        self.0.insert(path.to_owned(), kind);
     }
 }
 
@@ -218,7 +223,7 @@ mod tests {
     }
 
     /// `/v1/rerank` answered by `handler`, counted as the router counts it.
-    fn counted(handler: MethodRouter<AppState>) -> Router {
+    fn counted(handler: axum::routing::MethodRouter<AppState>) -> Router {
         let state = AppState::new(crate::api::Settings {
             api_key: None,
             cors_origins: Vec::new(),
@@ -233,7 +238,8 @@ mod tests {
             max_new_tokens: 16,
         });
         let mut routes = CountedRoutes::default();
-        let router = routes.route(Router::new(), Kind::Rerank, "/v1/rerank", handler);
+        routes.count("/v1/rerank", Kind::Rerank);
+        let router = Router::new().route("/v1/rerank", handler);
         let counter = Counter::new(routes, state.clone());
         router.layer(axum::middleware::from_fn_with_state(counter, count_requests)).with_state(state)
     }
