@@ -152,7 +152,7 @@ async fn answer(
     validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     if common.model.is_empty() {
-        return Err(ApiError::invalid_value("model", "model is required").into());
+        return Err(ApiError::invalid_value("model", "model is required"));
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
     let (model, place) = state.lease_queued(&common.model, keep_alive).await?;

@@ -134,7 +134,7 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
                 Piece::Delta(delta) => {
                     let Delta { content, reasoning, calls } = delta;
                     if !content.is_empty() || !reasoning.is_empty() {
-                        yield line(StreamLine::Chunk(frame.chunk(content, reasoning, Vec::new())));
+                        yield line(StreamLine::Chunk(Box::new(frame.chunk(content, reasoning, Vec::new()))));
                     }
                     // Calls are sent whole, as Ollama does: gather their steps.
                     reply.absorb(Delta { calls, ..Delta::default() });
@@ -145,11 +145,11 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
                 Piece::Finished(summary) => {
                     let calls = calls(&mut reply);
                     if !calls.is_empty() {
-                        yield line(StreamLine::Chunk(frame.chunk(String::new(), String::new(), calls)));
+                        yield line(StreamLine::Chunk(Box::new(frame.chunk(String::new(), String::new(), calls))));
                     }
                     let stats = frame.stats(&summary);
                     let last = frame.done(frame.chunk(String::new(), String::new(), Vec::new()), done_reason(summary.finish_reason), Some(stats));
-                    yield line(StreamLine::Chunk(last));
+                    yield line(StreamLine::Chunk(Box::new(last)));
                 }
             }
         }

@@ -176,7 +176,7 @@ pub struct Chunk {
 #[serde(untagged)]
 #[schema(as = OllamaStreamLine)]
 pub enum StreamLine {
-    Chunk(Chunk),
+    Chunk(Box<Chunk>),
     Error(ErrorReply),
 }
 
