@@ -185,6 +185,21 @@ fn the_chat_template_is_resolved_as_serve_does_and_a_bare_model_file_warns() {
     assert_eq!(run.code, 1, "{}", run.out);
 }
 
+/// serve refuses `batch` > 1 without a tokenizer (each request's usage
+/// counts its own prompt): doctor says so before a start fails.
+#[test]
+fn batched_runs_without_a_tokenizer_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "qwen.rkllm", 4096);
+    let lib = common::sim_cdylib();
+    let root = board("rk3588-drm");
+    let settings = ["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--model", &model, "--batch", "2"];
+    let run = doctor(&settings, &["--root", root.to_str().unwrap()], &[]);
+    assert!(run.line("FAIL", "batch").contains("batch = 2 without a tokenizer.json"), "{}", run.out);
+    assert!(run.fix("FAIL", "batch").contains("tokenizer.json"), "{}", run.out);
+    assert_eq!(run.code, 1, "{}", run.out);
+}
+
 #[test]
 fn smoke_generates_a_token_through_the_loaded_library() {
     let dir = tempfile::tempdir().unwrap();

@@ -274,6 +274,15 @@ pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
                 report.push(Check::ok(TITLE, text));
             }
             report.push(conversation_cache(spec.engine.conversation_cache, spec.engine.schedule.batch, &prompter));
+            let batch = spec.engine.schedule.batch;
+            if batch > 1 && !prompter.has_tokenizer() {
+                // As the registry's load refuses it (`registry/load.rs`).
+                report.push(Check::fail(
+                    "batch",
+                    format!("{id}: batch = {batch} without a tokenizer.json: the model does not load (each request's usage.prompt_tokens is the daemon's count)"),
+                    "put the model's tokenizer.json (from its Hugging Face repo) next to the .rkllm file, set tokenizer = \"/path/to/tokenizer.json\", or set batch = 1",
+                ));
+            }
         }
         Err(e) => report.push(Check::fail(
             TITLE,
