@@ -3,7 +3,8 @@
 //! the responses every operation of a kind can give (auth, body reading,
 //! loading; in Ollama's error shape on its routes), the streams' content
 //! type, the security schemes (only when a key is configured) and the
-//! numeric ranges the server checks.
+//! numeric ranges the server checks; the rules that join fields are added
+//! to the serialised document (`schema_rules`).
 
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -25,7 +26,13 @@ const CSS: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui.css.gz");
 
 /// Routes serving the document and the UI (no state, no auth).
 pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
-    let json = openapi.to_json().unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let json = match serde_json::to_value(&openapi) {
+        Ok(mut doc) => {
+            super::schema_rules::add(&mut doc);
+            doc.to_string()
+        }
+        Err(e) => format!("{{\"error\":\"{e}\"}}"),
+    };
     Router::new()
         .route("/", get(|| async { Redirect::temporary("/docs/") }))
         .route("/openapi.json", get(move || async move { ([(CONTENT_TYPE, "application/json")], json) }))
@@ -137,7 +144,8 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
             array.min_items = Some(1);
         }
     }
-    // An embedding's input: no empty string, array, or string or array in one.
+    // An embedding's input: no empty string, array, or string or array in
+    // one; token ids within the runtime's range.
     if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut("EmbeddingInput") {
         for item in one_of.items.iter_mut() {
             if let RefOr::T(schema) = item {
@@ -146,6 +154,7 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
                     if let ArrayItems::RefOrSchema(inner) = &mut array.items {
                         if let RefOr::T(inner) = inner.as_mut() {
                             non_empty(inner);
+                            token_id_range(inner);
                         }
                     }
                 }
@@ -170,6 +179,25 @@ fn non_empty(schema: &mut Schema) {
     match schema {
         Schema::Object(string) if string.schema_type == SchemaType::Type(Type::String) => string.min_length = Some(1),
         Schema::Array(array) => array.min_items = Some(1),
+        _ => {}
+    }
+}
+
+/// A token id, or an array of them (nested one level): 0 to the runtime's
+/// `int32` (the model's vocabulary bounds it further).
+fn token_id_range(schema: &mut Schema) {
+    match schema {
+        Schema::Object(id) if id.schema_type == SchemaType::Type(Type::Integer) => {
+            id.minimum = Some(number(0.0));
+            id.maximum = Some(number(f64::from(i32::MAX)));
+        }
+        Schema::Array(array) => {
+            if let ArrayItems::RefOrSchema(inner) = &mut array.items {
+                if let RefOr::T(inner) = inner.as_mut() {
+                    token_id_range(inner);
+                }
+            }
+        }
         _ => {}
     }
 }

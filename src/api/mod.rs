@@ -25,6 +25,7 @@ mod respond;
 pub mod response;
 mod responses;
 mod runtime_info;
+mod schema_rules;
 mod status;
 mod structured;
 mod system;

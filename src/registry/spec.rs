@@ -55,7 +55,8 @@ impl KeepAlive {
         if secs < 0.0 {
             return Ok(KeepAlive::Forever);
         }
-        Duration::try_from_secs_f64(secs).map(KeepAlive::For).map_err(|e| format!("keep_alive: {e}"))
+        // Longer than a Duration holds (~585 billion years): forever.
+        Ok(Duration::try_from_secs_f64(secs).map_or(KeepAlive::Forever, KeepAlive::For))
     }
 
     /// Ollama's forms: a Go duration (`"5m"`, `"1h30m"`, `"300ms"`, `"-1m"`)

@@ -20,6 +20,7 @@ pub struct Block(pub Map<String, Value>);
 /// Text, or content blocks.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
+#[schema(as = MessagesContent)]
 pub enum Content {
     Text(String),
     Blocks(Vec<Block>),

@@ -46,6 +46,7 @@ pub struct CreateResponse {
     #[schema(value_type = Option<Object>)]
     pub text: Option<Map<String, Value>>,
     /// Refused unless null: responses are not stored (docs/api.md).
+    #[schema(schema_with = null_only)]
     pub previous_response_id: Option<String>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
@@ -59,4 +60,9 @@ impl crate::api::named::NamesModel for CreateResponse {
     fn model(&self) -> &str {
         &self.model
     }
+}
+
+/// A field the server takes only as `null` (or absent).
+fn null_only() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Null).build()
 }
