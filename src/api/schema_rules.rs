@@ -62,6 +62,13 @@ fn rules() -> Vec<(&'static str, Value)> {
     });
     // OpenAI's rule for a function's name.
     let tool_name = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"});
+    let function_tools = json!({"type": ["array", "null"], "items": {
+        "type": "object", "required": ["type", "function"],
+        "properties": {"type": {"const": "function"}, "function": {
+            "type": "object", "required": ["name"],
+            "properties": {"name": tool_name, "description": {"type": "string"}, "parameters": {"type": "object"}},
+        }},
+    }});
     // A Responses input's text part.
     let text_part = json!({
         "type": "object", "required": ["type", "text"],
@@ -72,10 +79,16 @@ fn rules() -> Vec<(&'static str, Value)> {
     vec![
         // request/convert.rs `to_message`: a `tool` message needs
         // `tool_call_id`; only `assistant` messages carry `tool_calls`;
-        // `content` may be absent or null only beside tool calls.
+        // `content` may be absent or null only beside tool calls; only a
+        // `user` message carries images.
         (
             "ChatMessage",
             json!({"allOf": [
+                {"if": {"properties": {"role": {"not": {"const": "user"}}}},
+                 "then": {"properties": {"content": {"oneOf": [
+                     {"type": "null"}, {"type": "string"},
+                     {"type": "array", "items": {"properties": {"type": {"const": "text"}}}},
+                 ]}}}},
                 {"if": {"properties": {"role": {"const": "tool"}}}, "then": given("tool_call_id")},
                 {"if": given("tool_calls"), "then": {"properties": {"role": {"const": "assistant"}}}},
                 {"if": {"not": given("content")},
@@ -99,17 +112,22 @@ fn rules() -> Vec<(&'static str, Value)> {
             ]}),
         ),
         // request/convert.rs `validate_tools`: function tools named as OpenAI
-        // allows (that names are unique is checked, not stated).
+        // allows (that names are unique is checked, not stated); Ollama's
+        // chat takes the same tools.
+        ("ChatCompletionRequest", json!({"properties": {"tools": function_tools.clone()}})),
+        ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
+        // request/convert.rs `to_message`: a part is text or an image, and
+        // only a user message carries images.
         (
-            "ChatCompletionRequest",
-            json!({"properties": {"tools": {"type": ["array", "null"], "items": {
-                "type": "object", "required": ["type", "function"],
-                "properties": {"type": {"const": "function"}, "function": {
-                    "type": "object", "required": ["name"],
-                    "properties": {"name": tool_name, "description": {"type": "string"}, "parameters": {"type": "object"}},
-                }},
-            }}}}),
+            "ContentPart",
+            json!({"allOf": [
+                {"properties": {"type": {"enum": ["text", "image_url"]}}},
+                {"if": {"properties": {"type": {"const": "text"}}}, "then": given("text")},
+                {"if": {"properties": {"type": {"const": "image_url"}}}, "then": given("image_url")},
+            ]}),
         ),
+        // ollama/embed.rs: several inputs, none empty (one empty input only loads the model).
+        ("OllamaEmbedInput", json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}}}]})),
         // responses/convert.rs `tool`: the same, flat.
         (
             "CreateResponse",
@@ -151,6 +169,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         (
             "Conversation",
             json!({"properties": {
+                "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/InMessage"}},
                 "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
                 "thinking": {"oneOf": [
                     {"type": "null"},
