@@ -133,6 +133,18 @@ async fn the_encoder_runs_once_per_distinct_image() {
     assert!(d.wait_log("image_encoder_runs=2"), "the request log names the runs");
 }
 
+/// MIME-style base64 (a line break every 76 characters) is the same image.
+#[tokio::test]
+async fn base64_with_line_breaks_is_the_same_image() {
+    let d = Daemon::start(&[ID[0], ID[1], "--model", VL]);
+    let url = data_url(&png(20, 20, [40, 80, 120]));
+    let (head, data) = url.split_once(',').unwrap();
+    let lines: Vec<&str> = data.as_bytes().chunks(76).map(|c| std::str::from_utf8(c).unwrap()).collect();
+    let (status, reply) = chat(&d, with_images(&[format!("{head},{}", lines.join("\r\n"))])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #285078 (392x392).");
+}
+
 #[tokio::test]
 async fn abi_1_2_takes_the_tags_at_init() {
     let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--runtime-abi", "1.2"]);
