@@ -279,6 +279,10 @@ async fn keys_cors_root_and_the_document() {
     let ndjson = &ollama["200"]["content"]["application/x-ndjson"]["schema"]["$ref"];
     assert_eq!(ndjson, "#/components/schemas/OllamaStreamLine", "{ollama}");
     assert_eq!(ollama["401"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/OllamaError");
+    assert_eq!(schemas["OllamaError"]["required"], json!(["error"]), "{}", schemas["OllamaError"]);
+    assert!(ollama.get("404").is_some() && ollama.get("429").is_some(), "{ollama}");
+    let show = &doc["paths"]["/api/show"]["post"]["responses"];
+    assert!(show.get("404").is_some() && show.get("429").is_none(), "show never queues: {show}");
     let r = d.client().post(format!("{}/api/chat", d.url)).body("{}").send().await.unwrap();
     assert_eq!(r.status(), 401);
     let e: Value = r.json().await.unwrap();

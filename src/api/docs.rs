@@ -79,6 +79,20 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
                     "The model is loading, the server is shutting down, or the runtime is stuck in an aborted run",
                 );
             }
+            if ollama && post {
+                // Ollama's routes share their refusals (`api::ollama`).
+                add("400", "Invalid request");
+                add("404", "Unknown model");
+                if path != "/api/show" {
+                    add("429", "Queue full");
+                }
+                if path == "/api/chat" || path == "/api/generate" {
+                    add(
+                        "500",
+                        "The model failed to load or the runtime failed, or the reply is not the `format` asked for",
+                    );
+                }
+            }
             if post {
                 add(
                     "408",

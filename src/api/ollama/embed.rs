@@ -2,9 +2,7 @@
 //! over the path of `/v1/embeddings` (validation, pooling, the engine's
 //! hidden-layer job and the request record: `api::embeddings::vectors`).
 
-use super::wire::{
-    EmbedInput, EmbedRequest, EmbedResponse, ErrorReply, LegacyEmbedRequest, LegacyEmbedResponse, Options,
-};
+use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
 use super::{convert, parse_counted};
 use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
@@ -27,9 +25,6 @@ use std::time::{Duration, Instant};
     request_body = EmbedRequest,
     responses(
         (status = 200, description = "One embedding per input, in input order", body = EmbedResponse),
-        (status = 400, description = "Invalid request", body = ErrorReply),
-        (status = 404, description = "Unknown model", body = ErrorReply),
-        (status = 429, description = "Queue full", body = ErrorReply),
     )
 )]
 pub async fn embed(
@@ -76,9 +71,6 @@ pub async fn embed(
     request_body = LegacyEmbedRequest,
     responses(
         (status = 200, description = "The prompt's embedding (empty without a prompt)", body = LegacyEmbedResponse),
-        (status = 400, description = "Invalid request", body = ErrorReply),
-        (status = 404, description = "Unknown model", body = ErrorReply),
-        (status = 429, description = "Queue full", body = ErrorReply),
     )
 )]
 pub async fn legacy(

@@ -1,6 +1,6 @@
 //! `GET /api/version`, `GET /api/tags`, `GET /api/ps`, `POST /api/show`.
 
-use super::wire::{Details, ErrorReply, ModelEntry, Models, Show, ShowRequest, Version};
+use super::wire::{Details, ModelEntry, Models, Show, ShowRequest, Version};
 use crate::api::error::ApiError;
 use crate::api::AppState;
 use crate::conversation::Prompter;
@@ -129,8 +129,6 @@ async fn capabilities(status: &Status) -> Vec<&'static str> {
     request_body = ShowRequest,
     responses(
         (status = 200, description = "The model's template, parameters and capabilities", body = Show),
-        (status = 400, description = "Invalid request", body = ErrorReply),
-        (status = 404, description = "Unknown model", body = ErrorReply),
     )
 )]
 pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, ApiError> {

@@ -29,6 +29,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use reply::{Frame, Shape};
 use std::time::Instant;
+use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
@@ -60,10 +61,15 @@ pub async fn error_shape(req: Request, next: Next) -> Response {
     Response::from_parts(parts, Body::from(body))
 }
 
+/// The error shape, which `api::docs` names for every refusal on these routes.
+#[derive(utoipa::OpenApi)]
+#[openapi(components(schemas(ErrorReply)))]
+struct OllamaDoc;
+
 /// The routes, with their part of the OpenAPI document (`api::docs` adds
 /// the responses every route can give, in Ollama's error shape).
 pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
+    OpenApiRouter::with_openapi(OllamaDoc::openapi())
         .routes(routes!(info::version))
         .routes(routes!(info::tags))
         .routes(routes!(info::ps))
@@ -93,10 +99,6 @@ fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
     responses(
         (status = 200, description = "The reply: one object, or with `stream` (the default) one per piece and a last with `done: true`",
             content((Chunk = "application/json"), (StreamLine = "application/x-ndjson"))),
-        (status = 400, description = "Invalid request", body = ErrorReply),
-        (status = 404, description = "Unknown model", body = ErrorReply),
-        (status = 429, description = "Queue full", body = ErrorReply),
-        (status = 500, description = "The runtime failed", body = ErrorReply),
     )
 )]
 async fn chat(
@@ -122,10 +124,6 @@ async fn chat(
     responses(
         (status = 200, description = "The reply: one object, or with `stream` (the default) one per piece and a last with `done: true`",
             content((Chunk = "application/json"), (StreamLine = "application/x-ndjson"))),
-        (status = 400, description = "Invalid request", body = ErrorReply),
-        (status = 404, description = "Unknown model", body = ErrorReply),
-        (status = 429, description = "Queue full", body = ErrorReply),
-        (status = 500, description = "The runtime failed", body = ErrorReply),
     )
 )]
 async fn generate(
