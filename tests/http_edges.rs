@@ -295,3 +295,25 @@ async fn keys_cors_root_and_the_document() {
     let chat = &doc["paths"]["/v1/chat/completions"]["post"];
     assert!(chat.get("security").is_none() && chat["responses"].get("401").is_none(), "{chat}");
 }
+
+/// Bodies the document allows and validation once refused: an integral
+/// float where an integer goes, a tool whose description is null (Messages,
+/// Responses); and one the document refuses, which validation refuses too.
+#[tokio::test]
+async fn what_the_document_allows_is_accepted() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?reply_tokens=3", "--model-id", "m"]);
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let chat = json!({"model": "m", "max_tokens": 3.0, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(status(d.post("/v1/chat/completions", chat).await), 200);
+    let half = json!({"model": "m", "max_tokens": 3.5, "messages": [{"role": "user", "content": "hi"}]});
+    let r = d.post("/v1/chat/completions", half).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("3.5")), "{e}");
+    let tool = json!({"name": "get_weather", "description": null, "input_schema": {"type": "object"}});
+    let messages =
+        json!({"model": "m", "max_tokens": 3, "tools": [tool], "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(status(d.post("/v1/messages", messages).await), 200);
+    let tool = json!({"type": "function", "name": "get_weather", "description": null, "parameters": null});
+    assert_eq!(status(d.post("/v1/responses", json!({"model": "m", "input": "hi", "tools": [tool]})).await), 200);
+}

@@ -84,6 +84,18 @@ fn rules() -> Vec<(&'static str, Value)> {
         (
             "ChatMessage",
             json!({"allOf": [
+                // `to_tool_call`: each call's id, name and arguments (JSON text or an object).
+                {"properties": {"tool_calls": {"items": {
+                    "type": "object", "required": ["id", "function"],
+                    "properties": {
+                        "id": {"type": "string"},
+                        "type": {"const": "function"},
+                        "function": {"type": "object", "required": ["name", "arguments"], "properties": {
+                            "name": {"type": "string"},
+                            "arguments": {"type": ["string", "object"]},
+                        }},
+                    },
+                }}}},
                 {"if": {"properties": {"role": {"not": {"const": "user"}}}},
                  "then": {"properties": {"content": {"oneOf": [
                      {"type": "null"}, {"type": "string"},
@@ -114,7 +126,37 @@ fn rules() -> Vec<(&'static str, Value)> {
         // request/convert.rs `validate_tools`: function tools named as OpenAI
         // allows (that names are unique is checked, not stated); Ollama's
         // chat takes the same tools.
-        ("ChatCompletionRequest", json!({"properties": {"tools": function_tools.clone()}})),
+        // ... and `tool_choice` (request/convert.rs `tool_choice`): one of
+        // its shapes; `required` or a function only with tools (that the
+        // function is one of them is checked, not stated).
+        (
+            "ChatCompletionRequest",
+            json!({
+                "properties": {
+                    "tools": function_tools.clone(),
+                    "tool_choice": {"oneOf": [
+                        {"type": "null"},
+                        {"enum": ["none", "auto", "required"]},
+                        {"type": "object", "required": ["type", "function"], "properties": {
+                            "type": {"const": "function"},
+                            "function": {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+                        }},
+                    ]},
+                },
+                "allOf": [{
+                    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}},
+                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+                }],
+            }),
+        ),
+        // ollama/convert.rs `generate`: a `raw` prompt has no template to place images in.
+        (
+            "OllamaGenerateRequest",
+            json!({"allOf": [{
+                "if": {"required": ["raw"], "properties": {"raw": {"const": true}}},
+                "then": {"properties": {"images": {"oneOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+            }]}),
+        ),
         ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
         // request/convert.rs `to_message`: a part is text or an image, and
         // only a user message carries images.
@@ -128,16 +170,30 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // ollama/embed.rs: several inputs, none empty (one empty input only loads the model).
         ("OllamaEmbedInput", json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}}}]})),
-        // responses/convert.rs `tool`: the same, flat.
+        // responses/convert.rs `tool` and `tool_choice`: the same, flat.
         (
             "CreateResponse",
-            json!({"properties": {"tools": {"type": ["array", "null"], "items": {
-                "type": "object", "required": ["type", "name"],
+            json!({
                 "properties": {
-                    "type": {"const": "function"}, "name": tool_name,
-                    "description": {"type": "string"}, "parameters": {"type": "object"},
+                    "tools": {"type": ["array", "null"], "items": {
+                        "type": "object", "required": ["type", "name"],
+                        "properties": {
+                            "type": {"const": "function"}, "name": tool_name,
+                            "description": {"type": ["string", "null"]}, "parameters": {"type": ["object", "null"]},
+                        },
+                    }},
+                    "tool_choice": {"oneOf": [
+                        {"type": "null"},
+                        {"enum": ["none", "auto", "required"]},
+                        {"type": "object", "required": ["type", "name"],
+                         "properties": {"type": {"const": "function"}, "name": {"type": "string"}}},
+                    ]},
                 },
-            }}}}),
+                "allOf": [{
+                    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}},
+                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+                }],
+            }),
         ),
         // messages/convert.rs: only custom tools (no server tool's `type`), named as above.
         (
@@ -168,7 +224,13 @@ fn rules() -> Vec<(&'static str, Value)> {
         // four shapes; `thinking.type` enabled or disabled.
         (
             "Conversation",
-            json!({"properties": {
+            json!({
+                "allOf": [{
+                    "if": {"required": ["tool_choice"],
+                           "properties": {"tool_choice": {"type": "object", "properties": {"type": {"enum": ["any", "tool"]}}}}},
+                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+                }],
+                "properties": {
                 "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/InMessage"}},
                 "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
                 "thinking": {"oneOf": [

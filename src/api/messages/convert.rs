@@ -32,8 +32,14 @@ pub fn conversation(c: &Conversation) -> Result<ChatCompletionRequest, ApiError>
                 .iter()
                 .enumerate()
                 .map(|(i, t)| match t.kind.as_deref() {
-                    None | Some("custom") => Ok(json!({"type": "function", "function":
-                        {"name": t.name, "description": t.description, "parameters": t.input_schema}})),
+                    None | Some("custom") => {
+                        let mut function = json!({"name": t.name, "parameters": t.input_schema});
+                        // A null description is no description (chat's tools take only text).
+                        if let Some(description) = &t.description {
+                            function["description"] = json!(description);
+                        }
+                        Ok(json!({"type": "function", "function": function}))
+                    }
                     Some(other) => Err(ApiError::invalid_value(
                         &format!("tools[{i}].type"),
                         format!(

@@ -184,8 +184,9 @@ fn tool(i: usize, t: &Value) -> Result<Value, ApiError> {
         ));
     }
     let mut function = Map::new();
+    // A null field is an absent one (chat's tools take only text and objects).
     for key in ["name", "description", "parameters"] {
-        if let Some(v) = t.get(key) {
+        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
             function.insert(key.into(), v.clone());
         }
     }
