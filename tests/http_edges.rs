@@ -274,6 +274,12 @@ async fn keys_cors_root_and_the_document() {
     assert_eq!((top_p["minimum"].as_f64(), top_p["maximum"].as_f64()), (Some(0.0), Some(1.0)), "{top_p}");
     let messages = &schemas["ChatCompletionRequest"]["allOf"][1]["properties"]["messages"];
     assert_eq!(messages["minItems"], 1, "{messages}");
+    // The rules that join fields (api/schema_rules.rs), each on a schema the document has.
+    let tool_rule = &schemas["ChatMessage"]["allOf"];
+    assert!(tool_rule
+        .as_array()
+        .is_some_and(|rules| rules.iter().any(|r| r["if"]["properties"]["role"]["const"] == "tool")));
+    assert!(!d.log().contains("has no such schema"), "{}", d.log());
     // Ollama's routes, in its shapes: NDJSON lines, `{"error": "…"}`.
     let ollama = &doc["paths"]["/api/chat"]["post"]["responses"];
     let ndjson = &ollama["200"]["content"]["application/x-ndjson"]["schema"]["$ref"];
