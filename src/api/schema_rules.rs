@@ -34,6 +34,14 @@ fn given(field: &str) -> Value {
     json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}})
 }
 
+/// A `tool_choice` matching `choice` needs at least one tool.
+fn needs_tools(choice: Value) -> Value {
+    json!({
+        "if": {"required": ["tool_choice"], "properties": {"tool_choice": choice}},
+        "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+    })
+}
+
 /// (schema name, keywords to add to it).
 fn rules() -> Vec<(&'static str, Value)> {
     let text_block = json!({
@@ -123,12 +131,10 @@ fn rules() -> Vec<(&'static str, Value)> {
                  "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block, tool_use, thinking, redacted]}))}}},
             ]}),
         ),
-        // request/convert.rs `validate_tools`: function tools named as OpenAI
-        // allows (that names are unique is checked, not stated); Ollama's
-        // chat takes the same tools.
-        // ... and `tool_choice` (request/convert.rs `tool_choice`): one of
-        // its shapes; `required` or a function only with tools (that the
-        // function is one of them is checked, not stated).
+        // request/convert.rs `validate_tools` and `tool_choice`: function
+        // tools named as OpenAI allows (that names are unique is checked, not
+        // stated); `tool_choice` one of its shapes, `required` or a function
+        // only with tools (that the function is one of them is checked, not stated).
         (
             "ChatCompletionRequest",
             json!({
@@ -143,12 +149,11 @@ fn rules() -> Vec<(&'static str, Value)> {
                         }},
                     ]},
                 },
-                "allOf": [{
-                    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}},
-                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
-                }],
+                "allOf": [needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]}))],
             }),
         ),
+        // Ollama's chat takes the same tools.
+        ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
         // ollama/convert.rs `generate`: a `raw` prompt has no template to place images in.
         (
             "OllamaGenerateRequest",
@@ -157,7 +162,6 @@ fn rules() -> Vec<(&'static str, Value)> {
                 "then": {"properties": {"images": {"oneOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
             }]}),
         ),
-        ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
         // request/convert.rs `to_message`: a part is text or an image, and
         // only a user message carries images.
         (
@@ -189,10 +193,7 @@ fn rules() -> Vec<(&'static str, Value)> {
                          "properties": {"type": {"const": "function"}, "name": {"type": "string"}}},
                     ]},
                 },
-                "allOf": [{
-                    "if": {"required": ["tool_choice"], "properties": {"tool_choice": {"anyOf": [{"const": "required"}, {"type": "object"}]}}},
-                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
-                }],
+                "allOf": [needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]}))],
             }),
         ),
         // messages/convert.rs: only custom tools (no server tool's `type`), named as above.
@@ -200,12 +201,12 @@ fn rules() -> Vec<(&'static str, Value)> {
             "Tool",
             json!({"properties": {"type": {"oneOf": [{"type": "null"}, {"const": "custom"}]}, "name": tool_name}}),
         ),
-        // responses/convert.rs `add_item`: the item kinds, a message's roles.
+        // responses/convert.rs `add_item`: the item kinds (none: a message),
+        // a message's roles.
         (
             "InputItem",
             json!({"allOf": [
                 {"properties": {"type": {"enum": ["message", "function_call", "function_call_output", "reasoning"]}}},
-                {"if": {"not": {"required": ["type"]}}, "then": {"required": ["role"]}},
                 {"if": {"properties": {"type": {"const": "message"}}},
                  "then": {"required": ["role", "content"], "properties": {
                      "role": {"enum": ["user", "assistant", "system", "developer"]},
@@ -225,25 +226,22 @@ fn rules() -> Vec<(&'static str, Value)> {
         (
             "Conversation",
             json!({
-                "allOf": [{
-                    "if": {"required": ["tool_choice"],
-                           "properties": {"tool_choice": {"type": "object", "properties": {"type": {"enum": ["any", "tool"]}}}}},
-                    "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
-                }],
+                "allOf": [needs_tools(json!({"type": "object", "properties": {"type": {"enum": ["any", "tool"]}}}))],
                 "properties": {
-                "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/InMessage"}},
-                "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
-                "thinking": {"oneOf": [
-                    {"type": "null"},
-                    {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["enabled", "disabled"]}}},
-                ]},
-                "tool_choice": {"oneOf": [
-                    {"type": "null"},
-                    {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["auto", "any", "none"]}}},
-                    {"type": "object", "required": ["type", "name"],
-                     "properties": {"type": {"const": "tool"}, "name": {"type": "string"}}},
-                ]},
-            }}),
+                    "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/InMessage"}},
+                    "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
+                    "thinking": {"oneOf": [
+                        {"type": "null"},
+                        {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["enabled", "disabled"]}}},
+                    ]},
+                    "tool_choice": {"oneOf": [
+                        {"type": "null"},
+                        {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["auto", "any", "none"]}}},
+                        {"type": "object", "required": ["type", "name"],
+                         "properties": {"type": {"const": "tool"}, "name": {"type": "string"}}},
+                    ]},
+                },
+            }),
         ),
     ]
 }
