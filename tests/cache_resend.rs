@@ -49,9 +49,17 @@ fn start(script: &tempfile::NamedTempFile, extra: &[&str]) -> Daemon {
 /// The follow-up reused the whole cache (the first turn's prompt and every
 /// token it generated) and the runtime prefilled only the rest.
 fn assert_whole_reuse(first: &Turn, follow: &Turn) {
+    assert_reuse_in_slot(first, follow);
+    let prompt_n = follow.timings["prompt_n"].as_i64().unwrap();
+    assert_eq!(prompt_n, follow.prompt() - follow.cached(), "{}", follow.timings);
+}
+
+/// The same in a batch slot, whose run's prefill count is the batch's, not
+/// one request's (`prompt_n` is null).
+fn assert_reuse_in_slot(first: &Turn, follow: &Turn) {
     assert_eq!(follow.cached(), first.prompt() + first.completion(), "{}", follow.usage);
-    assert_eq!(follow.timings["prompt_n"].as_i64().unwrap(), follow.prompt() - follow.cached(), "{}", follow.timings);
     assert_eq!(follow.timings["cache_n"], follow.cached());
+    assert_eq!(follow.timings["cache"], "resident", "{}", follow.timings);
 }
 
 #[tokio::test]
@@ -107,8 +115,9 @@ async fn a_thinking_reply_resent_without_its_reasoning_is_reused_unless_history_
     let kept = start(&s, &base);
     let template = start(&s, &[&base[..], &["--reasoning-history", "template"]].concat());
     let off = start(&s, &[&base[..], &["--conversation-cache", "off"]].concat());
+    let batched = start(&s, &[&base[..], &["--batch", "2"]].concat());
     let mut results = Vec::new();
-    for d in [&kept, &template, &off] {
+    for d in [&kept, &template, &off, &batched] {
         let mut messages = vec![json!({"role": "user", "content": "The first question"})];
         let first = turn(d, &Value::Array(messages.clone()), None).await;
         assert_eq!(first.content, "One.");
@@ -121,9 +130,9 @@ async fn a_thinking_reply_resent_without_its_reasoning_is_reused_unless_history_
         assert_eq!(follow.content, "Two.");
         results.push((first, follow));
     }
-    let [(k1, k2), (t1, t2), (_, o2)] = &results[..] else { unreachable!() };
+    let [(k1, k2), (t1, t2), (_, o2), (b1, b2)] = &results[..] else { unreachable!() };
     assert_whole_reuse(k1, k2);
-    assert_eq!(k2.timings["cache"], "resident");
+    assert_reuse_in_slot(b1, b2);
     // Template: the cached reasoning is not reused; the first prompt, saved
     // as a file when it ran, is restored and the reply prefilled again.
     assert_eq!(t2.cached(), t1.prompt(), "{}", t2.usage);
@@ -157,15 +166,26 @@ async fn through_dlopen_a_cut_reply_resent_is_reused() {
 /// the client's history holds U+FFFD, turn after turn.
 #[tokio::test]
 async fn a_chat_of_cut_replies_reuses_the_whole_cache_on_every_turn() {
+    chat_of_cut_replies(&[], assert_whole_reuse).await;
+}
+
+/// The same in a batch slot (`slots.rs`): the client names what it saw as
+/// its slot's reply ends, which may be before the batched run has returned.
+#[tokio::test]
+async fn in_a_batch_slot_a_chat_of_cut_replies_reuses_the_whole_cache_on_every_turn() {
+    chat_of_cut_replies(&["--batch", "2"], assert_reuse_in_slot).await;
+}
+
+async fn chat_of_cut_replies(extra: &[&str], assert_reuse: fn(&Turn, &Turn)) {
     let s = script(&[("", "In 東京 mostly.")]);
-    let d = start(&s, &[]);
+    let d = start(&s, extra);
     let mut messages = vec![json!({"role": "user", "content": "Where?"})];
     let mut previous: Option<Turn> = None;
     for i in 0..5 {
         let t = turn(&d, &Value::Array(messages.clone()), Some(3)).await;
         assert!(t.content.ends_with('\u{FFFD}'), "turn {i}: {:?}", t.content);
         match &previous {
-            Some(p) => assert_whole_reuse(p, &t),
+            Some(p) => assert_reuse(p, &t),
             None => assert_eq!(t.cached(), 0),
         }
         messages

@@ -21,7 +21,7 @@
 use crate::abi::Functions;
 use crate::callback::{enter, leave, token, userdata, OnResult, Shared};
 use crate::common::*;
-use crate::event::{Event, Finish, Perf};
+use crate::event::{BatchEnd, Event, Finish, Perf};
 use crate::marshal::{InferArgs, Marshal};
 use crate::params::{BatchRequest, RunInput, SamplingParams};
 use crate::utf8::Utf8Assembler;
@@ -37,12 +37,14 @@ pub(crate) struct BatchRun {
     pub id: u64,
     pub cancelled: Arc<AtomicBool>,
     pub slots: Vec<Option<UnboundedSender<Event>>>,
-    pub done: oneshot::Sender<Finish>,
+    pub done: oneshot::Sender<BatchEnd>,
 }
 
 struct Slot {
     /// `None`: a filler input, or a slot whose reply has ended.
     events: Option<UnboundedSender<Event>>,
+    /// Every id the slot generated.
+    ids: Vec<i32>,
     utf8: Utf8Assembler,
     finished: bool,
     /// A surprise about this slot was reported already.
@@ -77,7 +79,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         for events in slots.iter().flatten() {
             let _ = events.send(Event::Finished(skipped.clone()));
         }
-        let _ = done.send(skipped);
+        let _ = done.send(BatchEnd { finish: skipped, slot_tokens: Vec::new() });
         return;
     }
     // Every buffer below outlives the blocking call.
@@ -107,7 +109,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
     let (lora, prompt_cache) = extras.pointers();
     let mut infer = A::infer_param(InferArgs {
         mode: RKLLMInferMode::Generate,
-        keep_history: false,
+        keep_history: req.keep_history,
         max_new_tokens: req.max_new_tokens,
         sampling: sampling_ptr,
         lora,
@@ -116,7 +118,13 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
     let mut ctx = BatchContext {
         slots: slots
             .into_iter()
-            .map(|events| Slot { events, utf8: Utf8Assembler::new(), finished: false, reported: false })
+            .map(|events| Slot {
+                events,
+                ids: Vec::new(),
+                utf8: Utf8Assembler::new(),
+                finished: false,
+                reported: false,
+            })
             .collect(),
         perf: None,
         runtime_error: false,
@@ -153,7 +161,8 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
             let _ = events.send(Event::Finished(Finish { tail: slot.utf8.finish(), ..finish.clone() }));
         }
     }
-    let _ = done.send(finish);
+    let slot_tokens = ctx.slots.iter_mut().map(|slot| std::mem::take(&mut slot.ids)).collect();
+    let _ = done.send(BatchEnd { finish, slot_tokens });
 }
 
 impl OnResult for BatchContext {
@@ -240,6 +249,7 @@ impl Slot {
             self.reported = true;
             return Some(format!("token {} after the slot had finished (token id < 0); dropped", result.token_id));
         }
+        self.ids.push(result.token_id);
         let events = self.events.as_ref()?;
         let _ = events.send(Event::Token(token(result, state, at, &mut self.utf8)));
         None

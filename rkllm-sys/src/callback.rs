@@ -135,5 +135,6 @@ pub(crate) fn token(result: &RKLLMResult, state: c_int, at: Instant, utf8: &mut 
         unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
     };
     let text = utf8.push(&bytes);
-    Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, at }
+    let split = utf8.pending_len() > 0;
+    Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, split, at }
 }

@@ -15,6 +15,9 @@ pub struct Token {
     pub token_id: i32,
     /// The callback state was WAITING (an incomplete character).
     pub waiting: bool,
+    /// Bytes of an unfinished character are held back after this token: a
+    /// reply that ends here ends in U+FFFD (a run's `Finish::tail`).
+    pub split: bool,
     pub at: Instant,
 }
 
@@ -42,6 +45,16 @@ pub struct Finish {
     /// manual's open points (where `perf` is reported, finished slots
     /// staying finished): the caller logs each one loudly. Empty normally.
     pub surprises: Vec<String>,
+}
+
+/// How a batched run ended, as its caller learns it once `rkllm_run` returned.
+#[derive(Debug, Clone)]
+pub struct BatchEnd {
+    pub finish: Finish,
+    /// Each slot's generated ids in order, as the callbacks delivered them
+    /// (fillers' and left slots' too: they are in the slots' KV caches all
+    /// the same).
+    pub slot_tokens: Vec<Vec<i32>>,
 }
 
 /// The runtime's own figures for one run (`RKLLMPerfStat` in plain Rust

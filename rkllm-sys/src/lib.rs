@@ -32,8 +32,8 @@ pub use abi::{Abi, AbiTypes, Functions, Table, V1_2, V1_3};
 pub use capture::capture_output;
 pub use loader::{find_library, LoadError, Origin, Runtime};
 pub use model::{
-    Activity, BatchInput, BatchRequest, Event, Finish, InitConfig, LoraAdapter, Model, ModelError, Perf, Role,
-    RunControl, RunInput, RunRequest, SamplingParams, Token,
+    Activity, BatchEnd, BatchInput, BatchRequest, Event, Finish, InitConfig, LoraAdapter, Model, ModelError, Perf,
+    Role, RunControl, RunInput, RunRequest, SamplingParams, Token,
 };
 pub use output::{CaptureError, Matrix};
 pub use params::{Capture, ImageTags, Images, Rows, IMAGE_MARKER};

@@ -24,7 +24,7 @@ use crate::callback::{enter, leave, on_result, token, userdata, OnResult, Shared
 use crate::capture::{capture_output, echo};
 use crate::common::*;
 pub use crate::error::ModelError;
-pub use crate::event::{Event, Finish, Perf, Token};
+pub use crate::event::{BatchEnd, Event, Finish, Perf, Token};
 use crate::marshal::{ImagesArgs, InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
 pub use crate::params::{
@@ -164,7 +164,7 @@ impl Model {
         &self,
         req: BatchRequest,
         slots: Vec<Option<UnboundedSender<Event>>>,
-    ) -> Result<(RunControl, oneshot::Receiver<Finish>), ModelError> {
+    ) -> Result<(RunControl, oneshot::Receiver<BatchEnd>), ModelError> {
         let n = usize::from(self.n_batch);
         if self.n_batch < 2 || req.slots.len() != n || slots.len() != n {
             return Err(ModelError::BatchSize { given: req.slots.len().min(slots.len()), n_batch: self.n_batch });

@@ -237,8 +237,8 @@ pub struct BatchInput {
     pub enable_thinking: bool,
 }
 
-/// One batched run (`n_batch` > 1): exactly `n_batch` inputs, role user,
-/// no history kept; the limit and sampling are the run's, shared by the slots.
+/// One batched run (`n_batch` > 1): exactly `n_batch` inputs, role user;
+/// the limit, sampling and `keep_history` are the run's, shared by the slots.
 #[derive(Debug, Clone)]
 pub struct BatchRequest {
     pub slots: Vec<BatchInput>,
@@ -248,4 +248,7 @@ pub struct BatchRequest {
     pub sampling: Option<SamplingParams>,
     /// The LoRA adapter every slot runs with (one per run); `None`: the base model.
     pub lora: Option<String>,
+    /// Every slot's KV cache keeps its input and reply after the run (each
+    /// slot has its own); `false`: the runtime clears them.
+    pub keep_history: bool,
 }

@@ -80,7 +80,7 @@ pub fn pieces(
                         // stop sequence is not (the cache holds text it never saw).
                         let calls = seen.calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str()));
                         let reasoned = parser.reasoned() || seen.content.contains("</think>");
-                        generation.seen_as(view(&seen.content, calls), reasoned);
+                        generation.seen_as(view(&seen.content, calls), reasoned, outcome.timeline.tokens);
                     }
                     if !rest.is_empty() {
                         yield Piece::Delta(rest);

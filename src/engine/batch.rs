@@ -5,7 +5,8 @@
 //! The runtime takes sampling, the adapter, `max_new_tokens` and
 //! `keep_history` per run, so a group shares sampling and adapter; the run
 //! gets the group's largest token limit (each generation ends its own reply
-//! at its own limit) and keeps no history. Slots without a job get a
+//! at its own limit), and keeps history when the conversation cache is on
+//! (`slots.rs` places each job in its slot). Slots without a job get a
 //! one-token filler input, because the runtime reads exactly N inputs
 //! (`rkllm-sys/src/batch.rs`; whether it accepts fewer is open in the
 //! manual, and the simulator refuses it). A filler's reply is never read,
@@ -17,11 +18,14 @@
 //! only once every slot has been left — `rkllm_abort` ends the whole run.
 
 use super::halt::ABORT_GRACE;
+use super::job::CacheHints;
+use super::kv::Plan;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Permit, Place, Turn};
+use super::slots::{Kept, SlotJob};
 use super::Engine;
-use rkllm_sys::{BatchInput, BatchRequest, Event, Finish, RunControl, RunInput};
+use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
@@ -71,26 +75,40 @@ pub(super) struct Slot {
     pub events: UnboundedReceiver<Event>,
     /// Jobs in the batch (fillers not counted).
     pub jobs: u32,
+    /// How the job uses its slot's conversation (`None`: the cache is off).
+    pub plan: Option<Plan>,
+}
+
+/// A job the scheduler put in a batch.
+pub(super) struct BatchJob {
+    pub id: String,
+    pub plan: Arc<RunPlan>,
+    /// The prompt's ids, and what the conversation cache matches besides them.
+    pub tokens: Option<Arc<[i32]>>,
+    pub hints: CacheHints,
+    pub place: Place,
 }
 
 /// A batched run under way: its turn is held until the runtime returned.
 pub(super) struct BatchRun {
-    done: oneshot::Receiver<Finish>,
+    done: oneshot::Receiver<BatchEnd>,
     /// Told when every slot was left and the run aborted.
     aborted: Arc<Notify>,
     turn: Turn,
     jobs: usize,
     size: usize,
+    /// What each slot was given, when the slots keep their conversations.
+    kept: Option<Kept>,
 }
 
 impl Engine {
-    /// Starts one batched run for `group` (plans and their queue places):
-    /// each job's slot, in order, and the run to be ended with
-    /// [`Engine::end_batch`] once the slots are handed out.
-    pub(super) fn start_batch(
+    /// Starts one batched run for `group`: each job's slot, in the group's
+    /// order, and the run to be ended with [`Engine::end_batch`] once the
+    /// slots are handed out.
+    pub(super) async fn start_batch(
         &self,
         permit: Permit,
-        group: Vec<(Arc<RunPlan>, Place)>,
+        group: Vec<BatchJob>,
         size: usize,
     ) -> Result<(Vec<Slot>, BatchRun), EndReason> {
         if self.is_closing() {
@@ -98,46 +116,84 @@ impl Engine {
         }
         // The group shares sampling and adapter (`schedule.rs`); the run goes
         // on to the longest limit, each slot ending its reply at its own.
-        let first = group[0].0.clone();
-        let max_new_tokens = group.iter().filter_map(|(plan, _)| plan.max_new_tokens).max();
+        let first = group[0].plan.clone();
+        let max_new_tokens = group.iter().filter_map(|job| job.plan.max_new_tokens).max();
         let jobs = group.len();
-        let mut inputs = Vec::with_capacity(size);
-        let mut channels = Vec::with_capacity(size);
+        let layout = self.lay_out_batch(&group).await;
+        let mut inputs = vec![None; size];
+        let mut channels = vec![None; size];
         let mut receivers = Vec::with_capacity(jobs);
         let mut places = Vec::with_capacity(jobs);
-        for (plan, place) in group {
+        let mut plans = Vec::with_capacity(jobs);
+        let mut used: Vec<Option<SlotJob>> = (0..size).map(|_| None).collect();
+        for (index, job) in group.into_iter().enumerate() {
+            let (slot, plan) = match &layout {
+                Some(layout) => (layout.jobs[index].0, layout.jobs[index].1.clone()),
+                None => (index, None),
+            };
+            let input = match &plan {
+                Some(plan) => BatchInput { input: plan.input(), enable_thinking: job.plan.enable_thinking },
+                None => job.plan.batch_input(),
+            };
             let (tx, rx) = mpsc::unbounded_channel();
-            inputs.push(plan.batch_input());
-            channels.push(Some(tx));
+            inputs[slot] = Some(input);
+            channels[slot] = Some(tx);
             receivers.push(rx);
-            places.push(place);
+            places.push(job.place);
+            if let Some(plan) = &plan {
+                used[slot] = Some(SlotJob { id: job.id, plan: plan.clone() });
+            }
+            plans.push(plan);
         }
-        let filler = BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false };
-        inputs.resize(size, filler);
-        channels.resize(size, None);
+        // A filler slot's input: one id of the prompts when the slots keep
+        // history, so that every slot's prefill is known (the runtime's
+        // count is checked against it); else a one-token text.
+        let filler_id = plans.iter().flatten().find_map(|plan| plan.prompt.first().copied());
+        let filler = match filler_id.filter(|_| layout.is_some()) {
+            Some(id) => BatchInput { input: RunInput::Tokens(vec![id]), enable_thinking: false },
+            None => BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false },
+        };
+        let inputs: Vec<BatchInput> = inputs.into_iter().map(|i| i.unwrap_or_else(|| filler.clone())).collect();
+        let kept = layout.map(|_| Kept {
+            sent: inputs
+                .iter()
+                .map(|i| match &i.input {
+                    RunInput::Tokens(ids) => Some(ids.len()),
+                    RunInput::Prompt(_) => None,
+                })
+                .sum(),
+            used,
+            lora: first.lora.clone(),
+        });
         let turn = self.queue.start(permit, places);
-        let request =
-            BatchRequest { slots: inputs, max_new_tokens, sampling: first.sampling, lora: first.lora.clone() };
+        let request = BatchRequest {
+            slots: inputs,
+            max_new_tokens,
+            sampling: first.sampling,
+            lora: first.lora.clone(),
+            keep_history: kept.is_some(),
+        };
         let (control, done) =
             self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
         let wanted = Arc::new(AtomicUsize::new(jobs));
         let aborted = Arc::new(Notify::new());
         let slots = receivers
             .into_iter()
-            .map(|events| {
+            .zip(plans)
+            .map(|(events, plan)| {
                 let batch = Some((wanted.clone(), aborted.clone()));
                 let control = SlotControl { run: control.clone(), batch, left: Arc::default() };
-                Slot { control, events, jobs: jobs as u32 }
+                Slot { control, events, jobs: jobs as u32, plan }
             })
             .collect();
-        Ok((slots, BatchRun { done, aborted, turn, jobs, size }))
+        Ok((slots, BatchRun { done, aborted, turn, jobs, size, kept }))
     }
 
     /// Waits until the batched run's `rkllm_run` returned, then frees its
     /// turn. Once every slot was left (the run aborted), the runtime gets
     /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
     pub(super) async fn end_batch(&self, run: BatchRun) {
-        let BatchRun { mut done, aborted, turn, jobs, size } = run;
+        let BatchRun { mut done, aborted, turn, jobs, size, kept } = run;
         let finished = tokio::select! {
             finished = &mut done => finished,
             () = aborted.notified() => {
@@ -145,16 +201,23 @@ impl Engine {
                 self.halt.aborted_run(grace_end, done).await
             }
         };
-        if let Ok(finish) = finished {
-            for surprise in &finish.surprises {
-                tracing::error!(
-                    surprise,
-                    "the runtime's batched run contradicts rkllmd's reading of the manual (rkllm-sys/src/batch.rs)"
-                );
+        match finished {
+            Ok(BatchEnd { finish, slot_tokens }) => {
+                for surprise in &finish.surprises {
+                    tracing::error!(
+                        surprise,
+                        "the runtime's batched run contradicts rkllmd's reading of the manual (rkllm-sys/src/batch.rs)"
+                    );
+                }
+                tracing::debug!(jobs, size, code = finish.code, perf = ?finish.perf, "batched run ended");
+                match kept {
+                    Some(kept) => self.settle_batch(kept, &finish, &slot_tokens).await,
+                    None => self.sample_kv_cache(),
+                }
             }
-            tracing::debug!(jobs, size, code = finish.code, perf = ?finish.perf, "batched run ended");
+            // Not returned: what the slots hold is not known.
+            Err(_) => self.forget_kv(),
         }
-        self.sample_kv_cache();
         drop(turn);
     }
 }

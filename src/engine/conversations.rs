@@ -18,7 +18,8 @@ use std::sync::{Mutex, MutexGuard};
 pub struct WarmConversations {
     /// Conversations whose state is kept (resident or saved, each once).
     pub warm: usize,
-    /// Prompt tokens of the conversation the KV cache holds (0: none).
+    /// Prompt tokens of the conversations the KV cache holds (0: none;
+    /// with `batch` > 1, summed over the slots).
     pub resident_tokens: usize,
     /// Conversations saved as prompt-cache files, and their bytes.
     pub saved: usize,
@@ -148,8 +149,7 @@ impl Engine {
         }
         let (reused, found) = match &plan.restore {
             Some(restore) => self.check_restore(plan, restore, perf),
-            None if plan.cached > 0 => (plan.cached, CacheUse::Resident),
-            None => (0, CacheUse::Miss(plan.miss)),
+            None => plan.found(),
         };
         let settled = lock(kv).after_run(job, plan, generated, reported);
         if let Err(d) = &settled {
@@ -206,10 +206,13 @@ impl Engine {
         (skipped, CacheUse::Miss(MissReason::Other))
     }
 
-    /// How the client was shown the reply of `job` (see [`super::kv::KvCache::seen`]).
-    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool) {
+    /// How the client was shown the reply of `job`, `shown` tokens of it
+    /// (see [`super::kv::KvCache::seen`]).
+    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool, shown: u32) {
         if let Some(kv) = &self.kv {
-            lock(kv).seen(job, view, reasoned);
+            lock(kv).seen(job, view, reasoned, shown);
+        } else if let Some(slots) = &self.slots {
+            lock(slots).seen(job, view, reasoned, shown);
         }
     }
 
@@ -222,10 +225,17 @@ impl Engine {
         if let Some(saved) = &self.saved {
             lock(saved).forget();
         }
+        if let Some(slots) = &self.slots {
+            lock(slots).forget();
+        }
     }
 
     /// The conversations kept warm now; `None` with the cache off.
     pub fn warm_conversations(&self) -> Option<WarmConversations> {
+        if let Some(slots) = &self.slots {
+            let (warm, resident_tokens) = lock(slots).held();
+            return Some(WarmConversations { warm, resident_tokens, saved: 0, saved_bytes: 0 });
+        }
         let kv = self.kv.as_ref()?;
         // Between runs only: a run holding the lock is brief (planning, settling).
         let resident_tokens = lock(kv).last_prompt().map_or(0, <[i32]>::len);
@@ -242,7 +252,11 @@ impl Engine {
     /// the KV cache holds: the one question the scheduler asks of the cache
     /// (`schedule.rs` lets such a job go first, its prefill mostly done).
     pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
-        let (Some(kv), Some(ids)) = (self.kv.as_ref(), ids) else { return false };
+        let Some(ids) = ids else { return false };
+        if let Some(slots) = &self.slots {
+            return lock(slots).is_warm(ids, lora);
+        }
+        let Some(kv) = self.kv.as_ref() else { return false };
         lock(kv).plan(ids, None, lora, 0, u32::MAX).cached > 0
     }
 

@@ -9,7 +9,7 @@ use super::guards::{RunGuard, WaitGuard};
 use super::halt::ABORT_GRACE;
 use super::job::{CacheHints, Job};
 use super::kv::Plan;
-use super::outcome::{Deadline, EndReason, GenEvent, Outcome};
+use super::outcome::{CacheUse, Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::Place;
@@ -67,10 +67,11 @@ impl Generation {
     }
 
     /// How the client was shown the finished reply (the api's view of it;
-    /// `reasoned`: the reply held reasoning the view leaves out), so that a
-    /// follow-up resending it can reuse the cached reply.
-    pub fn seen_as(&self, view: String, reasoned: bool) {
-        self.engine.reply_seen(&self.job, view, reasoned);
+    /// `reasoned`: the reply held reasoning the view leaves out; `shown`: its
+    /// tokens the client got), so that a follow-up resending it can reuse
+    /// the cached reply.
+    pub fn seen_as(&self, view: String, reasoned: bool, shown: u32) {
+        self.engine.reply_seen(&self.job, view, reasoned, shown);
     }
 }
 
@@ -176,7 +177,12 @@ impl Start {
         // A queued job stops waiting at the shutdown's abort, or when the
         // runtime is stuck in an aborted run (`halt.rs`).
         let assigned = tokio::select! {
-            assigned = engine.wait_assigned(self.place, self.plan.clone(), self.tokens.clone()) => assigned,
+            assigned = engine.wait_assigned(
+                self.place,
+                (self.job.clone(), self.plan.clone()),
+                self.tokens.clone(),
+                self.hints.clone(),
+            ) => assigned,
             reason = engine.halt.halted() => {
                 self.waiting.start();
                 return Err(Outcome::without_run(reason, Timeline::new(self.received), self.prompt_tokens));
@@ -184,7 +190,7 @@ impl Start {
         };
         let mut image_figures = None;
         let (submitted, turn) = match assigned {
-            Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, None, slot.jobs)), None),
+            Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, slot.plan, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
                 // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
                 let mut turn = Some(turn);
@@ -252,6 +258,7 @@ impl Start {
             reason,
             plan,
             generated: Vec::new(),
+            split: false,
             prompt_cache: self.prompt_cache,
             job: self.job,
         })
@@ -307,6 +314,8 @@ struct Run {
     /// Every id the runtime generated (those dropped from the reply too:
     /// they are in the KV cache all the same).
     generated: Vec<i32>,
+    /// The reply so far ends inside a character (its bytes held back).
+    split: bool,
     /// What the run should show of the model's prompt cache, if it has one.
     prompt_cache: Option<PromptCacheExpect>,
     /// The job's id.
@@ -432,6 +441,7 @@ impl Run {
             let admitted = timeline.admitted.unwrap_or(token.at);
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
         }
+        self.split = token.split;
         if timeline.tokens == self.limit {
             if self.aborts_at_limit {
                 // The runtime was not told the limit (ABI 1.2): enforce it here.
@@ -455,6 +465,7 @@ impl Run {
         // Still holding the turn: the size is this run's.
         let perf = finish.perf.map(RuntimePerf::from);
         let (cached_tokens, cache) = match &self.plan {
+            Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {
                 let (reused, found) = engine.settle_kv(&self.job, plan, &self.generated, perf.as_ref()).await;
                 (reused, Some(found))
@@ -503,14 +514,34 @@ impl Run {
         format!("the runtime reported an error (rkllm_run returned {}{state})", finish.code)
     }
 
-    /// The end of a batch slot that was left (see [`Next::LeftBatch`]).
+    /// The end of a batch slot that was left (see [`Next::LeftBatch`]): the
+    /// reply ends where the client's part of it did, in U+FFFD when that is
+    /// inside a character, as a run's end gives it.
     fn leave_batch(&mut self) -> Outcome {
         self.guard.control.abort();
         self.guard.finished = true;
         let reason = self.reason.take().unwrap_or(EndReason::Stopped);
+        let (cached_tokens, cache) = self.slot_cache();
+        self.guard.timeline.cache = cache.map(|c| (c.as_str(), c.reason()));
         let mut outcome = Outcome::without_run(reason, self.guard.timeline, self.guard.prompt_tokens);
         outcome.dropped_tokens = self.guard.dropped;
+        (outcome.cached_tokens, outcome.cache) = (cached_tokens, cache);
+        if self.split {
+            outcome.tail = char::REPLACEMENT_CHARACTER.to_string();
+        }
         outcome
+    }
+
+    /// What a batch slot's job reused: what it was planned to. The slot is
+    /// settled when the whole run has returned (`slots.rs`).
+    fn slot_cache(&self) -> (u32, Option<CacheUse>) {
+        match &self.plan {
+            Some(plan) => {
+                let (reused, found) = plan.found();
+                (u32::try_from(reused).unwrap_or(u32::MAX), Some(found))
+            }
+            None => (0, None),
+        }
     }
 
     /// The aborted run did not return in time: the client gets the ending

@@ -20,7 +20,7 @@
 //! unknown, and the next run starts clean. Never a wrong answer to save time.
 
 use super::job::Resent;
-use super::outcome::MissReason;
+use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Save};
 use rkllm_sys::RunInput;
 
@@ -64,7 +64,7 @@ struct LastRun {
 }
 
 /// How one run uses the cache.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Plan {
     /// Clear the cache before the run.
     pub clear: bool,
@@ -165,16 +165,25 @@ impl KvCache {
     }
 
     /// The api's name for how the client saw the reply of `job`; `reasoned`:
-    /// the reply held reasoning, which the client's view leaves out.
-    pub fn seen(&mut self, job: &str, view: String, reasoned: bool) {
-        if reasoned && !self.keep_reasoning {
-            // History as the template renders it: the cached reasoning
-            // must not stay in the context.
-            return;
-        }
-        if let Some(last) = self.last.as_mut().filter(|r| r.job == job) {
+    /// the reply held reasoning, which the client's view leaves out; `shown`:
+    /// the reply's tokens the client was shown. Only a reply the cache holds
+    /// exactly as shown can stand for its view: one with tokens the client
+    /// never saw (generated past the client's limit in a batch, or before an
+    /// abort landed) cannot. `false`: the cache's last run is not `job`'s.
+    pub fn seen(&mut self, job: &str, view: String, reasoned: bool, shown: u32) -> bool {
+        let Some(last) = self.last.as_mut().filter(|r| r.job == job) else { return false };
+        let reply_len = self.tokens.as_ref().map_or(0, |t| t.len() - last.reply_start);
+        // History as the template renders it: the cached reasoning must not
+        // stay in the context unless the setting keeps it.
+        if (!reasoned || self.keep_reasoning) && reply_len == shown as usize {
             last.views.push(view);
         }
+        true
+    }
+
+    /// Known to hold nothing: a run may fill it without clearing.
+    pub fn is_clean(&self) -> bool {
+        self.tokens.as_ref().is_some_and(Vec::is_empty)
     }
 
     /// The cache was cleared (`rkllm_clear_kv_cache` succeeded).
@@ -255,6 +264,31 @@ pub(super) fn continuation_fits(positions: usize, prompt_len: usize, max_new: u3
 }
 
 impl Plan {
+    /// A clean start: every id sent.
+    pub fn fresh(ids: &[i32], miss: MissReason) -> Plan {
+        Plan {
+            clear: false,
+            cached: 0,
+            input: ids.to_vec(),
+            by_view: false,
+            prompt: ids.to_vec(),
+            restore: None,
+            save: None,
+            miss,
+            key: None,
+        }
+    }
+
+    /// How the run found its prompt, when it restored nothing: the tokens
+    /// it reuses from the resident conversation, or why none.
+    pub fn found(&self) -> (usize, CacheUse) {
+        if self.cached > 0 {
+            (self.cached, CacheUse::Resident)
+        } else {
+            (0, CacheUse::Miss(self.miss))
+        }
+    }
+
     pub fn input(&self) -> RunInput {
         RunInput::Tokens(self.input.clone())
     }
@@ -330,8 +364,8 @@ mod tests {
         // Prompt [1 2 3] (3 = the generation prompt), reply [7 8] shown as "seven eight".
         let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
         assert_eq!(kv.after_run("a", &first, &[7, 8], Some(5)), Ok(5));
-        kv.seen("other job", "not this one".into(), false);
-        kv.seen("a", "seven eight".into(), false);
+        assert!(!kv.seen("other job", "not this one".into(), false, 2));
+        assert!(kv.seen("a", "seven eight".into(), false, 2));
         // Resent re-tokenized differently ([70]) then the new turn [9 4].
         let ids = [1, 2, 3, 70, 9, 4];
         let resent = |start, view: &str| Resent { start, end: 4, view: view.into() };
@@ -367,7 +401,7 @@ mod tests {
             )
             .clear
         );
-        kv.seen("b", "five".into(), false);
+        kv.seen("b", "five".into(), false, 1);
         assert_eq!(shape(&kv.plan(&third(&[60]), Some(&by_view("five")), None, 10, 100)), (false, 8, vec![2], true));
         // The reply resent exactly as generated needs no view.
         assert_eq!(shape(&kv.plan(&third(&[5]), None, None, 10, 100)), (false, 8, vec![2], false));
@@ -380,7 +414,7 @@ mod tests {
             kv.cleared();
             let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
             assert_eq!(kv.after_run("a", &first, &[7, 8], Some(5)), Ok(5));
-            kv.seen("a", "eight".into(), true);
+            kv.seen("a", "eight".into(), true, 2);
             let resent = Resent { start: 3, end: 4, view: "eight".into() };
             assert_eq!(kv.plan(&[1, 2, 3, 80, 9], Some(&resent), None, 10, 100).by_view, keep);
         }

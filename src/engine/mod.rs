@@ -20,6 +20,7 @@ mod prompt_cache;
 mod queue;
 mod saved;
 mod schedule;
+mod slots;
 mod vision;
 
 pub use backend::{
@@ -123,7 +124,8 @@ pub struct EngineSettings {
     /// A vision-language model's image encoder (`vision.rs`).
     pub vision: Option<VisionSettings>,
     /// Conversations saved as prompt-cache files beside the resident one
-    /// (`saved.rs`); used with the conversation cache only.
+    /// (`saved.rs`); used with the conversation cache and `batch` = 1 only
+    /// (a batched run's file would hold which slot is not stated).
     pub saved: Option<SavedSettings>,
 }
 
@@ -159,6 +161,9 @@ pub struct Engine {
     vision: Option<vision::Vision>,
     /// `Some` when conversations are saved as files (with `kv`).
     saved: Option<std::sync::Mutex<saved::Saved>>,
+    /// `Some` with the conversation cache on and `batch` > 1: a
+    /// conversation per batch slot (`slots.rs`), instead of `kv`.
+    slots: Option<std::sync::Mutex<slots::Slots>>,
 }
 
 impl Engine {
@@ -229,6 +234,13 @@ impl Engine {
         };
         let kv = (conversation_cache && schedule.batch == 1)
             .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
+        let slots = (conversation_cache && schedule.batch > 1)
+            .then(|| std::sync::Mutex::new(slots::Slots::new(usize::from(schedule.batch), keep_reasoning)));
+        if saved.is_some() && slots.is_some() {
+            tracing::info!(
+                "conversations are not saved as files with batch > 1: the slots hold one each (engine/slots.rs)"
+            );
+        }
         let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
             Ok(saved) => Some(std::sync::Mutex::new(saved)),
             Err(why) => {
@@ -243,9 +255,9 @@ impl Engine {
             info,
             defaults,
             limits,
-            // Batched runs keep no history.
             kv,
             saved,
+            slots,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
@@ -273,7 +285,7 @@ impl Engine {
         self.adapters.iter().map(String::as_str)
     }
     pub fn conversation_cache(&self) -> bool {
-        self.kv.is_some()
+        self.kv.is_some() || self.slots.is_some()
     }
     /// Whether a prompt-cache file is loaded.
     pub fn prompt_cache(&self) -> bool {

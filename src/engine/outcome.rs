@@ -72,6 +72,9 @@ pub enum MissReason {
     Adapter,
     /// What the KV cache holds is not known (a run abandoned or disagreeing).
     Unknown,
+    /// Its conversation's batch slot was cleared with every other one, for
+    /// a job that needed an empty slot (`slots.rs`).
+    Displaced,
 }
 
 impl CacheUse {
@@ -100,6 +103,7 @@ impl MissReason {
             MissReason::Context => "context",
             MissReason::Adapter => "adapter",
             MissReason::Unknown => "unknown",
+            MissReason::Displaced => "displaced",
         }
     }
 }

@@ -17,7 +17,8 @@
 //!   — so a lone client (expected alone) never waits, and nothing waits
 //!   after an idle spell (no run within `gather`).
 
-use super::batch::Slot;
+use super::batch::{BatchJob, Slot};
+use super::job::CacheHints;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Place, Turn};
@@ -50,9 +51,12 @@ pub(super) enum Assigned {
 
 /// A job waiting for its turn.
 pub(super) struct Waiting {
+    pub id: String,
     pub plan: Arc<RunPlan>,
     /// The prompt's ids (what the warm test compares with the KV cache).
     pub tokens: Option<Arc<[i32]>>,
+    /// What a batch slot's cache matches besides the ids.
+    pub hints: CacheHints,
     pub place: Place,
     /// Times a younger job went first.
     passed: u32,
@@ -89,9 +93,11 @@ impl Engine {
     pub(super) async fn wait_assigned(
         self: &Arc<Self>,
         place: Place,
-        plan: Arc<RunPlan>,
+        job: (String, Arc<RunPlan>),
         tokens: Option<Arc<[i32]>>,
+        hints: CacheHints,
     ) -> Result<Assigned, EndReason> {
+        let (id, plan) = job;
         let scheduler = &self.scheduler;
         let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(jobs) = pending {
@@ -99,7 +105,7 @@ impl Engine {
         }
         let (reply, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the scheduler stopped".into());
-        scheduler.jobs.send(Waiting { plan, tokens, place, passed: 0, reply }).map_err(|_| gone())?;
+        scheduler.jobs.send(Waiting { id, plan, tokens, hints, place, passed: 0, reply }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
 }
@@ -151,8 +157,14 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
         } else {
             let group = take_group(first, &mut waiting, size);
             let ran = group.len();
-            let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|j| (j.reply, (j.plan, j.place))).unzip();
-            match engine.start_batch(permit, members, size) {
+            let (replies, members): (Vec<_>, Vec<_>) = group
+                .into_iter()
+                .map(|j| {
+                    let job = BatchJob { id: j.id, plan: j.plan, tokens: j.tokens, hints: j.hints, place: j.place };
+                    (j.reply, job)
+                })
+                .unzip();
+            match engine.start_batch(permit, members, size).await {
                 Ok((slots, run)) => {
                     for (reply, slot) in replies.into_iter().zip(slots) {
                         if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
@@ -264,7 +276,16 @@ mod tests {
         };
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
         let place = queue.try_enter().expect("room");
-        (Waiting { plan: Arc::new(plan), tokens: None, place, passed: 0, reply }, rx)
+        let waiting = Waiting {
+            id: "j".into(),
+            plan: Arc::new(plan),
+            tokens: None,
+            hints: CacheHints::default(),
+            place,
+            passed: 0,
+            reply,
+        };
+        (waiting, rx)
     }
 
     fn queue_of(

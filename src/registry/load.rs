@@ -52,7 +52,6 @@ pub fn load(
     prompter.log_choice();
     // Token input needs our own template and tokenizer: the runtime's
     // template is not applied to token ids.
-    // Batched runs keep no history.
     let prompt_cache = spec.engine.prompt_cache.is_some();
     if prompt_cache && !(prompter.renders() && prompter.has_tokenizer()) {
         // The file is made from the prefix as the daemon renders it, and
@@ -66,15 +65,10 @@ pub fn load(
     if spec.engine.schedule.batch > 1 && !prompter.has_tokenizer() {
         return Err(LoadFailure::BatchWithoutTokenizer(spec.engine.schedule.batch));
     }
-    let conversation_cache = spec.engine.conversation_cache
-        && prompter.renders()
-        && prompter.has_tokenizer()
-        && spec.engine.schedule.batch == 1
-        && !prompt_cache;
+    let conversation_cache =
+        spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer() && !prompt_cache;
     if spec.engine.conversation_cache && !conversation_cache {
-        if spec.engine.schedule.batch > 1 {
-            tracing::info!(model = %spec.id, batch = spec.engine.schedule.batch, "conversation cache off: batched runs keep no history");
-        } else if prompt_cache {
+        if prompt_cache {
             // Whether clearing or keeping the KV cache keeps a loaded prompt cache is undocumented.
             tracing::info!(model = %spec.id, "conversation cache off: the model has a prompt-cache file (engine/prompt_cache.rs)");
         } else {

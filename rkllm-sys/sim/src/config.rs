@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 17] = [
+pub const KEYS: [&str; 18] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -22,6 +22,7 @@ pub const KEYS: [&str; 17] = [
     "eos_in_cache",
     "batch_abort_ignored",
     "cache_lies",
+    "batch_history_lies",
     "cache_file_ms",
     "init_ms",
     "abort_lag",
@@ -55,6 +56,9 @@ pub(crate) struct SimConfig {
     pub batch_abort_ignored: bool,
     /// A loaded prompt cache spares no prefill (a fault).
     pub cache_lies: bool,
+    /// A batched run that keeps history prefills the slots' cached tokens
+    /// again (a fault).
+    pub batch_history_lies: bool,
     /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
     pub cache_file_ms: f64,
     /// `rkllm_init` takes this long (not scaled: a slow model load).
@@ -111,6 +115,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         eos_in_cache: switch(&value, "eos_in_cache")?,
         batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
         cache_lies: switch(&value, "cache_lies")?,
+        batch_history_lies: switch(&value, "batch_history_lies")?,
         cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
         abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),

@@ -52,6 +52,7 @@
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
 //! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //! | `cache_lies` | `0` (default) or `1` | a fault: `rkllm_load_prompt_cache` succeeds but the loaded cache spares no later prefill (a prompt cache that does not speed up, rknn-llm #399) |
+//! | `batch_history_lies` | `0` (default) or `1` | a fault: a batched run with `keep_history = 1` prefills every slot's cached tokens again (counted in `perf.prefill_tokens` and in the prefill time), as a runtime whose batch slots keep no history would; the replies and sizes stay as they were |
 //! | `cache_file_ms` | number, default 10 | milliseconds per 1000 tokens to load a prompt-cache file (in `rkllm_load_prompt_cache`) or save one (added to the saving run's prefill), × `time_scale`: ~28 KiB of Qwen2.5-1.5B KV per token on tmpfs |
 //!
 //! `fail_init` is the switch that makes `rkllm_init` fail.

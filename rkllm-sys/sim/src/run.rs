@@ -258,6 +258,13 @@ impl SimModel {
         }
         let prompt_cache_tokens = slots.iter().map(|(_, spared, _)| spared).sum();
         let prefill_tokens = slots.iter().map(|(input, _, _)| input.ids.len()).sum::<usize>() - prompt_cache_tokens;
+        // batch_history_lies: the slots' history is prefilled again.
+        let lied = if self.config.batch_history_lies && slots.len() > 1 && infer.keep_history {
+            state.kv.iter().map(Vec::len).sum()
+        } else {
+            0
+        };
+        let prefill_tokens = prefill_tokens + lied;
         for ((input, _, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
             kv.extend(&input.ids);
         }

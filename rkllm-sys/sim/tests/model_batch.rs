@@ -6,7 +6,7 @@
 mod common;
 
 use common::{collect, sim, temp_path};
-use rkllm_sys::{Abi, BatchInput, BatchRequest, Event, Finish, InitConfig, Model, ModelError, RunInput, Runtime};
+use rkllm_sys::{Abi, BatchEnd, BatchInput, BatchRequest, Event, InitConfig, Model, ModelError, RunInput, Runtime};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -34,11 +34,11 @@ fn request(prompts: &[&str]) -> BatchRequest {
         .iter()
         .map(|p| BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false })
         .collect();
-    BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None }
+    BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None, keep_history: false }
 }
 
 /// Runs the three scripted prompts plus one filler slot nobody reads.
-fn run_three(model: &Model) -> (Vec<common::Outcome>, Finish) {
+fn run_three(model: &Model) -> (Vec<common::Outcome>, BatchEnd) {
     let mut prompts: Vec<&str> = REPLIES.iter().map(|r| r.0).collect();
     prompts.push("filler");
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..3).map(|_| mpsc::unbounded_channel()).unzip();
@@ -49,7 +49,8 @@ fn run_three(model: &Model) -> (Vec<common::Outcome>, Finish) {
     (outcomes, done.blocking_recv().expect("the run's Finished"))
 }
 
-fn check_three(outcomes: &[common::Outcome], run: &Finish) {
+fn check_three(outcomes: &[common::Outcome], end: &BatchEnd) {
+    let run = &end.finish;
     for ((_, reply), outcome) in REPLIES.iter().zip(outcomes) {
         assert_eq!(outcome.text(), *reply, "each slot gets its own reply, reassembled");
         assert!(!outcome.finish.is_error() && !outcome.finish.aborted, "{:?}", outcome.finish);
@@ -60,6 +61,12 @@ fn check_three(outcomes: &[common::Outcome], run: &Finish) {
     assert!(run.surprises.is_empty(), "{:?}", run.surprises);
     let perf = run.perf.expect("perf of the batch");
     assert_eq!(perf.batch_size, 4);
+    // Every slot's generated ids, as its stream got them; the filler's too.
+    assert_eq!(end.slot_tokens.len(), 4);
+    for (ids, outcome) in end.slot_tokens.iter().zip(outcomes) {
+        assert_eq!(*ids, outcome.tokens.iter().map(|t| t.token_id).collect::<Vec<_>>());
+    }
+    assert!(!end.slot_tokens[3].is_empty(), "the filler decoded too");
     let own: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
     assert!(perf.generate_tokens as usize > own, "summed over the slots, the filler's too: {perf:?} vs {own}");
 }
@@ -89,7 +96,7 @@ fn every_slot_streams_its_own_reply_through_dlopen() {
 fn a_runtime_error_ends_every_running_slot_with_the_error() {
     let model = load(sim(Abi::V1_3), 4, "&error_after=3");
     let (outcomes, run) = run_three(&model);
-    assert!(run.is_error());
+    assert!(run.finish.is_error());
     for outcome in &outcomes {
         assert!(outcome.finish.is_error(), "{:?}", outcome.finish);
         assert_eq!(outcome.tokens.len(), 3);
@@ -110,7 +117,7 @@ fn an_abort_ends_every_slot() {
     }
     let outcome = collect(&mut rx);
     assert!(outcome.finish.aborted && !outcome.finish.is_error(), "{:?}", outcome.finish);
-    assert!(done.blocking_recv().expect("run finished").aborted);
+    assert!(done.blocking_recv().expect("run finished").finish.aborted);
 }
 
 #[test]

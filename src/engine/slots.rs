@@ -1,0 +1,451 @@
+//! The conversation cache in batched runs (`batch` = N > 1).
+//!
+//! Every slot of a batched run has its own KV cache and the run's
+//! `keep_history` keeps them all, so each slot holds one conversation
+//! exactly: the single run's record (`kv.rs`), one per slot. A job goes to
+//! the slot whose conversation it continues (the longest reuse first). A job
+//! that continues none needs an empty slot, and the runtime clears slots
+//! only all at once (a range per slot is honoured only in single-turn mode):
+//! when no slot is empty, every slot is cleared before the run and the whole
+//! group prefills from the start. A slot no job fills gets a one-token filler
+//! whose input and reply stay in it, so after a run with fillers those slots
+//! hold nothing of use, and the next job that needs an empty slot clears them
+//! all. Closed-loop clients that share every run (the scheduler gathers
+//! them) keep their slots from run to run; more live conversations than
+//! slots do not stay warm (docs/performance.md).
+//!
+//! After every run each slot's size is checked against what was sent and
+//! generated (`rkllm_get_kv_cache_size` gives one per slot), and the run's
+//! prefill against what was sent (`perf.prefill_tokens`, the batch's sum): a
+//! runtime that prefilled more did not keep the slots' history as the manual
+//! says, and the slots are switched off for the model (WARN, metric).
+
+use super::batch::BatchJob;
+use super::job::CacheHints;
+use super::kv::{Disagreement, KvCache, Plan};
+use super::outcome::MissReason;
+use super::Engine;
+use rkllm_sys::Finish;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+
+/// The slots' records, and what the api said of replies not settled yet.
+#[derive(Debug)]
+pub(super) struct Slots {
+    caches: Vec<KvCache>,
+    /// Views named before their run was settled: a slot's reply ends, and
+    /// its client may name what it saw, before the batched run does.
+    early: Vec<Seen>,
+    /// Each slot's size as the runtime last reported it (`None`: unknown):
+    /// a filler's slot grows with every run it fills.
+    sizes: Vec<Option<usize>>,
+    /// Why the slots keep nothing any more (`None`: on).
+    off: Option<String>,
+}
+
+#[derive(Debug)]
+struct Seen {
+    job: String,
+    view: String,
+    reasoned: bool,
+    shown: u32,
+}
+
+/// One job of a batch, as the cache places it.
+pub(super) struct Member<'a> {
+    /// Its prompt's ids (`None`: sent as text, it needs an empty slot and
+    /// leaves its slot unknown).
+    pub ids: Option<&'a [i32]>,
+    pub hints: &'a CacheHints,
+    pub lora: Option<&'a str>,
+    pub max_new: u32,
+}
+
+/// How a batched run uses the slots.
+#[derive(Debug, PartialEq)]
+pub(super) struct Layout {
+    /// Per job, in the group's order: its slot, and how it uses that slot's
+    /// cache (`None`: a job without ids, run from its text).
+    pub jobs: Vec<(usize, Option<Plan>)>,
+    /// Every slot is cleared before the run.
+    pub clear: bool,
+}
+
+/// The job one slot of a finished run was given, and how it used the slot
+/// (a slot without one had a filler, or a job run from its text: nothing
+/// known is left in it).
+pub(super) struct SlotJob {
+    pub id: String,
+    pub plan: Plan,
+}
+
+impl Slots {
+    pub fn new(size: usize, keep_reasoning: bool) -> Self {
+        Slots {
+            caches: (0..size).map(|_| KvCache::new(keep_reasoning)).collect(),
+            early: Vec::new(),
+            sizes: vec![None; size],
+            off: None,
+        }
+    }
+
+    pub fn is_off(&self) -> bool {
+        self.off.is_some()
+    }
+
+    /// Where each member runs and what it sends; `context` is the model's.
+    pub fn layout(&self, members: &[Member], context: u32) -> Layout {
+        let size = self.caches.len();
+        let plans: Vec<Vec<Plan>> = members
+            .iter()
+            .map(|m| match m.ids {
+                Some(ids) => {
+                    let resent = m.hints.resent.as_ref();
+                    self.caches.iter().map(|c| c.plan(ids, resent, m.lora, m.max_new, context)).collect()
+                }
+                None => Vec::new(),
+            })
+            .collect();
+        let mut hits: Vec<(usize, usize, usize)> = plans
+            .iter()
+            .enumerate()
+            .flat_map(|(j, per_slot)| per_slot.iter().enumerate().map(move |(s, p)| (p.cached, j, s)))
+            .filter(|(cached, _, _)| *cached > 0)
+            .collect();
+        hits.sort_by_key(|&(cached, _, _)| std::cmp::Reverse(cached));
+        let mut slot_of: Vec<Option<usize>> = vec![None; members.len()];
+        let mut taken = vec![false; size];
+        for (_, j, s) in hits {
+            if slot_of[j].is_none() && !taken[s] {
+                slot_of[j] = Some(s);
+                taken[s] = true;
+            }
+        }
+        // Without clearing, the jobs that continue nothing take empty slots
+        // and fillers the rest, which must have room for the run's reply.
+        let homeless = slot_of.iter().filter(|s| s.is_none()).count();
+        let empty: Vec<usize> = (0..size).filter(|&s| !taken[s] && self.caches[s].is_clean()).collect();
+        let run_max = members.iter().map(|m| m.max_new as usize).max().unwrap_or(0);
+        let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
+        let fillers_crowded = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
+        let clear = homeless > empty.len() || fillers_crowded.filter(|&s| crowded(s)).count() > 0;
+        // A job that continues nothing takes an empty slot, or, once every
+        // slot is cleared, any free one.
+        let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
+        let jobs = members
+            .iter()
+            .zip(plans)
+            .zip(slot_of)
+            .map(|((member, mut per_slot), hit)| {
+                let slot = hit.or_else(|| free.next()).expect("a batch has no more jobs than slots");
+                let plan = member.ids.map(|ids| match hit {
+                    Some(s) if !clear => per_slot.swap_remove(s),
+                    Some(_) => Plan::fresh(ids, MissReason::Displaced),
+                    None => Plan::fresh(ids, self.why_missed(&per_slot, member.hints)),
+                });
+                (slot, plan)
+            })
+            .collect();
+        Layout { jobs, clear }
+    }
+
+    /// Why a job continues no slot: a named conversation's slot holds an
+    /// edited version of it; otherwise the most telling slot's reason.
+    fn why_missed(&self, per_slot: &[Plan], hints: &CacheHints) -> MissReason {
+        let key = hints.conversation.as_deref();
+        if key.is_some() && self.caches.iter().any(|c| c.last_key() == key) {
+            return MissReason::Edited;
+        }
+        let rank = |r: &MissReason| match r {
+            MissReason::Context => 4,
+            MissReason::Adapter => 3,
+            MissReason::Other => 2,
+            MissReason::Unknown => 1,
+            _ => 0,
+        };
+        per_slot.iter().map(|p| p.miss).max_by_key(rank).unwrap_or(MissReason::Empty)
+    }
+
+    /// `rkllm_clear_kv_cache` emptied every slot.
+    pub fn cleared(&mut self) {
+        self.caches.iter_mut().for_each(KvCache::cleared);
+        self.sizes.fill(Some(0));
+    }
+
+    /// Nothing is known of any slot any more.
+    pub fn forget(&mut self) {
+        self.caches.iter_mut().for_each(KvCache::forget);
+        self.sizes.fill(None);
+        self.early.clear();
+    }
+
+    /// A batched run ended: `used` says what each slot was given (in slot
+    /// order), `generated` each slot's ids, `reported` the runtime's sizes.
+    /// Returns each slot whose size disagreed (that slot is then unknown).
+    pub fn settle(
+        &mut self,
+        used: &[Option<SlotJob>],
+        lora: Option<&str>,
+        generated: &[Vec<i32>],
+        reported: Option<&[i32]>,
+    ) -> Vec<(usize, Disagreement)> {
+        let mut disagreements = Vec::new();
+        for (s, (cache, used)) in self.caches.iter_mut().zip(used).enumerate() {
+            let size = reported.and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
+            self.sizes[s] = size;
+            let Some(SlotJob { id, plan }) = used else {
+                cache.forget();
+                continue;
+            };
+            let ids = generated.get(s).map_or(&[][..], Vec::as_slice);
+            cache.filled_with(lora);
+            match cache.after_run(id, plan, ids, size) {
+                Ok(_) => {
+                    for seen in self.early.iter().filter(|seen| seen.job == *id) {
+                        cache.seen(id, seen.view.clone(), seen.reasoned, seen.shown);
+                    }
+                }
+                Err(d) => disagreements.push((s, d)),
+            }
+        }
+        self.early.clear();
+        disagreements
+    }
+
+    /// How the client was shown the reply of `job` (`KvCache::seen`); kept
+    /// until its run is settled when that has not happened yet.
+    pub fn seen(&mut self, job: &str, view: String, reasoned: bool, shown: u32) {
+        let known = self.caches.iter_mut().any(|c| c.seen(job, view.clone(), reasoned, shown));
+        if !known {
+            self.early.push(Seen { job: job.to_owned(), view, reasoned, shown });
+        }
+    }
+
+    /// The runtime did not keep what the slots should hold: no batched run
+    /// keeps history from now on.
+    pub fn switch_off(&mut self, why: String) {
+        tracing::warn!(reason = %why, "the conversation cache in batched runs is switched off for this model");
+        self.forget();
+        self.off = Some(why);
+    }
+
+    /// Whether a job of these ids continues some slot's conversation.
+    pub fn is_warm(&self, ids: &[i32], lora: Option<&str>) -> bool {
+        !self.is_off() && self.caches.iter().any(|c| c.plan(ids, None, lora, 0, u32::MAX).cached > 0)
+    }
+
+    /// The conversations held, and their prompt tokens.
+    pub fn held(&self) -> (usize, usize) {
+        let prompts: Vec<usize> = self.caches.iter().filter_map(|c| c.last_prompt().map(<[i32]>::len)).collect();
+        (prompts.len(), prompts.iter().sum())
+    }
+}
+
+/// What a batched run that keeps history gave its slots, for settling.
+pub(super) struct Kept {
+    /// Per slot.
+    pub used: Vec<Option<SlotJob>>,
+    /// Ids sent to all slots (`None`: some slot was sent text).
+    pub sent: Option<usize>,
+    pub lora: Option<String>,
+}
+
+fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
+    slots.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Engine {
+    /// Where each job of a batch runs, with every slot cleared first when
+    /// the layout needs it (the turn is held); `None`: the run keeps no
+    /// history (the cache is off, or clearing failed).
+    pub(super) async fn lay_out_batch(&self, group: &[BatchJob]) -> Option<Layout> {
+        let slots = self.slots.as_ref().filter(|s| !lock(s).is_off())?;
+        let members: Vec<Member> = group
+            .iter()
+            .map(|job| Member {
+                ids: job.tokens.as_deref(),
+                hints: &job.hints,
+                lora: job.plan.lora.as_deref(),
+                max_new: job.plan.limit,
+            })
+            .collect();
+        let layout = lock(slots).layout(&members, self.limits.max_context_len);
+        if layout.clear {
+            match self.model.clear_kv_cache(false).await {
+                Ok(Ok(())) => lock(slots).cleared(),
+                outcome => {
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "the runtime thread is gone".into(),
+                    };
+                    tracing::warn!("rkllm_clear_kv_cache failed ({why}); this batched run keeps no history");
+                    lock(slots).forget();
+                    return None;
+                }
+            }
+        }
+        Some(layout)
+    }
+
+    /// After a batched run that kept history (turn still held): each slot's
+    /// size against what it was sent and generated, and the run's prefill
+    /// against what was sent.
+    pub(super) async fn settle_batch(&self, kept: Kept, finish: &Finish, slot_tokens: &[Vec<i32>]) {
+        let Some(slots) = &self.slots else { return };
+        let metrics = &crate::metrics::observer().metrics;
+        if finish.is_error() {
+            lock(slots).forget();
+            return;
+        }
+        let sizes = match self.model.kv_cache_size().await {
+            Ok(Ok(sizes)) => Some(sizes),
+            _ => None,
+        };
+        if let Some(sizes) = &sizes {
+            self.kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), Ordering::Relaxed);
+        }
+        let disagreements = lock(slots).settle(&kept.used, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
+        for (slot, d) in disagreements {
+            tracing::warn!(
+                slot,
+                expected = d.expected,
+                reported = ?d.reported,
+                "a batch slot's KV cache does not hold what was sent and generated; it is cleared before its next use"
+            );
+            metrics.kv_cache_mismatch();
+        }
+        let prefilled = finish.perf.and_then(|p| usize::try_from(p.prefill_tokens).ok());
+        if let (Some(sent), Some(prefilled)) = (kept.sent, prefilled) {
+            // Less is a model's prompt-cache file sparing a fresh slot's prefix.
+            if prefilled > sent {
+                metrics.conversation_cache_off();
+                lock(slots).switch_off(format!(
+                    "a batched run prefilled {prefilled} tokens where {sent} were sent: the runtime did not keep its \
+                     slots' history"
+                ));
+                // What the slots hold would be read by the next runs.
+                if !matches!(self.model.clear_kv_cache(false).await, Ok(Ok(()))) {
+                    tracing::warn!("rkllm_clear_kv_cache failed after the batch slots were switched off");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member<'a>(ids: &'a [i32], hints: &'a CacheHints) -> Member<'a> {
+        Member { ids: Some(ids), hints, lora: None, max_new: 8 }
+    }
+
+    fn slots_of(layout: &Layout) -> Vec<usize> {
+        layout.jobs.iter().map(|(s, _)| *s).collect()
+    }
+
+    /// Runs `layout` as the runtime would: each job's slot gets its input and
+    /// `reply`, a filler slot one id and one generated.
+    fn run(slots: &mut Slots, layout: Layout, ids: &[&str], reply: i32) -> Vec<(usize, Disagreement)> {
+        if layout.clear {
+            slots.cleared();
+        }
+        let size = slots.caches.len();
+        let mut used: Vec<Option<SlotJob>> = (0..size).map(|_| None).collect();
+        let mut generated = vec![vec![reply]; size];
+        let mut sizes = vec![0; size];
+        for ((slot, plan), id) in layout.jobs.into_iter().zip(ids) {
+            let plan = plan.unwrap();
+            sizes[slot] = (plan.cached + plan.input.len() + 1) as i32;
+            generated[slot] = vec![reply];
+            used[slot] = Some(SlotJob { id: (*id).into(), plan });
+        }
+        slots.settle(&used, None, &generated, Some(&sizes))
+    }
+
+    #[test]
+    fn each_conversation_keeps_its_slot_and_a_filler_costs_its_slot_its_conversation() {
+        let mut slots = Slots::new(3, false);
+        let hints = CacheHints::default();
+        let first = [member(&[1, 2], &hints), member(&[5, 6], &hints), member(&[8], &hints)];
+        assert!(slots.layout(&first, 100).clear, "what a fresh handle holds is not known");
+        slots.cleared();
+        let first = slots.layout(&first, 100);
+        assert!(!first.clear, "empty slots need no clearing");
+        assert_eq!(slots_of(&first), vec![0, 1, 2]);
+        assert!(run(&mut slots, first, &["a", "b", "c"], 9).is_empty());
+        assert_eq!(slots.held(), (3, 5));
+
+        // b's follow-up before a's: each in its own slot, c's gets a filler.
+        let next = slots.layout(&[member(&[5, 6, 9, 7], &hints), member(&[1, 2, 9, 4], &hints)], 100);
+        assert!(!next.clear);
+        assert_eq!(slots_of(&next), vec![1, 0]);
+        let plans: Vec<&Plan> = next.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
+        assert_eq!((plans[0].cached, plans[0].input.clone()), (3, vec![7]), "only what follows is sent");
+        assert_eq!(plans[1].cached, 3);
+        assert!(run(&mut slots, next, &["b2", "a2"], 3).is_empty());
+        assert!(slots.is_warm(&[1, 2, 9, 4, 3, 1], None));
+        assert!(!slots.is_warm(&[8, 9, 2], None), "the filler is in c's slot now");
+
+        // c continues nothing and no slot is empty: every slot is cleared.
+        let last = slots.layout(&[member(&[8, 9, 2], &hints), member(&[1, 2, 9, 4, 3, 1], &hints)], 100);
+        assert!(last.clear);
+        let plans: Vec<&Plan> = last.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
+        assert_eq!((plans[0].miss, plans[1].miss), (MissReason::Other, MissReason::Displaced));
+        assert_eq!(plans[1].input.len(), 6, "a displaced job prefills all of its prompt");
+        assert_ne!(last.jobs[0].0, last.jobs[1].0);
+    }
+
+    #[test]
+    fn a_filler_slot_without_room_for_the_reply_is_cleared_first() {
+        let mut slots = Slots::new(2, false);
+        slots.cleared();
+        let hints = CacheHints::default();
+        let first = slots.layout(&[member(&[1, 2], &hints)], 20);
+        // The filler's slot grew to 10 positions.
+        let (slot, plan) = first.jobs.into_iter().next().unwrap();
+        let mut used = vec![None, None];
+        used[slot] = Some(SlotJob { id: "a".into(), plan: plan.unwrap() });
+        let sizes = if slot == 0 { [3, 10] } else { [10, 3] };
+        assert!(slots.settle(&used, None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
+        let follow = |max_new| Member { max_new, ..member(&[1, 2, 9, 4], &hints) };
+        assert!(!slots.layout(&[follow(9)], 20).clear, "10 + 1 + 9 positions fit in 20");
+        assert!(slots.layout(&[follow(10)], 20).clear, "10 + 1 + 10 do not");
+    }
+
+    #[test]
+    fn a_size_that_disagrees_leaves_that_slot_unknown_only() {
+        let mut slots = Slots::new(2, false);
+        slots.cleared();
+        let hints = CacheHints::default();
+        let layout = slots.layout(&[member(&[1, 2], &hints), member(&[5, 6], &hints)], 100);
+        let used: Vec<Option<SlotJob>> = layout
+            .jobs
+            .into_iter()
+            .zip(["a", "b"])
+            .map(|((_, plan), id)| Some(SlotJob { id: id.into(), plan: plan.unwrap() }))
+            .collect();
+        let disagreed = slots.settle(&used, None, &[vec![9], vec![9]], Some(&[3, 4]));
+        assert_eq!(disagreed, vec![(1, Disagreement { expected: 3, reported: Some(4) })]);
+        assert!(slots.is_warm(&[1, 2, 9, 3], None));
+        assert!(!slots.is_warm(&[5, 6, 9, 3], None));
+        assert_eq!(slots.held(), (1, 2));
+    }
+
+    #[test]
+    fn a_view_named_before_the_run_is_settled_still_counts() {
+        let mut slots = Slots::new(2, false);
+        slots.cleared();
+        let hints = CacheHints::default();
+        let mut layout = slots.layout(&[member(&[1, 2], &hints)], 100);
+        let plan = layout.jobs.remove(0).1;
+        slots.seen("a", "nine".into(), false, 1);
+        let used = vec![Some(SlotJob { id: "a".into(), plan: plan.unwrap() }), None];
+        assert!(slots.settle(&used, None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
+        let resent = crate::engine::Resent { start: 2, end: 3, view: "nine".into() };
+        let hints = CacheHints { resent: Some(resent), conversation: None };
+        let follow = slots.layout(&[member(&[1, 2, 90, 4], &hints)], 100);
+        let plan = follow.jobs[0].1.as_ref().unwrap();
+        assert_eq!((plan.cached, plan.by_view, plan.input.clone()), (3, true, vec![4]));
+    }
+}

@@ -1,0 +1,192 @@
+//! The conversation cache in batched runs (`--batch N`, `engine/slots.rs`)
+//! through the binary, in-process and on the `dlopen`ed simulator: closed-
+//! loop conversations keep a batch slot each and prefill only what is new,
+//! with the replies a cache-off daemon gives; an edited history starts
+//! clean; a runtime whose slots do not keep history is switched off loudly.
+
+mod common;
+
+use common::Daemon;
+use serde_json::{json, Value};
+
+const MODEL: &str = "m";
+const USERS: [&str; 5] = ["Hello there!", "What runs on the NPU?", "And how fast is it?", "Why?", "Thanks, bye."];
+
+/// One chat turn's reply, usage and timings.
+#[derive(Debug, Clone)]
+struct Turn {
+    reply: String,
+    usage: Value,
+    timings: Value,
+}
+
+impl Turn {
+    fn cached(&self) -> i64 {
+        self.usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap()
+    }
+    fn prompt(&self) -> i64 {
+        self.usage["prompt_tokens"].as_i64().unwrap()
+    }
+    fn completion(&self) -> i64 {
+        self.usage["completion_tokens"].as_i64().unwrap()
+    }
+}
+
+/// The simulated model, paced so that clients overlap; `extra` daemon
+/// arguments. Through dlopen the tokenizer comes as a file.
+fn start(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let tokenizer = dir.path().join("tokenizer.json");
+    std::fs::write(&tokenizer, rkllm_sim::tokenizer_json()).unwrap();
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=12{keys}");
+    let args = [&["--model", &spec, "--model-id", MODEL][..], extra].concat();
+    let d = if dlopen {
+        let tokenizer = tokenizer.to_str().unwrap();
+        Daemon::start_dlopen(&[&args[..], &["--tokenizer", tokenizer, "--template", "chatml"]].concat())
+    } else {
+        Daemon::start(&args)
+    };
+    (d, dir)
+}
+
+/// What a client task needs of a daemon.
+#[derive(Clone)]
+struct Api {
+    client: reqwest::Client,
+    url: String,
+}
+
+impl Api {
+    fn of(d: &Daemon) -> Api {
+        Api { client: d.client(), url: d.url.clone() }
+    }
+
+    async fn turn(&self, messages: &[Value]) -> Turn {
+        let body = json!({"model": MODEL, "messages": messages, "max_tokens": 64});
+        let r = self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let body: Value = r.json().await.unwrap();
+        let reply = body["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+        Turn { reply, usage: body["usage"].clone(), timings: body["timings"].clone() }
+    }
+
+    /// Conversation `c` turn by turn, resending its history with the
+    /// daemon's replies; each of its turns.
+    async fn converse(&self, c: usize) -> Vec<Turn> {
+        let mut messages = vec![json!({"role": "system", "content": format!("You are assistant number {c}.")})];
+        let mut turns = Vec::new();
+        for user in USERS {
+            messages.push(json!({"role": "user", "content": user}));
+            let t = self.turn(&messages).await;
+            messages.push(json!({"role": "assistant", "content": t.reply}));
+            turns.push(t);
+        }
+        turns
+    }
+}
+
+/// `clients` conversations at once, each sending its next turn as soon as
+/// its reply ended.
+async fn closed_loop(d: &Daemon, clients: usize) -> Vec<Vec<Turn>> {
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let api = Api::of(d);
+            tokio::spawn(async move { api.converse(c).await })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.push(task.await.unwrap());
+    }
+    all
+}
+
+async fn conversations_keep_their_slots(dlopen: bool) {
+    let (on, _dir) = start(dlopen, "", &["--batch", "4", "--batch-gather-ms", "1000"]);
+    let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
+    let all = closed_loop(&on, 4).await;
+    for (c, turns) in all.iter().enumerate() {
+        let alone = Api::of(&off).converse(c).await;
+        for (i, (t, plain)) in turns.iter().zip(&alone).enumerate() {
+            assert_eq!(t.reply, plain.reply, "conversation {c}, turn {i}: the cache must not change the reply");
+            assert_eq!(t.prompt(), plain.prompt(), "conversation {c}, turn {i}: the whole prompt is counted");
+        }
+        // The first request starts alone and the others queue behind it;
+        // once they have all run (by the third turn) every run takes all
+        // four, each in the slot its conversation holds.
+        for (i, pair) in turns.windows(2).enumerate().skip(1) {
+            let (before, t) = (&pair[0], &pair[1]);
+            let turn = i + 1;
+            assert_eq!(t.timings["cache"], "resident", "conversation {c}, turn {turn}: {}", t.timings);
+            if turn < USERS.len() - 1 {
+                // The last round lacks the client that started alone: it is done.
+                assert_eq!(t.timings["batch_n"], 4, "conversation {c}, turn {turn}: {}", t.timings);
+            }
+            assert_eq!(
+                t.cached(),
+                before.prompt() + before.completion(),
+                "conversation {c}, turn {turn}: the whole history is reused"
+            );
+        }
+    }
+    let (_, models) = on.get_json("/v1/models").await;
+    // The slots the last run's jobs held (its fillers took the others'),
+    // none of them saved as files.
+    let warm = &models["data"][0]["conversations"];
+    assert!((1..=4).contains(&warm["warm"].as_u64().unwrap()), "{models}");
+    assert!(warm["resident_tokens"].as_u64().unwrap() > 0, "{models}");
+    assert_eq!(warm["saved"], 0, "{models}");
+    assert!(!on.log().contains("does not hold what was sent"), "{}", on.log());
+}
+
+#[tokio::test]
+async fn closed_loop_conversations_keep_their_batch_slots() {
+    conversations_keep_their_slots(false).await;
+}
+
+#[tokio::test]
+async fn through_dlopen_closed_loop_conversations_keep_their_batch_slots() {
+    conversations_keep_their_slots(true).await;
+}
+
+#[tokio::test]
+async fn an_edited_history_in_a_batch_slot_starts_clean_with_the_right_reply() {
+    let (on, _dir) = start(false, "", &["--batch", "2"]);
+    let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
+    let api = Api::of(&on);
+    let mut messages = vec![json!({"role": "user", "content": USERS[0]})];
+    let first = api.turn(&messages).await;
+    messages
+        .extend([json!({"role": "assistant", "content": first.reply}), json!({"role": "user", "content": USERS[1]})]);
+    let follow = api.turn(&messages).await;
+    assert_eq!(follow.timings["cache"], "resident", "{}", follow.timings);
+    // The first user message edited: its slot holds another conversation now.
+    messages[0] = json!({"role": "user", "content": USERS[2]});
+    let edited = api.turn(&messages).await;
+    assert_eq!((edited.cached(), &edited.timings["cache"]), (0, &json!("miss")), "{}", edited.timings);
+    assert_eq!(edited.timings["cache_miss"], "other", "{}", edited.timings);
+    let plain = Api::of(&off).turn(&messages).await;
+    assert_eq!(edited.reply, plain.reply);
+}
+
+#[tokio::test]
+async fn batch_slots_that_keep_no_history_are_switched_off_loudly() {
+    // This runtime prefills every slot's history again although the run
+    // keeps it: reuse saves nothing, so it must stop.
+    let (d, _dir) = start(false, "&batch_history_lies=1", &["--batch", "2"]);
+    let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
+    let turns = Api::of(&d).converse(0).await;
+    let plain = Api::of(&off).converse(0).await;
+    assert!(d.wait_log("the conversation cache in batched runs is switched off"), "{}", d.log());
+    assert!(d.log().contains("the runtime did not keep its slots' history"), "{}", d.log());
+    let metrics = reqwest::get(format!("{}/metrics", d.url)).await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l.starts_with("rkllmd_conversation_cache_off_total 1")), "{metrics}");
+    // The second turn was planned as a reuse (and found out); none after it.
+    assert_eq!(turns[1].timings["cache"], "resident");
+    for (i, (t, p)) in turns.iter().zip(&plain).enumerate() {
+        assert_eq!(t.reply, p.reply, "turn {i}");
+        if i >= 2 {
+            assert_eq!((t.cached(), &t.timings["cache"]), (0, &Value::Null), "turn {i}: {}", t.timings);
+        }
+    }
+}
