@@ -297,7 +297,10 @@ fn conversation_cache(configured: bool, batch: u8, prompter: &Prompter) -> Check
     const TITLE: &str = "conversation cache";
     match (configured, prompter.renders(), prompter.has_tokenizer()) {
         (false, ..) => Check::ok(TITLE, "off (conversation_cache = off): every request prefills its whole prompt".into()),
-        _ if batch > 1 => Check::ok(TITLE, format!("off (batch = {batch}): batched runs keep no history")),
+        (true, true, true) if batch > 1 => Check::ok(
+            TITLE,
+            format!("on, one conversation per batch slot ({batch}): a follow-up in its slot prefills only what is new"),
+        ),
         (true, true, true) => Check::ok(TITLE, "on: a follow-up turn prefills only what is new".into()),
         (true, false, _) => Check::warn(
             TITLE,

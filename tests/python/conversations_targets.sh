@@ -13,8 +13,9 @@ THINK=$(mktemp); echo '[{"match": "", "reply": "<think>\nLet me think about this
 port=18400
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$THINK"' EXIT
-run() { # name, daemon args..., -- bench args...
+run() { # name, daemon args..., -- bench args...   (ONLY=REGEX runs the cases it matches)
   local name=$1; shift
+  [[ -z ${ONLY:-} || $name =~ $ONLY ]] || return 0
   local dargs=() bargs=()
   while [[ $1 != -- ]]; do dargs+=("$1"); shift; done; shift; bargs=("$@")
   port=$((port+1))
@@ -54,3 +55,11 @@ for c in 2 4 6 8; do
   run on$c --model "$S" -- --turns 6 --conversations $c --requests $c --output-tokens 32
   run off$c --model "$S" --conversation-cache off -- --turns 6 --conversations $c --requests $c --output-tokens 32
 done
+# Batched decoding with a conversation per slot (engine/slots.rs), against the
+# same batch size with the cache off and against off6 (batch 1, cache off).
+run b4on4 --model "$S" --batch 4 -- --turns 6 --conversations 4 --requests 4 --output-tokens 32
+run b4off4 --model "$S" --batch 4 --conversation-cache off -- --turns 6 --conversations 4 --requests 4 --output-tokens 32
+run b8on6 --model "$S" --batch 8 -- --turns 6 --conversations 6 --requests 6 --output-tokens 32
+run b8off6 --model "$S" --batch 8 --conversation-cache off -- --turns 6 --conversations 6 --requests 6 --output-tokens 32
+# More live conversations than slots: the slots keep being cleared.
+run b4on8 --model "$S" --batch 4 -- --turns 6 --conversations 8 --requests 8 --output-tokens 32
