@@ -169,3 +169,30 @@ async fn a_named_conversation_with_an_edited_turn_is_an_edited_miss() {
     let r: Value = r.json().await.unwrap();
     assert_eq!(r["error"]["param"], "prompt_cache_key", "{r}");
 }
+
+#[tokio::test]
+async fn a_file_that_loads_slower_than_its_prefill_is_not_restored_again() {
+    // Loading costs 1 ms a token here (20 s per 1000 tokens × 0.05), about
+    // five times what prefilling costs: the first restore measures that.
+    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=12&cache_file_ms=20000";
+    let on = start(spec, &[]);
+    let off = start(SPEC, &["--conversation-cache", "off"]);
+    let long = |name: &str| {
+        let words = "the quick brown fox jumps over the lazy dog and then runs back home again ".repeat(5);
+        vec![json!({"role": "user", "content": format!("Conversation {name}: {words}")})]
+    };
+    let with_reply = |name: &str, reply: &str| {
+        let mut m = long(name);
+        m.extend([json!({"role": "assistant", "content": reply}), json!({"role": "user", "content": "More."})]);
+        m
+    };
+    let (a, ..) = chat(&on, &long("A")).await;
+    let (b, ..) = chat(&on, &long("B")).await;
+    let (_, _, restored) = chat(&on, &with_reply("A", &a)).await;
+    assert_eq!(restored.get("cache"), Some(&json!("restored")), "nothing measured yet: {restored}");
+    let (reply, usage, timings) = chat(&on, &with_reply("B", &b)).await;
+    assert_eq!((&timings["cache"], &timings["cache_miss"]), (&json!("miss"), &json!("costlier")), "{timings}");
+    assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);
+    let (plain, ..) = chat(&off, &with_reply("B", &b)).await;
+    assert_eq!(reply, plain);
+}

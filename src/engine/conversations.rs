@@ -55,12 +55,18 @@ impl Engine {
             if plan.cached == 0 {
                 let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
                 let found = lock(saved).find(ids, lora, fits);
-                if let Some(restore) = found {
-                    if self.load_saved(saved, &restore).await {
+                match found {
+                    Some(restore) if !lock(saved).worth_restoring(restore.held) => {
+                        // Prefilled instead; its new state replaces its file.
+                        plan.miss = MissReason::Costlier;
+                        continues = Some(restore.entry);
+                    }
+                    Some(restore) if self.load_saved(saved, &restore).await => {
                         continues = Some(restore.entry);
                         plan.input = [&restore.held_ids[..], &ids[restore.client..]].concat();
                         plan.restore = Some(restore);
                     }
+                    _ => {}
                 }
             }
             if let Some(key) = plan.key.as_deref().filter(|_| plan.cached == 0 && plan.restore.is_none()) {
@@ -110,9 +116,12 @@ impl Engine {
             return true;
         }
         let Some(path) = restore.file.to_str() else { return false };
+        let started = std::time::Instant::now();
         match self.model.load_prompt_cache(path).await {
             Ok(Ok(())) => {
-                lock(saved).loaded = Some(restore.file.clone());
+                let mut saved = lock(saved);
+                saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held);
+                saved.loaded = Some(restore.file.clone());
                 true
             }
             outcome => {
@@ -159,6 +168,10 @@ impl Engine {
                 "the KV cache does not hold what was sent and generated; the next run starts clean"
             );
             metrics.kv_cache_mismatch();
+        }
+        if let (Some(saved), Some(perf)) = (&self.saved, perf) {
+            let file = if plan.save.is_some() { plan.cached + plan.input.len() } else { 0 };
+            lock(saved).measured_prefill(perf.prefill_time_ms, perf.prefill_tokens, file);
         }
         if let (Some(saved), Some(save)) = (&self.saved, &plan.save) {
             let kept = {

@@ -72,6 +72,9 @@ pub enum MissReason {
     Adapter,
     /// What the KV cache holds is not known (a run abandoned or disagreeing).
     Unknown,
+    /// A saved conversation held it, but loading a file has measured slower
+    /// than prefilling here (`saved.rs`), so it was prefilled.
+    Costlier,
     /// Its conversation's batch slot was cleared with every other one, for
     /// a job that needed an empty slot (`slots.rs`).
     Displaced,
@@ -104,6 +107,7 @@ impl MissReason {
             MissReason::Adapter => "adapter",
             MissReason::Unknown => "unknown",
             MissReason::Displaced => "displaced",
+            MissReason::Costlier => "costlier",
         }
     }
 }

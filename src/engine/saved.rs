@@ -85,6 +85,33 @@ pub(super) struct Saved {
     /// The file the running run saves to.
     pending: Option<Save>,
     pub evictions: u64,
+    /// What restoring and prefilling have cost here, per token.
+    costs: Costs,
+}
+
+/// Milliseconds per token, as measured on this model: loading a file
+/// (`rkllm_load_prompt_cache`, timed around the call) and prefilling (the
+/// runtime's own `perf` of runs that prefilled at least
+/// [`Costs::MIN_PREFILL`] tokens, so that a run's fixed cost does not
+/// dominate). A run's `prefill_time_ms` also holds the saving of its file
+/// (the simulator's model; whether it does on a board is *open*), which is
+/// taken out at the load's rate: so prefills are measured once a load was.
+/// Each is a moving average over recent measurements.
+#[derive(Debug, Default, Clone, Copy)]
+struct Costs {
+    load: Option<f64>,
+    prefill: Option<f64>,
+}
+
+impl Costs {
+    const MIN_PREFILL: i64 = 16;
+    const MARGIN_MS: f64 = 5.0;
+    /// The weight of a new measurement.
+    const NEW: f64 = 0.25;
+
+    fn mix(old: Option<f64>, new: f64) -> Option<f64> {
+        Some(old.map_or(new, |old| old + Self::NEW * (new - old)))
+    }
 }
 
 impl Saved {
@@ -104,6 +131,7 @@ impl Saved {
             off: None,
             pending: None,
             evictions: 0,
+            costs: Costs::default(),
         })
     }
 
@@ -135,6 +163,41 @@ impl Saved {
             client: entry.client.len(),
             held_ids: entry.held.clone(),
         })
+    }
+
+    /// Whether loading a file of `held` ids beats prefilling them, by what
+    /// each cost here: a load is skipped once it measures clearly slower —
+    /// twice the prefill and [`Costs::MARGIN_MS`] more (a load's time is
+    /// taken around a call to the runtime thread, which a busy machine
+    /// delays; where prefilling is nearly free, as on a simulator without
+    /// delays, that is noise). Restoring until both were measured: the
+    /// vendor's figures make it 10–100× cheaper on tmpfs
+    /// (shared/rkllm-runtime.md).
+    pub fn worth_restoring(&self, held: usize) -> bool {
+        match (self.costs.load, self.costs.prefill) {
+            (Some(load), Some(prefill)) => {
+                let (load, prefill) = (load * held as f64, prefill * held as f64);
+                load < 2.0 * prefill || load < prefill + Costs::MARGIN_MS
+            }
+            _ => true,
+        }
+    }
+
+    /// A load of a file holding `tokens` ids took `ms`.
+    pub fn measured_load(&mut self, ms: f64, tokens: usize) {
+        if tokens > 0 {
+            self.costs.load = Costs::mix(self.costs.load, ms / tokens as f64);
+        }
+    }
+
+    /// A run prefilled `tokens` ids in `ms` (the runtime's figures) and
+    /// saved a file of `saved` ids.
+    pub fn measured_prefill(&mut self, ms: f64, tokens: i64, saved: usize) {
+        let Some(load) = self.costs.load else { return };
+        let ms = ms - load * saved as f64;
+        if tokens >= Costs::MIN_PREFILL && ms > 0.0 {
+            self.costs.prefill = Costs::mix(self.costs.prefill, ms / tokens as f64);
+        }
     }
 
     /// Where the coming run saves its prompt: a fresh file (the entry's old
@@ -338,6 +401,27 @@ mod tests {
         run(&mut s, None, &[2], 10);
         run(&mut s, None, &[3], 10);
         assert_eq!(s.held(), (2, 20));
+    }
+
+    #[test]
+    fn a_restore_is_made_while_it_measures_cheaper_than_the_prefill() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = saved(dir.path(), 8, 1 << 20);
+        assert!(s.worth_restoring(100), "nothing measured yet: restore");
+        s.measured_prefill(50.0, 100, 0);
+        s.measured_load(400.0, 100);
+        assert!(s.worth_restoring(100), "a prefill before any load cannot take its saving out: not counted");
+        s.measured_prefill(50.0, 10, 0);
+        assert!(s.worth_restoring(100), "a prefill of 10 tokens is mostly its fixed cost: not counted");
+        s.measured_prefill(550.0, 100, 100);
+        assert!(!s.worth_restoring(100), "loading 4 ms a token, prefilling 1.5 ms (550 less the 400 of its save)");
+        for _ in 0..8 {
+            s.measured_load(250.0, 100);
+        }
+        assert!(s.worth_restoring(100), "the average follows faster loads; 2.5 ms is within twice 1.5");
+        s.measured_load(1_000.0, 100);
+        assert!(!s.worth_restoring(100));
+        assert!(s.worth_restoring(1), "a small file: a few ms either way");
     }
 
     #[test]
