@@ -14,7 +14,7 @@ use crate::config::{Backend, Config, LoraArg, ModelTable, ReasoningHistory};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
-    EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
+    DiskTier, EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
     ScheduleSettings, VisionSettings,
 };
 use crate::metrics;
@@ -88,6 +88,11 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
             dir: config.conversation_cache_dir.clone(),
             max_bytes: config.conversation_cache_mb.saturating_mul(1024 * 1024),
             max_count: config.conversation_cache_count,
+            disk: config
+                .conversation_cache_disk_dir
+                .clone()
+                .filter(|_| config.conversation_cache_disk_mb > 0)
+                .map(|dir| DiskTier { dir, max_bytes: config.conversation_cache_disk_mb.saturating_mul(1024 * 1024) }),
         }),
     }
 }

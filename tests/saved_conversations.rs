@@ -196,3 +196,38 @@ async fn a_file_that_loads_slower_than_its_prefill_is_not_restored_again() {
     let (plain, ..) = chat(&off, &with_reply("B", &b)).await;
     assert_eq!(reply, plain);
 }
+
+#[tokio::test]
+async fn past_the_ram_budget_a_conversation_moves_to_the_disk_tier_and_is_restored_from_it() {
+    let disk = tempfile::tempdir().unwrap();
+    let dir = disk.path().to_str().unwrap();
+    let on = start(SPEC, &["--conversation-cache-count", "1", "--conversation-cache-disk-dir", dir]);
+    let off = start(SPEC, &["--conversation-cache", "off"]);
+    let (a, ..) = chat(&on, &opening("A")).await;
+    // B's file takes the RAM tier's one place: A's goes to disk, copied
+    // off the async threads.
+    chat(&on, &opening("B")).await;
+    let mut m = metrics(&on).await;
+    while metric(&m, "rkllmd_conversations_on_disk") != Some(1.0) {
+        assert_eq!(metric(&m, "rkllmd_conversations_saved"), Some(2.0), "{m}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        m = metrics(&on).await;
+    }
+    let files: Vec<_> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .flat_map(|model_dir| std::fs::read_dir(model_dir.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(files.len(), 1, "one file in the model's disk directory");
+    let (reply, usage, timings) = chat(&on, &follow_up("A", &a)).await;
+    assert_eq!(timings["cache"], "restored", "{timings}");
+    assert!(usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap() > 0, "{usage}");
+    let (plain, ..) = chat(&off, &follow_up("A", &a)).await;
+    assert_eq!(reply, plain);
+    let (_, models) = on.get_json("/v1/models").await;
+    let warm = &models["data"][0]["conversations"];
+    assert_eq!(
+        (&warm["saved"], &warm["on_disk"]),
+        (&json!(2), &json!(1)),
+        "A came back to RAM, B went to disk: {warm}"
+    );
+}

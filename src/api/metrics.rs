@@ -7,7 +7,7 @@ use super::record::Counting;
 use super::system::SystemInfo;
 use super::AppState;
 use crate::metrics::process::ProcessStats;
-use crate::metrics::scrape::{self, Live};
+use crate::metrics::scrape::{self, Live, SavedTotals};
 use crate::metrics::Kind;
 use crate::registry::adapter_id;
 use axum::extract::{Request, State};
@@ -53,7 +53,13 @@ fn exposition(state: &AppState) -> Response {
     let adapters = (!adapters.is_empty()).then_some(adapters);
     let saved_conversations = loaded.as_ref().and_then(|models| {
         let warm = models.iter().filter_map(|m| m.engine.warm_conversations());
-        warm.map(|w| (w.saved as i64, w.saved_bytes as i64)).reduce(|a, b| (a.0 + b.0, a.1 + b.1))
+        warm.map(|w| SavedTotals {
+            count: w.saved as i64,
+            bytes: w.saved_bytes as i64,
+            on_disk: w.on_disk as i64,
+            on_disk_bytes: w.on_disk_bytes as i64,
+        })
+        .reduce(|a, b| a + b)
     });
     let process = ProcessStats {
         rss_bytes: system.memory.rss_bytes,

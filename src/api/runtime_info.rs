@@ -78,18 +78,22 @@ impl From<QueueState> for Queue {
 /// The conversations a loaded model keeps warm (the conversation cache).
 #[derive(Debug, Clone, Copy, Serialize, ToSchema)]
 pub struct Conversations {
-    /// Conversations whose state is kept: the one in the KV cache, if any,
-    /// and those saved as prompt-cache files.
+    /// Conversations whose state is kept: those the KV cache holds (one,
+    /// or one per batch slot) and those saved as prompt-cache files.
     pub warm: usize,
-    /// Prompt tokens of the conversation the KV cache holds (0: none).
+    /// Prompt tokens of the conversations the KV cache holds (0: none).
     pub resident_tokens: usize,
-    /// Conversations saved as prompt-cache files (RAM tier) and their bytes.
+    /// Conversations saved as prompt-cache files (both tiers) and their bytes.
     pub saved: usize,
     pub saved_bytes: u64,
+    /// Of those, the ones on the disk tier (`conversation_cache_disk_dir`).
+    pub on_disk: usize,
+    pub on_disk_bytes: u64,
 }
 
 impl From<WarmConversations> for Conversations {
     fn from(w: WarmConversations) -> Self {
-        Conversations { warm: w.warm, resident_tokens: w.resident_tokens, saved: w.saved, saved_bytes: w.saved_bytes }
+        let WarmConversations { warm, resident_tokens, saved, saved_bytes, on_disk, on_disk_bytes } = w;
+        Conversations { warm, resident_tokens, saved, saved_bytes, on_disk, on_disk_bytes }
     }
 }

@@ -183,6 +183,12 @@ pub struct Config {
     /// At most this many conversations are saved per model (0: none).
     #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_COUNT", default_value_t = 8)]
     pub conversation_cache_count: usize,
+    /// A slower directory (NVMe, eMMC) the saved conversations the RAM directory has no room for move to, one subdirectory per daemon and model (unset: they are dropped).
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_DISK_DIR")]
+    pub conversation_cache_disk_dir: Option<PathBuf>,
+    /// The disk directory's files may add up to this many MiB per model; past it the least recently used go.
+    #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_DISK_MB", default_value_t = 4096)]
+    pub conversation_cache_disk_mb: u64,
     /// How /v1/embeddings pools the hidden states: last (the last token's; Qwen3-Embedding) or mean.
     #[arg(long, env = "RKLLMD_EMBEDDING_POOLING", value_enum, default_value = "last")]
     pub embedding_pooling: Pooling,

@@ -14,16 +14,19 @@ use crate::metrics::RuntimePerf;
 use std::sync::{Mutex, MutexGuard};
 
 /// The conversations a model keeps warm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WarmConversations {
     /// Conversations whose state is kept (resident or saved, each once).
     pub warm: usize,
     /// Prompt tokens of the conversations the KV cache holds (0: none;
     /// with `batch` > 1, summed over the slots).
     pub resident_tokens: usize,
-    /// Conversations saved as prompt-cache files, and their bytes.
+    /// Conversations saved as prompt-cache files, and their bytes (both tiers).
     pub saved: usize,
     pub saved_bytes: u64,
+    /// Of those, the ones on the disk tier.
+    pub on_disk: usize,
+    pub on_disk_bytes: u64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -56,7 +59,7 @@ impl Engine {
                 let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
                 let found = lock(saved).find(ids, lora, fits);
                 match found {
-                    Some(restore) if !lock(saved).worth_restoring(restore.held) => {
+                    Some(restore) if !lock(saved).worth_restoring(restore.held, restore.on_disk) => {
                         // Prefilled instead; its new state replaces its file.
                         plan.miss = MissReason::Costlier;
                         continues = Some(restore.entry);
@@ -120,7 +123,7 @@ impl Engine {
         match self.model.load_prompt_cache(path).await {
             Ok(Ok(())) => {
                 let mut saved = lock(saved);
-                saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held);
+                saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held, restore.on_disk);
                 saved.loaded = Some(restore.file.clone());
                 true
             }
@@ -179,14 +182,25 @@ impl Engine {
                 let lora = kv.lora().map(str::to_owned);
                 kv.last_prompt().filter(|_| settled.is_ok()).map(|held| (held.to_vec(), lora))
             };
-            let mut saved = lock(saved);
-            let was_on = !saved.is_off();
-            match kept {
-                Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
-                None => saved.abandoned(save),
-            }
-            if was_on && saved.is_off() {
-                metrics.conversation_cache_off();
+            let spills = {
+                let mut saved = lock(saved);
+                let was_on = !saved.is_off();
+                match kept {
+                    Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
+                    None => saved.abandoned(save),
+                }
+                if was_on && saved.is_off() {
+                    metrics.conversation_cache_off();
+                }
+                saved.take_spills()
+            };
+            for spill in spills {
+                // Copying to a slow disk takes long: not on the async threads.
+                let saved = saved.clone();
+                tokio::task::spawn_blocking(move || {
+                    let copied = std::fs::copy(&spill.from, &spill.to).map(drop).map_err(|e| e.to_string());
+                    lock(&saved).spilled(&spill, copied);
+                });
             }
         }
         (u32::try_from(reused).unwrap_or(u32::MAX), found)
@@ -247,18 +261,19 @@ impl Engine {
     pub fn warm_conversations(&self) -> Option<WarmConversations> {
         if let Some(slots) = &self.slots {
             let (warm, resident_tokens) = lock(slots).held();
-            return Some(WarmConversations { warm, resident_tokens, saved: 0, saved_bytes: 0 });
+            return Some(WarmConversations { warm, resident_tokens, ..WarmConversations::default() });
         }
         let kv = self.kv.as_ref()?;
         // Between runs only: a run holding the lock is brief (planning, settling).
         let resident_tokens = lock(kv).last_prompt().map_or(0, <[i32]>::len);
-        let ((saved, saved_bytes), resident_saved) = self.saved.as_ref().map_or(((0, 0), false), |s| {
-            let s = lock(s);
-            (s.held(), s.resident().is_some())
-        });
+        let ((saved, saved_bytes), (on_disk, on_disk_bytes), resident_saved) =
+            self.saved.as_ref().map_or(((0, 0), (0, 0), false), |s| {
+                let s = lock(s);
+                (s.held(), s.on_disk(), s.resident().is_some())
+            });
         // The resident conversation's latest prompt is one of the files, when saved.
         let warm = saved + usize::from(resident_tokens > 0 && !resident_saved);
-        Some(WarmConversations { warm, resident_tokens, saved, saved_bytes })
+        Some(WarmConversations { warm, resident_tokens, saved, saved_bytes, on_disk, on_disk_bytes })
     }
 
     /// Whether a job of these ids, run with `lora`, extends the conversation

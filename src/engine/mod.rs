@@ -34,7 +34,7 @@ pub use npu::Npu;
 pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};
 pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
-pub use saved::SavedSettings;
+pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
@@ -160,7 +160,7 @@ pub struct Engine {
     /// `Some` for a vision-language model.
     vision: Option<vision::Vision>,
     /// `Some` when conversations are saved as files (with `kv`).
-    saved: Option<std::sync::Mutex<saved::Saved>>,
+    saved: Option<std::sync::Arc<std::sync::Mutex<saved::Saved>>>,
     /// `Some` with the conversation cache on and `batch` > 1: a
     /// conversation per batch slot (`slots.rs`), instead of `kv`.
     slots: Option<std::sync::Mutex<slots::Slots>>,
@@ -242,7 +242,7 @@ impl Engine {
             );
         }
         let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
-            Ok(saved) => Some(std::sync::Mutex::new(saved)),
+            Ok(saved) => Some(std::sync::Arc::new(std::sync::Mutex::new(saved))),
             Err(why) => {
                 tracing::warn!(reason = %why, "conversations are not saved: the directory cannot be made");
                 None

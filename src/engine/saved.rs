@@ -18,7 +18,11 @@
 //! whether a loaded cache combines with `keep_history` (rknn-llm #399).
 //!
 //! Budget: the files may add up to `max_bytes` and number `max_count`; past
-//! either, the least recently used go. (Putting one-off requests such as
+//! either, the least recently used go — to the disk tier when there is one
+//! (a slower directory with a bytes budget of its own, least recently used
+//! out): the copy runs off the async threads ([`Spill`]), the entry stays
+//! loadable from RAM until it is whole, and a conversation continued
+//! meanwhile keeps its new RAM file (the copy is dropped). (Putting one-off requests such as
 //! title tasks first was tried: with more live conversations than the count,
 //! conversations that had come back once stayed forever while every new
 //! one was evicted before its second turn — 0 of 40 follow-ups cached with
@@ -33,6 +37,33 @@ pub struct SavedSettings {
     pub dir: PathBuf,
     pub max_bytes: u64,
     pub max_count: usize,
+    /// Where the RAM tier's least recently used go instead of away.
+    pub disk: Option<DiskTier>,
+}
+
+/// A slower directory (NVMe, eMMC) the RAM tier spills to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiskTier {
+    /// This model's directory there (made at load, removed at unload).
+    pub dir: PathBuf,
+    pub max_bytes: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Ram,
+    /// Being copied to the disk tier; loadable from RAM until it is whole.
+    Spilling,
+    Disk,
+}
+
+/// A RAM file to copy to the disk tier, off the async threads; its end is
+/// [`Saved::spilled`].
+#[derive(Debug, PartialEq)]
+pub(super) struct Spill {
+    pub entry: u64,
+    pub from: PathBuf,
+    pub to: PathBuf,
 }
 
 #[derive(Debug)]
@@ -49,6 +80,7 @@ struct Entry {
     used: u64,
     /// The client's name for the conversation.
     key: Option<String>,
+    tier: Tier,
 }
 
 /// A restore the next run makes.
@@ -61,6 +93,8 @@ pub(super) struct Restore {
     /// Where the client's prompt goes on past the file's content.
     pub client: usize,
     pub held_ids: Vec<i32>,
+    /// The file is on the disk tier.
+    pub on_disk: bool,
 }
 
 /// What the next save writes.
@@ -87,6 +121,8 @@ pub(super) struct Saved {
     pub evictions: u64,
     /// What restoring and prefilling have cost here, per token.
     costs: Costs,
+    /// Copies to the disk tier for the engine to start.
+    spills: Vec<Spill>,
 }
 
 /// Milliseconds per token, as measured on this model: loading a file
@@ -99,7 +135,8 @@ pub(super) struct Saved {
 /// Each is a moving average over recent measurements.
 #[derive(Debug, Default, Clone, Copy)]
 struct Costs {
-    load: Option<f64>,
+    /// From the RAM tier, and from the disk tier.
+    load: [Option<f64>; 2],
     prefill: Option<f64>,
 }
 
@@ -116,11 +153,14 @@ impl Costs {
 
 impl Saved {
     /// Makes the directory; `Err` says why the files cannot be kept.
-    pub fn open(settings: SavedSettings) -> Result<Self, String> {
-        if let Some(parent) = settings.dir.parent() {
-            sweep(parent);
+    pub fn open(mut settings: SavedSettings) -> Result<Self, String> {
+        make_dir(&settings.dir).map_err(|e| format!("{}: {e}", settings.dir.display()))?;
+        if let Some(disk) = &settings.disk {
+            if let Err(e) = make_dir(&disk.dir) {
+                tracing::warn!(dir = %disk.dir.display(), error = %e, "no disk tier for saved conversations: the directory cannot be made");
+                settings.disk = None;
+            }
         }
-        std::fs::create_dir_all(&settings.dir).map_err(|e| format!("{}: {e}", settings.dir.display()))?;
         Ok(Saved {
             settings,
             entries: Vec::new(),
@@ -132,6 +172,7 @@ impl Saved {
             pending: None,
             evictions: 0,
             costs: Costs::default(),
+            spills: Vec::new(),
         })
     }
 
@@ -139,9 +180,19 @@ impl Saved {
         self.off.is_some()
     }
 
-    /// Files kept and their bytes.
+    /// Files kept and their bytes, on both tiers.
     pub fn held(&self) -> (usize, u64) {
-        (self.entries.len(), self.entries.iter().map(|e| e.bytes).sum())
+        self.held_where(|_| true)
+    }
+
+    /// Files on the disk tier and their bytes.
+    pub fn on_disk(&self) -> (usize, u64) {
+        self.held_where(|t| t == Tier::Disk)
+    }
+
+    fn held_where(&self, tier: impl Fn(Tier) -> bool) -> (usize, u64) {
+        let kept = self.entries.iter().filter(|e| tier(e.tier));
+        kept.fold((0, 0), |(n, bytes), e| (n + 1, bytes + e.bytes))
     }
 
     /// The saved conversation a prompt of `ids` continues (the longest),
@@ -162,6 +213,7 @@ impl Saved {
             held: entry.held.len(),
             client: entry.client.len(),
             held_ids: entry.held.clone(),
+            on_disk: entry.tier == Tier::Disk,
         })
     }
 
@@ -173,8 +225,8 @@ impl Saved {
     /// delays, that is noise). Restoring until both were measured: the
     /// vendor's figures make it 10–100× cheaper on tmpfs
     /// (shared/rkllm-runtime.md).
-    pub fn worth_restoring(&self, held: usize) -> bool {
-        match (self.costs.load, self.costs.prefill) {
+    pub fn worth_restoring(&self, held: usize, on_disk: bool) -> bool {
+        match (self.costs.load[usize::from(on_disk)], self.costs.prefill) {
             (Some(load), Some(prefill)) => {
                 let (load, prefill) = (load * held as f64, prefill * held as f64);
                 load < 2.0 * prefill || load < prefill + Costs::MARGIN_MS
@@ -184,16 +236,18 @@ impl Saved {
     }
 
     /// A load of a file holding `tokens` ids took `ms`.
-    pub fn measured_load(&mut self, ms: f64, tokens: usize) {
+    pub fn measured_load(&mut self, ms: f64, tokens: usize, on_disk: bool) {
+        let load = &mut self.costs.load[usize::from(on_disk)];
         if tokens > 0 {
-            self.costs.load = Costs::mix(self.costs.load, ms / tokens as f64);
+            *load = Costs::mix(*load, ms / tokens as f64);
         }
     }
 
     /// A run prefilled `tokens` ids in `ms` (the runtime's figures) and
     /// saved a file of `saved` ids.
     pub fn measured_prefill(&mut self, ms: f64, tokens: i64, saved: usize) {
-        let Some(load) = self.costs.load else { return };
+        // Runs save to the RAM tier.
+        let Some(load) = self.costs.load[0] else { return };
         let ms = ms - load * saved as f64;
         if tokens >= Costs::MIN_PREFILL && ms > 0.0 {
             self.costs.prefill = Costs::mix(self.costs.prefill, ms / tokens as f64);
@@ -272,6 +326,7 @@ impl Saved {
             bytes,
             used: self.clock,
             key: key.map(str::to_owned),
+            tier: Tier::Ram,
         });
         self.resident = Some(save.entry);
         self.evict();
@@ -284,27 +339,85 @@ impl Saved {
         self.resident = None;
     }
 
-    /// The least recently used files go until the budget holds; never the
-    /// one just saved.
+    /// The least recently used RAM files go until the RAM budget holds —
+    /// to the disk tier when there is one — never the one just saved; then
+    /// the disk tier's own budget.
     fn evict(&mut self) {
         let over = |s: &Self| {
-            let (count, bytes) = s.held();
+            let (count, bytes) = s.held_where(|t| t == Tier::Ram);
             count > s.settings.max_count || bytes > s.settings.max_bytes
         };
         while over(self) {
-            let victim = self
-                .entries
-                .iter()
-                .enumerate()
-                .filter(|(_, e)| Some(e.id) != self.resident)
-                .min_by_key(|(_, e)| e.used)
-                .map(|(i, _)| i);
-            let Some(i) = victim else { break };
-            let gone = self.entries.remove(i);
-            remove(&gone.file);
-            self.evictions += 1;
-            crate::metrics::observer().metrics.conversation_evicted();
-            tracing::debug!(file = %gone.file.display(), bytes = gone.bytes, "conversation evicted");
+            let Some(i) = self.least_recent(Tier::Ram) else { break };
+            match &self.settings.disk {
+                Some(disk) => {
+                    let entry = &mut self.entries[i];
+                    entry.tier = Tier::Spilling;
+                    let to = disk.dir.join(entry.file.file_name().unwrap_or_default());
+                    self.spills.push(Spill { entry: entry.id, from: entry.file.clone(), to });
+                }
+                None => self.drop_entry(i),
+            }
+        }
+        self.evict_disk();
+    }
+
+    /// The disk tier's least recently used go until its budget holds
+    /// (copies under way count: they are on their way there).
+    fn evict_disk(&mut self) {
+        let Some(max_bytes) = self.settings.disk.as_ref().map(|d| d.max_bytes) else { return };
+        while self.held_where(|t| t != Tier::Ram).1 > max_bytes {
+            let Some(i) = self.least_recent(Tier::Disk) else { break };
+            self.drop_entry(i);
+        }
+    }
+
+    fn least_recent(&self, tier: Tier) -> Option<usize> {
+        let candidates = self.entries.iter().enumerate().filter(|(_, e)| e.tier == tier && Some(e.id) != self.resident);
+        candidates.min_by_key(|(_, e)| e.used).map(|(i, _)| i)
+    }
+
+    fn drop_entry(&mut self, i: usize) {
+        let gone = self.entries.remove(i);
+        remove(&gone.file);
+        self.evictions += 1;
+        crate::metrics::observer().metrics.conversation_evicted();
+        tracing::debug!(file = %gone.file.display(), bytes = gone.bytes, "conversation evicted");
+    }
+
+    /// The copies to the disk tier to start now.
+    pub fn take_spills(&mut self) -> Vec<Spill> {
+        std::mem::take(&mut self.spills)
+    }
+
+    /// A copy to the disk tier ended (`copied`: the disk file is whole). A
+    /// conversation continued, evicted or switched off meanwhile has no use
+    /// for it.
+    pub fn spilled(&mut self, spill: &Spill, copied: Result<(), String>) {
+        let at =
+            self.entries.iter().position(|e| e.id == spill.entry && e.file == spill.from && e.tier == Tier::Spilling);
+        match (at, copied) {
+            (Some(i), Ok(())) => {
+                remove(&spill.from);
+                let entry = &mut self.entries[i];
+                entry.file = spill.to.clone();
+                entry.tier = Tier::Disk;
+                if self.loaded.as_ref() == Some(&spill.from) {
+                    self.loaded = Some(spill.to.clone());
+                }
+                tracing::debug!(file = %spill.to.display(), "conversation moved to the disk tier");
+                self.evict_disk();
+            }
+            (Some(i), Err(why)) => {
+                tracing::warn!(file = %spill.to.display(), error = %why, "a saved conversation could not be moved to the disk tier");
+                remove(&spill.to);
+                self.drop_entry(i);
+            }
+            (None, copied) => {
+                if copied.is_ok() {
+                    remove(&spill.to);
+                }
+            }
         }
     }
 
@@ -325,7 +438,18 @@ impl Drop for Saved {
             remove(&e.file);
         }
         let _ = std::fs::remove_dir(&self.settings.dir);
+        if let Some(disk) = &self.settings.disk {
+            let _ = std::fs::remove_dir(&disk.dir);
+        }
     }
+}
+
+/// Makes a model's directory, after sweeping what gone daemons left beside it.
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    if let Some(parent) = dir.parent() {
+        sweep(parent);
+    }
+    std::fs::create_dir_all(dir)
 }
 
 /// Removes what daemons that are gone left in `parent` (`rkllmd-PID-N-MODEL`
@@ -357,7 +481,7 @@ mod tests {
     use super::*;
 
     fn saved(dir: &Path, max_count: usize, max_bytes: u64) -> Saved {
-        Saved::open(SavedSettings { dir: dir.join("m"), max_bytes, max_count }).unwrap()
+        Saved::open(SavedSettings { dir: dir.join("m"), max_bytes, max_count, disk: None }).unwrap()
     }
 
     /// Saves as the runtime would: writes `bytes` bytes to the planned file.
@@ -407,21 +531,65 @@ mod tests {
     fn a_restore_is_made_while_it_measures_cheaper_than_the_prefill() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = saved(dir.path(), 8, 1 << 20);
-        assert!(s.worth_restoring(100), "nothing measured yet: restore");
+        assert!(s.worth_restoring(100, false), "nothing measured yet: restore");
         s.measured_prefill(50.0, 100, 0);
-        s.measured_load(400.0, 100);
-        assert!(s.worth_restoring(100), "a prefill before any load cannot take its saving out: not counted");
+        s.measured_load(400.0, 100, false);
+        assert!(s.worth_restoring(100, false), "a prefill before any load cannot take its saving out: not counted");
         s.measured_prefill(50.0, 10, 0);
-        assert!(s.worth_restoring(100), "a prefill of 10 tokens is mostly its fixed cost: not counted");
+        assert!(s.worth_restoring(100, false), "a prefill of 10 tokens is mostly its fixed cost: not counted");
         s.measured_prefill(550.0, 100, 100);
-        assert!(!s.worth_restoring(100), "loading 4 ms a token, prefilling 1.5 ms (550 less the 400 of its save)");
+        assert!(
+            !s.worth_restoring(100, false),
+            "loading 4 ms a token, prefilling 1.5 ms (550 less the 400 of its save)"
+        );
         for _ in 0..8 {
-            s.measured_load(250.0, 100);
+            s.measured_load(250.0, 100, false);
         }
-        assert!(s.worth_restoring(100), "the average follows faster loads; 2.5 ms is within twice 1.5");
-        s.measured_load(1_000.0, 100);
-        assert!(!s.worth_restoring(100));
-        assert!(s.worth_restoring(1), "a small file: a few ms either way");
+        assert!(s.worth_restoring(100, false), "the average follows faster loads; 2.5 ms is within twice 1.5");
+        s.measured_load(1_000.0, 100, false);
+        assert!(!s.worth_restoring(100, false));
+        assert!(s.worth_restoring(1, false), "a small file: a few ms either way");
+    }
+
+    #[test]
+    fn past_the_ram_budget_the_least_recently_used_spill_to_disk_and_past_its_budget_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = DiskTier { dir: dir.path().join("disk/m"), max_bytes: 15 };
+        let settings =
+            SavedSettings { dir: dir.path().join("ram/m"), max_bytes: 1 << 20, max_count: 1, disk: Some(disk) };
+        let mut s = Saved::open(settings).unwrap();
+        let a = run(&mut s, None, &[1], 10);
+        let b = run(&mut s, None, &[2], 10);
+        let spills = s.take_spills();
+        assert_eq!(spills.len(), 1);
+        assert_eq!(spills[0].entry, a);
+        let room = |_: usize, _: usize| true;
+        assert!(!s.find(&[1, 9], None, room).unwrap().on_disk, "loadable from RAM while being copied");
+        std::fs::copy(&spills[0].from, &spills[0].to).unwrap();
+        s.spilled(&spills[0], Ok(()));
+        assert!(!spills[0].from.exists() && spills[0].to.exists());
+        assert_eq!((s.held(), s.on_disk(), s.evictions), ((2, 20), (1, 10), 0));
+        assert!(s.find(&[1, 9], None, room).unwrap().on_disk);
+
+        // A third: b spills too, and the disk tier (15 bytes) keeps one.
+        let c = run(&mut s, None, &[3], 10);
+        let spills = s.take_spills();
+        assert_eq!(spills[0].entry, b);
+        std::fs::copy(&spills[0].from, &spills[0].to).unwrap();
+        s.spilled(&spills[0], Ok(()));
+        assert_eq!((s.held(), s.on_disk(), s.evictions), ((2, 20), (1, 10), 1));
+        assert!(s.find(&[1, 9], None, room).is_none(), "the least recently used left the disk tier");
+
+        // Continued while its copy ran: the copy is dropped, the new RAM file kept.
+        let d = run(&mut s, None, &[4], 10);
+        let spills = s.take_spills();
+        assert_eq!(spills.len(), 1);
+        assert_eq!((spills[0].entry, d == c), (c, false));
+        std::fs::copy(&spills[0].from, &spills[0].to).unwrap();
+        run(&mut s, Some(c), &[3, 5], 10);
+        s.spilled(&spills[0], Ok(()));
+        assert!(!spills[0].to.exists(), "the stale copy is removed");
+        assert!(!s.find(&[3, 5, 9], None, room).unwrap().on_disk);
     }
 
     #[test]

@@ -24,13 +24,34 @@ pub struct Live<'a> {
     /// Tokens in the loaded models' KV caches after their last runs, summed
     /// (`None` until a runtime said).
     pub kv_cache_tokens: Option<i64>,
-    /// Conversations the loaded models saved as prompt-cache files, and
-    /// their bytes, summed (`None`: no model keeps conversations).
-    pub saved_conversations: Option<(i64, i64)>,
+    /// Conversations the loaded models saved as prompt-cache files, summed
+    /// (`None`: no model keeps conversations).
+    pub saved_conversations: Option<SavedTotals>,
     /// Labels of `rkllmd_runtime_info` (backend, versions, ABI); empty = no info metric.
     pub info: Vec<(&'static str, String)>,
     pub telemetry: &'a Snapshot,
     pub process: ProcessStats,
+}
+
+/// Saved conversations' counts and bytes, on both tiers and on disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SavedTotals {
+    pub count: i64,
+    pub bytes: i64,
+    pub on_disk: i64,
+    pub on_disk_bytes: i64,
+}
+
+impl std::ops::Add for SavedTotals {
+    type Output = SavedTotals;
+    fn add(self, o: SavedTotals) -> SavedTotals {
+        SavedTotals {
+            count: self.count + o.count,
+            bytes: self.bytes + o.bytes,
+            on_disk: self.on_disk + o.on_disk,
+            on_disk_bytes: self.on_disk_bytes + o.on_disk_bytes,
+        }
+    }
 }
 
 /// The content type of [`render`]'s output.
@@ -72,14 +93,26 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
     gauge(
         &mut r,
         "rkllmd_conversations_saved",
-        "Conversations saved as prompt-cache files (RAM tier)",
-        saved.map(|s| s.0),
+        "Conversations saved as prompt-cache files (both tiers)",
+        saved.map(|s| s.count),
     );
     gauge(
         &mut r,
         "rkllmd_conversations_saved_bytes",
-        "Bytes of the saved conversations' files (RAM tier)",
-        saved.map(|s| s.1),
+        "Bytes of the saved conversations' files (both tiers)",
+        saved.map(|s| s.bytes),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_conversations_on_disk",
+        "Saved conversations on the disk tier (conversation_cache_disk_dir)",
+        saved.map(|s| s.on_disk),
+    );
+    gauge(
+        &mut r,
+        "rkllmd_conversations_on_disk_bytes",
+        "Bytes of the saved conversations' files on the disk tier",
+        saved.map(|s| s.on_disk_bytes),
     );
     gauge(
         &mut r,
@@ -188,7 +221,7 @@ mod tests {
             context_len: None,
             adapters: None,
             kv_cache_tokens: Some(42),
-            saved_conversations: Some((2, 100)),
+            saved_conversations: Some(SavedTotals { count: 2, bytes: 100, on_disk: 1, on_disk_bytes: 40 }),
             info: vec![("driver_version", "0.9.8".into())],
             telemetry: &board,
             process: ProcessStats::default(),
@@ -198,6 +231,8 @@ mod tests {
             "rkllmd_npu_load_ratio{core=\"0\"} 0.5",
             "rkllmd_npu_load_ratio{core=\"1\"} 0.25",
             "rkllmd_npu_frequency_hertz 1000000000",
+            "rkllmd_conversations_saved 2",
+            "rkllmd_conversations_on_disk_bytes 40",
             "rkllmd_requests_waiting 3",
             "rkllmd_kv_cache_tokens 42",
             "rkllmd_runtime_info{driver_version=\"0.9.8\"} 1",

@@ -4,7 +4,8 @@
 use super::{Loaded, ModelSpec};
 use crate::conversation::{LoadError, PromptSettings, Prompter};
 use crate::engine::{
-    BackendError, BackendKind, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings, SavedSettings,
+    BackendError, BackendKind, DiskTier, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings,
+    SavedSettings,
 };
 use std::sync::Arc;
 
@@ -84,7 +85,9 @@ pub fn load(
         let name: String =
             spec.id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '.' { c } else { '_' }).collect();
         let load = LOADS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        SavedSettings { dir: s.dir.join(format!("rkllmd-{}-{load}-{name}", std::process::id())), ..s }
+        let own = format!("rkllmd-{}-{load}-{name}", std::process::id());
+        let disk = s.disk.map(|d| DiskTier { dir: d.dir.join(&own), ..d });
+        SavedSettings { dir: s.dir.join(&own), disk, ..s }
     });
     let settings = EngineSettings {
         model_path: spec.path.clone(),
