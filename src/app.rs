@@ -120,6 +120,10 @@ fn vision_settings(
             max_bytes: config.max_image_bytes,
             max_pixels: config.max_image_pixels,
         },
+        fetch: std::sync::Arc::new(crate::vision::UrlFetch {
+            hosts: config.image_url_hosts.clone(),
+            timeout: std::time::Duration::from_millis(config.image_url_timeout_ms),
+        }),
     })
 }
 

@@ -273,3 +273,50 @@ async fn a_run_with_images_does_not_start_on_a_kept_conversation() {
     assert_eq!(status, 200, "{reply}");
     assert_eq!(content(&reply), "I see 1 image: image 1 is #090909 (392x392).");
 }
+
+/// A local http server of its own (port 0): `/red.png` an 8×8 red PNG,
+/// `/big.png` more bytes than the daemon takes, `/moved` a redirect.
+async fn image_server() -> String {
+    use axum::{http::header, response::IntoResponse, routing::get, Router};
+    let red = png(8, 8, [255, 0, 0]);
+    let app = Router::new()
+        .route("/red.png", get(move || async move { ([(header::CONTENT_TYPE, "image/png")], red.clone()) }))
+        .route("/big.png", get(|| async { vec![0u8; 200_000] }))
+        .route("/moved", get(|| async { axum::response::Redirect::temporary("/red.png").into_response() }));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn http_image_urls_are_fetched_only_from_hosts_the_operator_lists() {
+    let server = image_server().await;
+    let red = format!("{server}/red.png");
+    let base = [ID[0], ID[1], "--model", VL, "--max-image-bytes", "100000"];
+    let listed = Daemon::start(&[&base[..], &["--image-url-hosts", "127.0.0.1"]].concat());
+    let (status, reply) = chat(&listed, with_images(std::slice::from_ref(&red))).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #ff0000 (392x392).", "as the same image sent inline");
+    let refusals = [
+        (format!("{server}/big.png"), "image_too_large"),
+        (format!("{server}/moved"), "invalid_image"),
+        (format!("{server}/missing.png"), "invalid_image"),
+        ("https://127.0.0.1/red.png".to_owned(), "image_url_not_allowed"),
+        ("http://localhost.invalid/red.png".to_owned(), "image_url_not_allowed"),
+    ];
+    for (url, code) in refusals {
+        let (status, reply) = chat(&listed, with_images(std::slice::from_ref(&url))).await;
+        assert_eq!((status, &reply["error"]["code"]), (400, &json!(code)), "{url}: {reply}");
+        assert_eq!(reply["error"]["param"], "messages[0].content[0].image_url");
+    }
+    // `*`: public hosts only, and this one is loopback. Unset: no URL at all.
+    let public = Daemon::start(&[&base[..], &["--image-url-hosts", "*"]].concat());
+    let (status, reply) = chat(&public, with_images(std::slice::from_ref(&red))).await;
+    assert_eq!((status, &reply["error"]["code"]), (400, &json!("image_url_not_allowed")), "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("not a public address"), "{reply}");
+    let off = Daemon::start(&base);
+    let (status, reply) = chat(&off, with_images(&[red])).await;
+    assert_eq!((status, &reply["error"]["code"]), (400, &json!("invalid_image")), "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("image_url_hosts"), "{reply}");
+}

@@ -9,7 +9,7 @@ use super::backend::BackendKind;
 use super::job::ImageInput;
 use super::queue::Turn;
 use crate::metrics::ImageTimings;
-use crate::vision::ImageLimits;
+use crate::vision::{ImageLimits, UrlFetch};
 use rkllm_sys::{ImageTags, Images};
 use rknn_sys::{Encoder, EncoderInfo};
 use std::collections::HashMap;
@@ -35,6 +35,8 @@ pub struct VisionSettings {
     pub cache_entries: usize,
     /// What a request may send (checked by the api with [`VisionInfo::limits`]).
     pub limits: ImageLimits,
+    /// Where image URLs may be fetched from (the api's, [`VisionInfo::fetch`]).
+    pub fetch: Arc<UrlFetch>,
 }
 
 /// What a model's encoder is (for validation, `/api/show`, `doctor`).
@@ -45,6 +47,7 @@ pub struct VisionInfo {
     /// Library path or the in-process simulator.
     pub origin: String,
     pub limits: ImageLimits,
+    pub fetch: Arc<UrlFetch>,
 }
 
 impl VisionInfo {
@@ -114,7 +117,8 @@ impl Vision {
         })?;
         let encoder = Encoder::open(Arc::new(runtime), &settings.encoder, rknn_sys::types::RKNN_NPU_CORE_ALL)
             .map_err(|e| format!("vision encoder {}: {e}", settings.encoder))?;
-        let info = VisionInfo { encoder: encoder.info().clone(), tags, origin, limits: settings.limits };
+        let (limits, fetch) = (settings.limits, settings.fetch.clone());
+        let info = VisionInfo { encoder: encoder.info().clone(), tags, origin, limits, fetch };
         Ok(Vision { encoder: Arc::new(encoder), info, cache: Mutex::new(Lru::new(settings.cache_entries)) })
     }
 

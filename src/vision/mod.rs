@@ -1,10 +1,13 @@
 //! Images for vision-language models, below the api and beside
-//! `conversation`: the bounds on what a request may send and the
-//! preprocessing of one image into what the encoder takes (`preprocess`).
+//! `conversation`: the bounds on what a request may send, image URLs where
+//! the operator allows fetching them (`fetch`), and the preprocessing of
+//! one image into what the encoder takes (`preprocess`).
 //! Pure CPU work: the api runs it on the blocking pool (`api::request::prepare`).
 
+mod fetch;
 mod preprocess;
 
+pub use fetch::{FetchError, UrlFetch};
 pub use preprocess::preprocess;
 
 /// Bounds on the images of one request (`max_images`, `max_image_bytes`,

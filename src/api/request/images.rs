@@ -6,7 +6,7 @@ use super::Job;
 use crate::api::error::ApiError;
 use crate::api::Loaded;
 use crate::engine::ImageInput;
-use crate::vision::{preprocess, ImageError, ImageLimits};
+use crate::vision::{preprocess, FetchError, ImageError, ImageLimits, UrlFetch};
 use base64::Engine as _;
 use std::sync::Arc;
 use std::time::Instant;
@@ -61,7 +61,7 @@ pub fn attach(job: &mut Job, refs: &[ImageRef], prompt_markers: usize, model: &L
     let (width, height) = (vision.encoder.width, vision.encoder.height);
     let mut images = Vec::with_capacity(refs.len());
     for r in refs {
-        let bytes = decode(r, &limits)?;
+        let bytes = decode(r, &limits, &vision.fetch)?;
         let prepared = preprocess(&bytes, width, height, &limits).map_err(|e| match e {
             ImageError::Invalid(m) => ApiError::image(&r.param, "invalid_image", m),
             ImageError::TooLarge(m) => ApiError::image(&r.param, "image_too_large", m),
@@ -82,17 +82,27 @@ fn reserved() -> ApiError {
     )
 }
 
-/// The bytes of a `data:[type];base64,…` URL. Other URLs are refused:
-/// fetching a client's URL from the daemon would let it reach the
-/// board's network (SSRF).
-fn decode(r: &ImageRef, limits: &ImageLimits) -> Result<Vec<u8>, ApiError> {
+/// The bytes of a `data:[type];base64,…` URL, or of an `http` URL where
+/// the operator allows fetching it (`vision/fetch.rs`: otherwise a client
+/// could reach the board's network through the daemon, SSRF).
+fn decode(r: &ImageRef, limits: &ImageLimits, fetch: &UrlFetch) -> Result<Vec<u8>, ApiError> {
     let invalid = |m: &str| ApiError::image(&r.param, "invalid_image", m.to_owned());
     let url = r.url.trim();
     let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
     if lower.starts_with("http://") || lower.starts_with("https://") {
-        return Err(invalid(
-            "Image URLs are not fetched by this server; send the image inline as a base64 `data:` URL.",
-        ));
+        if !fetch.is_on() {
+            return Err(invalid(
+                "Image URLs are not fetched by this server (its image_url_hosts is empty); send the image inline as \
+                 a base64 `data:` URL.",
+            ));
+        }
+        // On the blocking pool (`prepare`): the fetch runs on the runtime it belongs to.
+        let fetched = tokio::runtime::Handle::current().block_on(fetch.get(url, limits.max_bytes));
+        return fetched.map_err(|e| match e {
+            FetchError::NotAllowed(m) => ApiError::image(&r.param, "image_url_not_allowed", m),
+            FetchError::TooLarge(m) => ApiError::image(&r.param, "image_too_large", m),
+            FetchError::Failed(m) => invalid(&m),
+        });
     }
     let Some((header, data)) = url.strip_prefix("data:").and_then(|rest| rest.split_once(',')) else {
         return Err(invalid("An image must be a `data:image/…;base64,…` URL."));
