@@ -193,3 +193,19 @@ async fn chat_of_cut_replies(extra: &[&str], assert_reuse: fn(&Turn, &Turn)) {
         previous = Some(t);
     }
 }
+
+/// A thinking reply cut before its answer shows the client no content; the
+/// openai SDK resends it as an empty message (its reasoning dropped), and
+/// the cached reply, reasoning and all, stands for it.
+#[tokio::test]
+async fn a_thinking_reply_cut_before_its_answer_and_resent_empty_is_reused() {
+    let s = script(&[("Next", "Fine."), ("", "<think>\nLet me think about it for quite a while.\n</think>\n\nOne.")]);
+    let d = start(&s, &["--template", "qwen3"]);
+    let mut messages = vec![json!({"role": "user", "content": "The first question"})];
+    let first = turn(&d, &Value::Array(messages.clone()), Some(6)).await;
+    assert_eq!(first.content, "", "the case this test is about: cut inside the reasoning");
+    messages.extend([json!({"role": "assistant", "content": ""}), json!({"role": "user", "content": "Next?"})]);
+    let follow = turn(&d, &Value::Array(messages), None).await;
+    assert_eq!(follow.content, "Fine.");
+    assert_whole_reuse(&first, &follow);
+}

@@ -46,7 +46,11 @@ pub struct Chunk {
     pub role: Option<String>,
     /// The delta has `content` (even empty), `reasoning_content` or `tool_calls`.
     pub carries_token: bool,
+    /// The delta's reasoning and content: the reply as generated.
     pub text: String,
+    /// Its content only: what a client resends of the reply (the openai
+    /// SDK drops `reasoning_content`).
+    pub content: String,
     pub finish_reason: Option<String>,
     pub usage: Option<Value>,
     /// llama.cpp-style `timings`, or Ollama's `*_duration`/`*_count` fields gathered into one object.
@@ -208,6 +212,7 @@ fn classify(data: &str) -> Event {
         role: delta["role"].as_str().map(str::to_owned),
         carries_token: present("content") || present("reasoning_content") || present("tool_calls"),
         text: [&delta["reasoning_content"], &delta["content"]].iter().filter_map(|x| x.as_str()).collect(),
+        content: delta["content"].as_str().unwrap_or_default().to_owned(),
         finish_reason: v["choices"][0]["finish_reason"].as_str().map(str::to_owned),
         usage: v.get("usage").filter(|u| !u.is_null()).cloned(),
         timings,

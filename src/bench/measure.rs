@@ -30,6 +30,8 @@ pub struct Figures {
     /// The role chunk arrived on its own, before any token: it starts no clock.
     pub role_chunk_tokenless: bool,
     pub text: String,
+    /// The reply's content, without its reasoning: what the next turn resends.
+    pub content: String,
     pub usage: Option<Value>,
     pub timings: Option<Value>,
 }
@@ -73,6 +75,7 @@ pub fn figures(record: &RequestRecord) -> Figures {
         token_chunks: tokens.len(),
         role_chunk_tokenless,
         text: tokens.iter().map(|(_, c)| c.text.as_str()).collect(),
+        content: tokens.iter().map(|(_, c)| c.content.as_str()).collect(),
         usage,
         timings,
     }

@@ -166,7 +166,8 @@ impl Shared {
             }
             let prompt = Arc::new(Prompt { messages: Value::Array(messages.clone()), max_tokens: first.max_tokens });
             let record = run_one(&self.target, prompt).await;
-            let reply = super::measure::figures(&record).text;
+            // Resent as the openai SDK and chat UIs do: its content, not its reasoning.
+            let reply = super::measure::figures(&record).content;
             let failed = record.failure.is_some() || record.status != Some(200);
             self.done.lock().unwrap_or_else(|e| e.into_inner()).push((n, turn, record));
             if failed {

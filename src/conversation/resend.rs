@@ -39,30 +39,37 @@ pub struct ResentReply {
 /// Finds the last assistant message of `chat` that has a message after it
 /// (the reply the conversation continues from) in `ids`, the rendered
 /// prompt's tokens: the prompt rendered once more with that message empty
-/// shares the ids before and after it. `None` when there is no such
-/// message or the renderings do not line up.
+/// shares the ids before and after it. A message that is empty already (a
+/// thinking reply cut before its answer, resent without its reasoning) is
+/// rendered once more with one character instead, which marks where it
+/// lies. `None` when there is no such message or the renderings do not
+/// line up.
 pub fn locate(prompter: &Prompter, chat: &ChatInput, ids: &[u32]) -> Option<ResentReply> {
     let last = chat.messages.len().checked_sub(1)?;
     let index = chat.messages[..last].iter().rposition(|m| m.role == Role::Assistant)?;
     let message = &chat.messages[index];
     let calls = message.tool_calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str()));
     let view = view(message.content.as_deref().unwrap_or_default(), calls);
+    let empty = message.content.as_deref().unwrap_or_default().is_empty() && message.tool_calls.is_empty();
+    // U+0001: no request holds it in an empty message, and it is one token.
+    let stand_in = if empty { "\u{1}" } else { "" };
     let mut emptied = chat.clone();
-    emptied.messages[index] = Message { role: Role::Assistant, content: Some(String::new()), ..Message::default() };
+    emptied.messages[index] = Message { role: Role::Assistant, content: Some(stand_in.into()), ..Message::default() };
     let other = prompter.tokenize(&prompter.render(&emptied).ok()?.prompt)?;
     let (start, end) = span(ids, &other)?;
     Some(ResentReply { start, end, view })
 }
 
-/// The part of `ids` that `other` lacks: `[start, end)` with `ids[..start]`
-/// and `ids[end..]` shared with `other`.
+/// Where `ids` and `other` differ: `[start, end)` of `ids`, with
+/// `ids[..start]` and `ids[end..]` shared with `other`, and all of the
+/// shorter one shared (one of them has the message, the other has it empty).
 fn span(ids: &[u32], other: &[u32]) -> Option<(usize, usize)> {
     let start = ids.iter().zip(other).take_while(|(a, b)| a == b).count();
     // The shared tail cannot reach into the shared head of either.
-    let room = ids.len().min(other.len()) - start;
-    let tail = ids.iter().rev().zip(other.iter().rev()).take(room).take_while(|(a, b)| a == b).count();
+    let shorter = ids.len().min(other.len());
+    let tail = ids.iter().rev().zip(other.iter().rev()).take(shorter - start).take_while(|(a, b)| a == b).count();
     let end = ids.len() - tail;
-    (other.len() == start + tail && start <= end).then_some((start, end))
+    (shorter == start + tail && start <= end).then_some((start, end))
 }
 
 #[cfg(test)]
@@ -84,5 +91,6 @@ mod tests {
         assert_eq!(span(&[1, 2, 2, 3], &[1, 2, 3]), Some((2, 3)));
         assert_eq!(span(&[1, 2, 3], &[1, 2, 3]), Some((3, 3)), "an empty reply");
         assert_eq!(span(&[1, 2, 3], &[1, 9, 3]), None, "the renderings differ elsewhere");
+        assert_eq!(span(&[1, 2, 3, 4], &[1, 2, 5, 3, 4]), Some((2, 2)), "an empty reply, found by a stand-in");
     }
 }
