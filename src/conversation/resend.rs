@@ -34,6 +34,9 @@ pub struct ResentReply {
     pub start: usize,
     pub end: usize,
     pub view: String,
+    /// The length in ids of the prompt that asked for this reply, as the
+    /// history before it renders (with the generation prompt).
+    pub before: usize,
 }
 
 /// Finds the last assistant message of `chat` that has a message after it
@@ -57,7 +60,12 @@ pub fn locate(prompter: &Prompter, chat: &ChatInput, ids: &[u32]) -> Option<Rese
     emptied.messages[index] = Message { role: Role::Assistant, content: Some(stand_in.into()), ..Message::default() };
     let other = prompter.tokenize(&prompter.render(&emptied).ok()?.prompt)?;
     let (start, end) = span(ids, &other)?;
-    Some(ResentReply { start, end, view })
+    // The prompt the reply answered: without it, a reply that ends like a
+    // later one could stand in for it where the cache holds more turns.
+    let mut asked = chat.clone();
+    asked.messages.truncate(index);
+    let before = prompter.tokenize(&prompter.render(&asked).ok()?.prompt)?.len();
+    Some(ResentReply { start, end, view, before })
 }
 
 /// Where `ids` and `other` differ: `[start, end)` of `ids`, with

@@ -48,6 +48,10 @@ pub struct Resent {
     pub start: usize,
     pub end: usize,
     pub view: String,
+    /// The ids of the prompt that asked for the reply, as the client's
+    /// history before it renders: only a cached run of that prompt can stand
+    /// for it.
+    pub before: usize,
 }
 
 /// One image of a job, preprocessed by the api.

@@ -158,6 +158,7 @@ impl KvCache {
     fn stands_for(&self, ids: &[i32], resent: Option<&Resent>) -> Option<usize> {
         let (last, resent) = (self.last.as_ref()?, resent?);
         let same_before = resent.start <= last.prompt.len()
+            && resent.before == last.prompt.len()
             && resent.start <= resent.end
             && resent.end <= ids.len()
             && ids[..resent.start] == last.prompt[..resent.start];
@@ -368,16 +369,26 @@ mod tests {
         assert!(kv.seen("a", "seven eight".into(), false, 2));
         // Resent re-tokenized differently ([70]) then the new turn [9 4].
         let ids = [1, 2, 3, 70, 9, 4];
-        let resent = |start, view: &str| Resent { start, end: 4, view: view.into() };
+        let resent = |start, view: &str| Resent { start, end: 4, view: view.into(), before: 3 };
         let hit = kv.plan(&ids, Some(&resent(3, "seven eight")), None, 10, 100);
         assert_eq!(shape(&hit), (false, 5, vec![9, 4], true));
         // The resent message may begin before the reply did (a generation
         // prompt the history does not repeat), never after it.
         assert!(
-            kv.plan(&[1, 2, 70, 9, 4], Some(&Resent { start: 2, end: 3, view: "seven eight".into() }), None, 10, 100)
-                .by_view
+            kv.plan(
+                &[1, 2, 70, 9, 4],
+                Some(&Resent { start: 2, end: 3, view: "seven eight".into(), before: 3 }),
+                None,
+                10,
+                100
+            )
+            .by_view
         );
         assert!(kv.plan(&ids, Some(&resent(3, "seven eight!")), None, 10, 100).clear, "another view");
+        // The same view, resent after a shorter prompt than the cached one (an
+        // earlier reply that ends like the cached one, the cache a turn ahead).
+        let earlier = Resent { before: 2, ..resent(3, "seven eight") };
+        assert!(kv.plan(&ids, Some(&earlier), None, 10, 100).clear, "another turn's reply");
         assert!(kv.plan(&[1, 5, 3, 70, 9, 4], Some(&resent(3, "seven eight")), None, 10, 100).clear, "an edited turn");
         assert!(kv.plan(&[1, 2, 3, 70], Some(&resent(3, "seven eight")), None, 10, 100).clear, "nothing new");
         // The cached reply [7 8] stands for the resent [70]: one position
@@ -389,12 +400,12 @@ mod tests {
         // after the prompt as the client sent it (its reply [70], not [7 8]).
         assert_eq!(kv.after_run("b", &hit, &[5], Some(8)), Ok(8));
         let third = |reply: &[i32]| [&ids[..], reply, &[2]].concat();
-        let by_view = |view: &str| Resent { start: 6, end: 7, view: view.into() };
+        let by_view = |view: &str| Resent { start: 6, end: 7, view: view.into(), before: 6 };
         assert!(kv.plan(&third(&[60]), Some(&by_view("seven eight")), None, 10, 100).clear);
         assert!(
             kv.plan(
                 &[1, 2, 3, 7, 8, 9, 4, 60, 2],
-                Some(&Resent { start: 7, end: 8, view: "five".into() }),
+                Some(&Resent { start: 7, end: 8, view: "five".into(), before: 6 }),
                 None,
                 10,
                 100
@@ -415,7 +426,7 @@ mod tests {
             let first = kv.plan(&[1, 2, 3], None, None, 10, 100);
             assert_eq!(kv.after_run("a", &first, &[7, 8], Some(5)), Ok(5));
             kv.seen("a", "eight".into(), true, 2);
-            let resent = Resent { start: 3, end: 4, view: "eight".into() };
+            let resent = Resent { start: 3, end: 4, view: "eight".into(), before: 3 };
             assert_eq!(kv.plan(&[1, 2, 3, 80, 9], Some(&resent), None, 10, 100).by_view, keep);
         }
     }

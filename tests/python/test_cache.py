@@ -84,3 +84,27 @@ def test_a_thinking_reply_resent_by_the_sdk_without_its_reasoning_is_reused(star
     assert follow.choices[0].message.content == "Two."
     whole = first.usage.prompt_tokens + first.usage.completion_tokens
     assert follow.usage.prompt_tokens_details.cached_tokens == whole, follow.usage
+
+
+def test_concurrent_conversations_keep_their_batch_slots_through_the_sdk(start_daemon):
+    """Four conversations at once on `--batch 4`: each keeps a batch slot, so
+    once the first runs have settled every follow-up reuses its history,
+    and every reply is the cache-off daemon's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    on = start_daemon(model=SPEC, extra_args=("--batch", "4", "--batch-gather-ms", "1000"))
+    off = start_daemon(model=SPEC, extra_args=("--conversation-cache", "off"))
+
+    def talk(daemon):
+        with daemon.client() as client:
+            return converse(client)
+
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(pool.map(talk, [on] * 4))
+    plain = talk(off)
+    for turns in batched:
+        assert [t[0] for t in turns] == [t[0] for t in plain], "the replies of a cache-off daemon"
+        assert [t[1] for t in turns] == [t[1] for t in plain], "prompt_tokens counts the whole prompt"
+        # The first run starts alone and the others clear the slots once; from
+        # the third turn on every conversation is in its own slot.
+        assert all(0 < t[2] < t[1] for t in turns[2:]), turns

@@ -305,7 +305,7 @@ fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
     }
     let ids: Vec<u32> = job.tokens.as_ref()?.iter().map(|&id| id as u32).collect();
     let found = crate::conversation::resend::locate(&model.prompter, chat, &ids)?;
-    Some(Resent { start: found.start, end: found.end, view: found.view })
+    Some(Resent { start: found.start, end: found.end, view: found.view, before: found.before })
 }
 
 /// The bytes of a message's text.
