@@ -6,31 +6,11 @@
 
 mod common;
 
-use common::Daemon;
+use common::{Daemon, Turn};
 use serde_json::{json, Value};
 
 const MODEL: &str = "m";
 const USERS: [&str; 5] = ["Hello there!", "What runs on the NPU?", "And how fast is it?", "Why?", "Thanks, bye."];
-
-/// One chat turn's reply, usage and timings.
-#[derive(Debug, Clone)]
-struct Turn {
-    reply: String,
-    usage: Value,
-    timings: Value,
-}
-
-impl Turn {
-    fn cached(&self) -> i64 {
-        self.usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap()
-    }
-    fn prompt(&self) -> i64 {
-        self.usage["prompt_tokens"].as_i64().unwrap()
-    }
-    fn completion(&self) -> i64 {
-        self.usage["completion_tokens"].as_i64().unwrap()
-    }
-}
 
 /// The simulated model, paced so that clients overlap; `extra` daemon
 /// arguments. Through dlopen the tokenizer comes as a file.
@@ -65,9 +45,7 @@ impl Api {
         let body = json!({"model": MODEL, "messages": messages, "max_tokens": 64});
         let r = self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap();
         assert_eq!(r.status(), 200);
-        let body: Value = r.json().await.unwrap();
-        let reply = body["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
-        Turn { reply, usage: body["usage"].clone(), timings: body["timings"].clone() }
+        Turn::of(&r.json().await.unwrap())
     }
 
     /// Conversation `c` turn by turn, resending its history with the
@@ -78,7 +56,7 @@ impl Api {
         for user in USERS {
             messages.push(json!({"role": "user", "content": user}));
             let t = self.turn(&messages).await;
-            messages.push(json!({"role": "assistant", "content": t.reply}));
+            messages.push(json!({"role": "assistant", "content": t.content}));
             turns.push(t);
         }
         turns
@@ -108,7 +86,7 @@ async fn conversations_keep_their_slots(dlopen: bool) {
     for (c, turns) in all.iter().enumerate() {
         let alone = Api::of(&off).converse(c).await;
         for (i, (t, plain)) in turns.iter().zip(&alone).enumerate() {
-            assert_eq!(t.reply, plain.reply, "conversation {c}, turn {i}: the cache must not change the reply");
+            assert_eq!(t.content, plain.content, "conversation {c}, turn {i}: the cache must not change the reply");
             assert_eq!(t.prompt(), plain.prompt(), "conversation {c}, turn {i}: the whole prompt is counted");
         }
         // The first request starts alone and the others queue behind it;
@@ -157,7 +135,7 @@ async fn an_edited_history_in_a_batch_slot_starts_clean_with_the_right_reply() {
     let mut messages = vec![json!({"role": "user", "content": USERS[0]})];
     let first = api.turn(&messages).await;
     messages
-        .extend([json!({"role": "assistant", "content": first.reply}), json!({"role": "user", "content": USERS[1]})]);
+        .extend([json!({"role": "assistant", "content": first.content}), json!({"role": "user", "content": USERS[1]})]);
     let follow = api.turn(&messages).await;
     assert_eq!(follow.timings["cache"], "resident", "{}", follow.timings);
     // The first user message edited: its slot holds another conversation now.
@@ -166,7 +144,7 @@ async fn an_edited_history_in_a_batch_slot_starts_clean_with_the_right_reply() {
     assert_eq!((edited.cached(), &edited.timings["cache"]), (0, &json!("miss")), "{}", edited.timings);
     assert_eq!(edited.timings["cache_miss"], "other", "{}", edited.timings);
     let plain = Api::of(&off).turn(&messages).await;
-    assert_eq!(edited.reply, plain.reply);
+    assert_eq!(edited.content, plain.content);
 }
 
 #[tokio::test]
@@ -184,7 +162,7 @@ async fn batch_slots_that_keep_no_history_are_switched_off_loudly() {
     // The second turn was planned as a reuse (and found out); none after it.
     assert_eq!(turns[1].timings["cache"], "resident");
     for (i, (t, p)) in turns.iter().zip(&plain).enumerate() {
-        assert_eq!(t.reply, p.reply, "turn {i}");
+        assert_eq!(t.content, p.content, "turn {i}");
         if i >= 2 {
             assert_eq!((t.cached(), &t.timings["cache"]), (0, &Value::Null), "turn {i}: {}", t.timings);
         }

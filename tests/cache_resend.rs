@@ -6,28 +6,10 @@
 
 mod common;
 
-use common::{script, Daemon};
+use common::{script, Daemon, Turn};
 use serde_json::{json, Value};
 
 const MODEL: &str = "sim-qwen2.5-1.5b";
-
-struct Turn {
-    content: String,
-    usage: Value,
-    timings: Value,
-}
-
-impl Turn {
-    fn cached(&self) -> i64 {
-        self.usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap()
-    }
-    fn prompt(&self) -> i64 {
-        self.usage["prompt_tokens"].as_i64().unwrap()
-    }
-    fn completion(&self) -> i64 {
-        self.usage["completion_tokens"].as_i64().unwrap()
-    }
-}
 
 async fn turn(d: &Daemon, messages: &Value, max_tokens: Option<u32>) -> Turn {
     let mut body = json!({"model": MODEL, "messages": messages});
@@ -36,9 +18,7 @@ async fn turn(d: &Daemon, messages: &Value, max_tokens: Option<u32>) -> Turn {
     }
     let r = d.post("/v1/chat/completions", body).await;
     assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
-    let content = body["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned();
-    Turn { content, usage: body["usage"].clone(), timings: body["timings"].clone() }
+    Turn::of(&r.json().await.unwrap())
 }
 
 fn start(script: &tempfile::NamedTempFile, extra: &[&str]) -> Daemon {

@@ -96,13 +96,9 @@ impl Engine {
             if let Some(saved) = &self.saved {
                 lock(saved).displaced();
             }
-            match self.model.clear_kv_cache(false).await {
-                Ok(Ok(())) => lock(kv).cleared(),
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "the runtime thread is gone".into(),
-                    };
+            match super::answered(self.model.clear_kv_cache(false)).await {
+                Ok(()) => lock(kv).cleared(),
+                Err(why) => {
                     tracing::warn!("rkllm_clear_kv_cache failed ({why}); this run is stateless");
                     self.forget_kv();
                     return None;
@@ -120,18 +116,14 @@ impl Engine {
         }
         let Some(path) = restore.file.to_str() else { return false };
         let started = std::time::Instant::now();
-        match self.model.load_prompt_cache(path).await {
-            Ok(Ok(())) => {
+        match super::answered(self.model.load_prompt_cache(path)).await {
+            Ok(()) => {
                 let mut saved = lock(saved);
                 saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held, restore.on_disk);
                 saved.loaded = Some(restore.file.clone());
                 true
             }
-            outcome => {
-                let why = match outcome {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => "the runtime thread is gone".into(),
-                };
+            Err(why) => {
                 crate::metrics::observer().metrics.conversation_cache_off();
                 lock(saved).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
                 false

@@ -337,6 +337,15 @@ impl Engine {
     }
 }
 
+/// The runtime thread's answer to a handle call, awaited: the runtime's
+/// error, or the thread's absence, as words for a log line.
+async fn answered<T>(answer: tokio::sync::oneshot::Receiver<Result<T, rkllm_sys::ModelError>>) -> Result<T, String> {
+    match answer.await {
+        Ok(answer) => answer.map_err(|e| e.to_string()),
+        Err(_) => Err("the runtime thread is gone".into()),
+    }
+}
+
 /// The runtime thread's answer to a handle call, waited for on a blocking
 /// thread (a model load); a thread that went away is `ThreadGone`.
 fn wait_for<T>(

@@ -271,13 +271,9 @@ impl Engine {
             .collect();
         let layout = lock(slots).layout(&members, self.limits.max_context_len);
         if layout.clear {
-            match self.model.clear_kv_cache(false).await {
-                Ok(Ok(())) => lock(slots).cleared(),
-                outcome => {
-                    let why = match outcome {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => "the runtime thread is gone".into(),
-                    };
+            match super::answered(self.model.clear_kv_cache(false)).await {
+                Ok(()) => lock(slots).cleared(),
+                Err(why) => {
                     tracing::warn!("rkllm_clear_kv_cache failed ({why}); this batched run keeps no history");
                     lock(slots).forget();
                     return None;
@@ -324,8 +320,8 @@ impl Engine {
                      slots' history"
                 ));
                 // What the slots hold would be read by the next runs.
-                if !matches!(self.model.clear_kv_cache(false).await, Ok(Ok(()))) {
-                    tracing::warn!("rkllm_clear_kv_cache failed after the batch slots were switched off");
+                if let Err(why) = super::answered(self.model.clear_kv_cache(false)).await {
+                    tracing::warn!("rkllm_clear_kv_cache failed after the batch slots were switched off ({why})");
                 }
             }
         }

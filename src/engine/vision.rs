@@ -219,11 +219,9 @@ impl super::Engine {
         };
         if self.kv.is_some() {
             self.forget_kv();
-            match self.model.clear_kv_cache(false).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return Err(format!("rkllm_clear_kv_cache before a run with images failed: {e}")),
-                Err(_) => return Err("the runtime thread is gone".into()),
-            }
+            super::answered(self.model.clear_kv_cache(false))
+                .await
+                .map_err(|why| format!("rkllm_clear_kv_cache before a run with images failed: {why}"))?;
         }
         vision.encode(images, timings, turn).await.map(Some)
     }

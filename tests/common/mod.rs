@@ -294,3 +294,28 @@ pub fn run_to_exit(command: &mut Command, within: Duration) -> std::process::Out
     }
     child.wait_with_output().unwrap()
 }
+
+/// One chat completion's reply text, usage and timings.
+#[derive(Debug, Clone)]
+pub struct Turn {
+    pub content: String,
+    pub usage: serde_json::Value,
+    pub timings: serde_json::Value,
+}
+
+impl Turn {
+    /// From a non-streamed chat completion's body.
+    pub fn of(body: &serde_json::Value) -> Turn {
+        let content = body["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned();
+        Turn { content, usage: body["usage"].clone(), timings: body["timings"].clone() }
+    }
+    pub fn cached(&self) -> i64 {
+        self.usage["prompt_tokens_details"]["cached_tokens"].as_i64().unwrap()
+    }
+    pub fn prompt(&self) -> i64 {
+        self.usage["prompt_tokens"].as_i64().unwrap()
+    }
+    pub fn completion(&self) -> i64 {
+        self.usage["completion_tokens"].as_i64().unwrap()
+    }
+}
