@@ -23,7 +23,7 @@ use super::kv::Plan;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Permit, Place, Turn};
-use super::slots::{Kept, SlotJob};
+use super::slots::{Kept, Member, SlotJob};
 use super::Engine;
 use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -119,7 +119,16 @@ impl Engine {
         let first = group[0].plan.clone();
         let max_new_tokens = group.iter().filter_map(|job| job.plan.max_new_tokens).max();
         let jobs = group.len();
-        let layout = self.lay_out_batch(&group).await;
+        let members: Vec<Member> = group
+            .iter()
+            .map(|job| Member {
+                ids: job.tokens.as_deref(),
+                hints: &job.hints,
+                lora: job.plan.lora.as_deref(),
+                max_new: job.plan.limit,
+            })
+            .collect();
+        let layout = self.lay_out_batch(&members).await;
         let mut inputs = vec![None; size];
         let mut channels = vec![None; size];
         let mut receivers = Vec::with_capacity(jobs);

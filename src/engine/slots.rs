@@ -20,7 +20,6 @@
 //! runtime that prefilled more did not keep the slots' history as the manual
 //! says, and the slots are switched off for the model (WARN, metric).
 
-use super::batch::BatchJob;
 use super::job::CacheHints;
 use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
@@ -258,18 +257,9 @@ impl Engine {
     /// Where each job of a batch runs, with every slot cleared first when
     /// the layout needs it (the turn is held); `None`: the run keeps no
     /// history (the cache is off, or clearing failed).
-    pub(super) async fn lay_out_batch(&self, group: &[BatchJob]) -> Option<Layout> {
+    pub(super) async fn lay_out_batch(&self, members: &[Member<'_>]) -> Option<Layout> {
         let slots = self.slots.as_ref().filter(|s| !lock(s).is_off())?;
-        let members: Vec<Member> = group
-            .iter()
-            .map(|job| Member {
-                ids: job.tokens.as_deref(),
-                hints: &job.hints,
-                lora: job.plan.lora.as_deref(),
-                max_new: job.plan.limit,
-            })
-            .collect();
-        let layout = lock(slots).layout(&members, self.limits.max_context_len);
+        let layout = lock(slots).layout(members, self.limits.max_context_len);
         if layout.clear {
             match super::answered(self.model.clear_kv_cache(false)).await {
                 Ok(()) => lock(slots).cleared(),
