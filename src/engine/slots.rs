@@ -279,6 +279,10 @@ impl Engine {
     pub(super) async fn settle_batch(&self, kept: Kept, finish: &Finish, slot_tokens: &[Vec<i32>]) {
         let Some(slots) = &self.slots else { return };
         let metrics = &crate::metrics::observer().metrics;
+        if !finish.started {
+            // Every client left before the run began: no slot changed.
+            return;
+        }
         if finish.is_error() {
             lock(slots).forget();
             return;
