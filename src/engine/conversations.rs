@@ -116,7 +116,10 @@ impl Engine {
         }
         let Some(path) = restore.file.to_str() else { return false };
         let started = std::time::Instant::now();
-        match super::answered(self.model.load_prompt_cache(path)).await {
+        lock(saved).loading(Some(&restore.file));
+        let loaded = super::answered(self.model.load_prompt_cache(path)).await;
+        lock(saved).loading(None);
+        match loaded {
             Ok(()) => {
                 let mut saved = lock(saved);
                 saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held, restore.on_disk);

@@ -123,6 +123,11 @@ pub(super) struct Saved {
     costs: Costs,
     /// Copies to the disk tier for the engine to start.
     spills: Vec<Spill>,
+    /// The file `rkllm_load_prompt_cache` is reading now, and files a
+    /// finished copy or the disk budget let go of meanwhile: removed once
+    /// the load is over, so a copy never pulls a file from under a load.
+    loading: Option<PathBuf>,
+    stale: Vec<PathBuf>,
 }
 
 /// Milliseconds per token, as measured on this model: loading a file
@@ -173,6 +178,8 @@ impl Saved {
             evictions: 0,
             costs: Costs::default(),
             spills: Vec::new(),
+            loading: None,
+            stale: Vec::new(),
         })
     }
 
@@ -379,10 +386,27 @@ impl Saved {
 
     fn drop_entry(&mut self, i: usize) {
         let gone = self.entries.remove(i);
-        remove(&gone.file);
+        self.discard(&gone.file);
         self.evictions += 1;
         crate::metrics::observer().metrics.conversation_evicted();
         tracing::debug!(file = %gone.file.display(), bytes = gone.bytes, "conversation evicted");
+    }
+
+    /// Removes `file`, or once the load reading it is over.
+    fn discard(&mut self, file: &Path) {
+        if self.loading.as_deref() == Some(file) {
+            self.stale.push(file.to_owned());
+        } else {
+            remove(file);
+        }
+    }
+
+    /// `rkllm_load_prompt_cache` is about to read `file` (`None`: it is over).
+    pub fn loading(&mut self, file: Option<&Path>) {
+        self.loading = file.map(Path::to_owned);
+        if file.is_none() {
+            self.stale.drain(..).for_each(|f| remove(&f));
+        }
     }
 
     /// The copies to the disk tier to start now.
@@ -398,7 +422,7 @@ impl Saved {
             self.entries.iter().position(|e| e.id == spill.entry && e.file == spill.from && e.tier == Tier::Spilling);
         match (at, copied) {
             (Some(i), Ok(())) => {
-                remove(&spill.from);
+                self.discard(&spill.from);
                 let entry = &mut self.entries[i];
                 entry.file = spill.to.clone();
                 entry.tier = Tier::Disk;
@@ -590,6 +614,18 @@ mod tests {
         s.spilled(&spills[0], Ok(()));
         assert!(!spills[0].to.exists(), "the stale copy is removed");
         assert!(!s.find(&[3, 5, 9], None, room).unwrap().on_disk);
+
+        // A copy that ends while its RAM file is being loaded leaves it until the load is over.
+        let e = run(&mut s, None, &[5], 10);
+        let spills = s.take_spills();
+        let (spilling, from) = (spills[0].entry, spills[0].from.clone());
+        assert_ne!(spilling, e);
+        s.loading(Some(&from));
+        std::fs::copy(&spills[0].from, &spills[0].to).unwrap();
+        s.spilled(&spills[0], Ok(()));
+        assert!(from.exists(), "still being read");
+        s.loading(None);
+        assert!(!from.exists());
     }
 
     #[test]
