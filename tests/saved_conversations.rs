@@ -172,9 +172,10 @@ async fn a_named_conversation_with_an_edited_turn_is_an_edited_miss() {
 
 #[tokio::test]
 async fn a_file_that_loads_slower_than_its_prefill_is_not_restored_again() {
-    // Loading costs 1 ms a token here (20 s per 1000 tokens × 0.05), about
-    // five times what prefilling costs: the first restore measures that.
-    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=12&cache_file_ms=20000";
+    // Loading (and saving) costs 2 ms a token here (40 s per 1000 tokens ×
+    // 0.05), about twenty times what prefilling costs: the first restore
+    // measures the load, a fresh conversation's run the prefill.
+    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=12&cache_file_ms=40000";
     let on = start(spec, &[]);
     let off = start(SPEC, &["--conversation-cache", "off"]);
     let long = |name: &str| {
@@ -190,6 +191,7 @@ async fn a_file_that_loads_slower_than_its_prefill_is_not_restored_again() {
     let (b, ..) = chat(&on, &long("B")).await;
     let (_, _, restored) = chat(&on, &with_reply("A", &a)).await;
     assert_eq!(restored.get("cache"), Some(&json!("restored")), "nothing measured yet: {restored}");
+    chat(&on, &long("C")).await;
     let (reply, usage, timings) = chat(&on, &with_reply("B", &b)).await;
     assert_eq!((&timings["cache"], &timings["cache_miss"]), (&json!("miss"), &json!("costlier")), "{timings}");
     assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 0);

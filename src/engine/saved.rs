@@ -136,7 +136,8 @@ pub(super) struct Saved {
 /// [`Costs::MIN_PREFILL`] tokens, so that a run's fixed cost does not
 /// dominate). A run's `prefill_time_ms` also holds the saving of its file
 /// (the simulator's model; whether it does on a board is *open*), which is
-/// taken out at the load's rate: so prefills are measured once a load was.
+/// taken out at the load's rate: so prefills are measured once a load was,
+/// and only from runs that prefilled at least half of what they saved.
 /// Each is a moving average over recent measurements.
 #[derive(Debug, Default, Clone, Copy)]
 struct Costs {
@@ -256,7 +257,9 @@ impl Saved {
         // Runs save to the RAM tier.
         let Some(load) = self.costs.load[0] else { return };
         let ms = ms - load * saved as f64;
-        if tokens >= Costs::MIN_PREFILL && ms > 0.0 {
+        // A run whose save outweighs its prefill leaves mostly that guess.
+        let prefill_counts = tokens >= Costs::MIN_PREFILL && usize::try_from(tokens).unwrap_or(0) * 2 >= saved;
+        if prefill_counts && ms > 0.0 {
             self.costs.prefill = Costs::mix(self.costs.prefill, ms / tokens as f64);
         }
     }
@@ -561,6 +564,8 @@ mod tests {
         assert!(s.worth_restoring(100, false), "a prefill before any load cannot take its saving out: not counted");
         s.measured_prefill(50.0, 10, 0);
         assert!(s.worth_restoring(100, false), "a prefill of 10 tokens is mostly its fixed cost: not counted");
+        s.measured_prefill(1_000.0, 100, 300);
+        assert!(s.worth_restoring(100, false), "a save three times the prefill: not counted");
         s.measured_prefill(550.0, 100, 100);
         assert!(
             !s.worth_restoring(100, false),
