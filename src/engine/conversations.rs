@@ -7,11 +7,12 @@
 
 use super::job::CacheHints;
 use super::kv::{self, Plan};
+use super::lock;
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Saved};
 use super::Engine;
 use crate::metrics::RuntimePerf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The conversations a model keeps warm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,10 +28,6 @@ pub struct WarmConversations {
     /// Of those, the ones on the disk tier.
     pub on_disk: usize,
     pub on_disk_bytes: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Engine {

@@ -337,6 +337,12 @@ impl Engine {
     }
 }
 
+/// Takes one of the engine's record locks, also one a panic poisoned: what
+/// the records hold is checked against the runtime after every run anyway.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The runtime thread's answer to a handle call, awaited: the runtime's
 /// error, or the thread's absence, as words for a log line.
 async fn answered<T>(answer: tokio::sync::oneshot::Receiver<Result<T, rkllm_sys::ModelError>>) -> Result<T, String> {

@@ -51,13 +51,8 @@ pub(super) enum Assigned {
 
 /// A job waiting for its turn.
 pub(super) struct Waiting {
-    pub id: String,
-    pub plan: Arc<RunPlan>,
-    /// The prompt's ids (what the warm test compares with the KV cache).
-    pub tokens: Option<Arc<[i32]>>,
-    /// What a batch slot's cache matches besides the ids.
-    pub hints: CacheHints,
-    pub place: Place,
+    /// What it runs (its ids are also what the warm test compares).
+    pub job: BatchJob,
     /// Times a younger job went first.
     passed: u32,
     pub reply: oneshot::Sender<Result<Assigned, EndReason>>,
@@ -105,7 +100,8 @@ impl Engine {
         }
         let (reply, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the scheduler stopped".into());
-        scheduler.jobs.send(Waiting { id, plan, tokens, hints, place, passed: 0, reply }).map_err(|_| gone())?;
+        let job = BatchJob { id, plan, tokens, hints, place };
+        scheduler.jobs.send(Waiting { job, passed: 0, reply }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
 }
@@ -148,22 +144,16 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             join(&mut waiting, job);
         }
         waiting.retain(|job| !job.reply.is_closed());
-        let warm = |job: &Waiting| engine.is_warm(job.tokens.as_deref(), job.plan.lora.as_deref());
+        let warm = |w: &Waiting| engine.is_warm(w.job.tokens.as_deref(), w.job.plan.lora.as_deref());
         let Some(first) = pick(&mut waiting, settings.max_passed_over, warm) else { continue };
         if size == 1 {
-            let turn = engine.queue.start(permit, vec![first.place]);
+            let turn = engine.queue.start(permit, vec![first.job.place]);
             // A client gone since: its turn is dropped with the error, and the loop picks again.
             let _ = first.reply.send(Ok(Assigned::Alone(turn)));
         } else {
             let group = take_group(first, &mut waiting, size);
             let ran = group.len();
-            let (replies, members): (Vec<_>, Vec<_>) = group
-                .into_iter()
-                .map(|j| {
-                    let job = BatchJob { id: j.id, plan: j.plan, tokens: j.tokens, hints: j.hints, place: j.place };
-                    (j.reply, job)
-                })
-                .unzip();
+            let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|w| (w.reply, w.job)).unzip();
             match engine.start_batch(permit, members, size).await {
                 Ok((slots, run)) => {
                     for (reply, slot) in replies.into_iter().zip(slots) {
@@ -196,7 +186,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
 /// request whose preparation (rendering, tokenizing) took longer than a later
 /// one's keeps its place.
 fn join(waiting: &mut VecDeque<Waiting>, job: Waiting) {
-    let at = waiting.partition_point(|w| w.place.order < job.place.order);
+    let at = waiting.partition_point(|w| w.job.place.order < job.job.place.order);
     waiting.insert(at, job);
 }
 
@@ -245,7 +235,7 @@ fn take_group(first: Waiting, waiting: &mut VecDeque<Waiting>, size: usize) -> V
     let mut group = vec![first];
     let mut rest = VecDeque::with_capacity(waiting.len());
     while let Some(job) = waiting.pop_front() {
-        if group.len() < size && job.plan.shares_run_with(&group[0].plan) {
+        if group.len() < size && job.job.plan.shares_run_with(&group[0].job.plan) {
             group.push(job);
         } else {
             rest.push_back(job);
@@ -276,15 +266,8 @@ mod tests {
         };
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
         let place = queue.try_enter().expect("room");
-        let waiting = Waiting {
-            id: "j".into(),
-            plan: Arc::new(plan),
-            tokens: None,
-            hints: CacheHints::default(),
-            place,
-            passed: 0,
-            reply,
-        };
+        let job = BatchJob { id: "j".into(), plan: Arc::new(plan), tokens: None, hints: CacheHints::default(), place };
+        let waiting = Waiting { job, passed: 0, reply };
         (waiting, rx)
     }
 
@@ -305,7 +288,7 @@ mod tests {
     #[test]
     fn jobs_with_different_adapters_do_not_share_a_run() {
         let (mut waiting, _rx) = queue_of([(1, None), (1, Some("a")), (1, None), (1, Some("a")), (1, Some("b"))]);
-        let adapters = |g: &[Waiting]| g.iter().map(|j| j.plan.lora.clone()).collect::<Vec<_>>();
+        let adapters = |g: &[Waiting]| g.iter().map(|w| w.job.plan.lora.clone()).collect::<Vec<_>>();
         assert_eq!(adapters(&group(&mut waiting, 4)), vec![None, None]);
         assert_eq!(adapters(&group(&mut waiting, 4)), vec![Some("a".to_owned()); 2]);
         assert_eq!(adapters(&group(&mut waiting, 4)), vec![Some("b".to_owned())]);
@@ -314,10 +297,10 @@ mod tests {
     #[test]
     fn groups_share_sampling_keep_arrival_order_and_size() {
         let (mut waiting, _rx) = queue_of([3, 2, 3, 3, 2, 3, 3].map(|k| (k, None)));
-        let top_k = |g: &[Waiting]| g.iter().map(|j| j.plan.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
+        let top_k = |g: &[Waiting]| g.iter().map(|w| w.job.plan.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
         let first = group(&mut waiting, 4);
         assert_eq!(top_k(&first), vec![Some(3); 4], "the oldest job's sampling, up to the batch size");
-        assert_eq!(first[3].plan.prompt, "k3");
+        assert_eq!(first[3].job.plan.prompt, "k3");
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(3)], "a lone job is not held back");
         assert!(group(&mut waiting, 4).is_empty());
@@ -327,17 +310,17 @@ mod tests {
     fn a_warm_job_goes_first_until_the_oldest_was_passed_over_enough() {
         // Jobs k2..k6 wait; the warm ones are k4 and k6 (say, follow-ups).
         let (mut waiting, _rx) = queue_of([2, 3, 4, 5, 6].map(|k| (k, None)));
-        let warm = |job: &Waiting| matches!(job.plan.prompt.as_str(), "k4" | "k6");
+        let warm = |w: &Waiting| matches!(w.job.plan.prompt.as_str(), "k4" | "k6");
         let mut order = Vec::new();
         while let Some(job) = pick(&mut waiting, 2, warm) {
-            order.push(job.plan.prompt.clone());
+            order.push(job.job.plan.prompt.clone());
         }
         // k4 passes k2, k3 (1 pass each); k6 passes them again (2 each, and k5
         // once): the bound is reached, so arrival order from then on.
         assert_eq!(order, ["k4", "k6", "k2", "k3", "k5"]);
 
         let (mut waiting, _rx) = queue_of([2, 3, 4].map(|k| (k, None)));
-        let first = pick(&mut waiting, 0, |job| job.plan.prompt == "k4").unwrap();
-        assert_eq!(first.plan.prompt, "k2", "0: strict arrival order");
+        let first = pick(&mut waiting, 0, |w| w.job.plan.prompt == "k4").unwrap();
+        assert_eq!(first.job.plan.prompt, "k2", "0: strict arrival order");
     }
 }

@@ -23,10 +23,9 @@
 use super::job::CacheHints;
 use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
-use super::Engine;
+use super::{lock, Engine};
 use rkllm_sys::Finish;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
 
 /// The slots' records, and what the api said of replies not settled yet.
 #[derive(Debug)]
@@ -126,8 +125,8 @@ impl Slots {
         let empty: Vec<usize> = (0..size).filter(|&s| !taken[s] && self.caches[s].is_clean()).collect();
         let run_max = members.iter().map(|m| m.max_new as usize).max().unwrap_or(0);
         let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
-        let fillers_crowded = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
-        let clear = homeless > empty.len() || fillers_crowded.filter(|&s| crowded(s)).count() > 0;
+        let mut fillers = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
+        let clear = homeless > empty.len() || fillers.any(crowded);
         // A job that continues nothing takes an empty slot, or, once every
         // slot is cleared, any free one.
         let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
@@ -247,10 +246,6 @@ pub(super) struct Kept {
     /// Ids sent to all slots (`None`: some slot was sent text).
     pub sent: Option<usize>,
     pub lora: Option<String>,
-}
-
-fn lock(slots: &Mutex<Slots>) -> MutexGuard<'_, Slots> {
-    slots.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Engine {
