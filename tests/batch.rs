@@ -346,6 +346,35 @@ async fn a_lone_client_never_waits_for_a_batch_to_gather() {
 }
 
 #[tokio::test]
+async fn a_client_back_before_its_run_ended_is_not_expected_twice() {
+    let (d, _script) = daemon(false, "", &["--batch-gather-ms", "1000"]);
+    let api = Api::of(&d);
+    let blocker = occupy(&d).await;
+    // Both queue behind the blocker and share the next run, where ALPHA's
+    // reply ends long before BLOCKER's and its client sends again at once.
+    let short = {
+        let api = api.clone();
+        tokio::spawn(
+            async move { (streamed(&api, "ALPHA", json!({})).await, streamed(&api, "ALPHA", json!({})).await) },
+        )
+    };
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let long = api.spawn(BLOCKER.0, json!({}));
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    blocker.await.unwrap();
+    let (_, _, shared) = long.await.unwrap();
+    assert_eq!(shared["batch_n"], json!(2), "{shared}");
+    // The run had two clients, and one of them is already back: the next
+    // run starts when the other is, not after the 1 s gathering time
+    // spent waiting for a third.
+    let (_, _, again) = streamed(&api, BLOCKER.0, json!({})).await;
+    let ((_, _, first), (_, _, back)) = short.await.unwrap();
+    assert_eq!((&first["batch_n"], &back["batch_n"], &again["batch_n"]), (&json!(2), &json!(2), &json!(2)));
+    let queue_ms = again["queue_ms"].as_f64().unwrap();
+    assert!(queue_ms < 500.0, "the second client's request waited for a client that was not coming: {again}");
+}
+
+#[tokio::test]
 async fn a_runtime_whose_abort_does_not_end_a_batch_is_reported() {
     // A lone job's run is aborted when its reply ends early (here at a stop
     // sequence), which is what ends its filler slots' decoding; this runtime

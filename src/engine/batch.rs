@@ -27,21 +27,33 @@ use super::slots::{Kept, Member, SlotJob};
 use super::Engine;
 use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 
 /// The text of a slot no job fills: one token, so it adds next to nothing to
 /// the prefill (its reply is decoded by the runtime and never read).
 const FILLER: &str = " ";
 
+/// What the slots of one batched run share.
+#[derive(Default)]
+struct Shared {
+    /// Slots still wanted.
+    wanted: AtomicUsize,
+    /// Told when none is (the batch was aborted).
+    aborted: Notify,
+    /// When each slot was left: its reply's end, after which its client
+    /// may send again (the scheduler's gathering counts on it).
+    left_at: Mutex<Vec<Instant>>,
+}
+
 /// Aborting "my run": the run itself, or, in a batch, this slot only.
 #[derive(Clone)]
 pub(super) struct SlotControl {
     run: RunControl,
-    /// `Some` for a batch slot: how many slots are still wanted, and what
-    /// is told when none is (the batch was aborted).
-    batch: Option<(Arc<AtomicUsize>, Arc<Notify>)>,
+    /// `Some` for a batch slot.
+    batch: Option<Arc<Shared>>,
     left: Arc<AtomicBool>,
 }
 
@@ -59,10 +71,14 @@ impl SlotControl {
     pub fn abort(&self) {
         match &self.batch {
             None => self.run.abort(),
-            Some((wanted, aborted)) => {
-                if !self.left.swap(true, Ordering::SeqCst) && wanted.fetch_sub(1, Ordering::SeqCst) == 1 {
+            Some(shared) => {
+                if self.left.swap(true, Ordering::SeqCst) {
+                    return;
+                }
+                shared.left_at.lock().unwrap_or_else(|e| e.into_inner()).push(Instant::now());
+                if shared.wanted.fetch_sub(1, Ordering::SeqCst) == 1 {
                     self.run.abort();
-                    aborted.notify_one();
+                    shared.aborted.notify_one();
                 }
             }
         }
@@ -92,8 +108,7 @@ pub(super) struct BatchJob {
 /// A batched run under way: its turn is held until the runtime returned.
 pub(super) struct BatchRun {
     done: oneshot::Receiver<BatchEnd>,
-    /// Told when every slot was left and the run aborted.
-    aborted: Arc<Notify>,
+    shared: Arc<Shared>,
     turn: Turn,
     jobs: usize,
     size: usize,
@@ -184,28 +199,27 @@ impl Engine {
         };
         let (control, done) =
             self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
-        let wanted = Arc::new(AtomicUsize::new(jobs));
-        let aborted = Arc::new(Notify::new());
+        let shared = Arc::new(Shared { wanted: AtomicUsize::new(jobs), ..Shared::default() });
         let slots = receivers
             .into_iter()
             .zip(plans)
             .map(|(events, plan)| {
-                let batch = Some((wanted.clone(), aborted.clone()));
-                let control = SlotControl { run: control.clone(), batch, left: Arc::default() };
+                let control = SlotControl { run: control.clone(), batch: Some(shared.clone()), left: Arc::default() };
                 Slot { control, events, jobs: jobs as u32, plan }
             })
             .collect();
-        Ok((slots, BatchRun { done, aborted, turn, jobs, size, kept }))
+        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept }))
     }
 
     /// Waits until the batched run's `rkllm_run` returned, then frees its
     /// turn. Once every slot was left (the run aborted), the runtime gets
     /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
-    pub(super) async fn end_batch(&self, run: BatchRun) {
-        let BatchRun { mut done, aborted, turn, jobs, size, kept } = run;
+    /// Returns when the slots left so far were left.
+    pub(super) async fn end_batch(&self, run: BatchRun) -> Vec<Instant> {
+        let BatchRun { mut done, shared, turn, jobs, size, kept } = run;
         let finished = tokio::select! {
             finished = &mut done => finished,
-            () = aborted.notified() => {
+            () = shared.aborted.notified() => {
                 let grace_end = tokio::time::Instant::now() + ABORT_GRACE;
                 self.halt.aborted_run(grace_end, done).await
             }
@@ -228,5 +242,7 @@ impl Engine {
             Err(_) => self.forget_kv(),
         }
         drop(turn);
+        let left_at = std::mem::take(&mut *shared.left_at.lock().unwrap_or_else(|e| e.into_inner()));
+        left_at
     }
 }

@@ -15,7 +15,9 @@
 //!   splitting into groups that never merge. It waits for as many as it
 //!   expects — those waiting plus the last run's jobs, at most a full batch
 //!   — so a lone client (expected alone) never waits, and nothing waits
-//!   after an idle spell (no run within `gather`).
+//!   after an idle spell (no run within `gather`). A waiting job that
+//!   arrived after a reply of the last run ended may be that client come
+//!   back, so it is counted once, not as a newcomer too ([`came_back`]).
 
 use super::batch::{BatchJob, Slot};
 use super::job::CacheHints;
@@ -55,6 +57,8 @@ pub(super) struct Waiting {
     pub job: BatchJob,
     /// Times a younger job went first.
     passed: u32,
+    /// When it reached the scheduler.
+    arrived: Instant,
     pub reply: oneshot::Sender<Result<Assigned, EndReason>>,
 }
 
@@ -101,7 +105,7 @@ impl Engine {
         let (reply, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the scheduler stopped".into());
         let job = BatchJob { id, plan, tokens, hints, place };
-        scheduler.jobs.send(Waiting { job, passed: 0, reply }).map_err(|_| gone())?;
+        scheduler.jobs.send(Waiting { job, passed: 0, arrived: Instant::now(), reply }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
 }
@@ -154,7 +158,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             let group = take_group(first, &mut waiting, size);
             let ran = group.len();
             let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|w| (w.reply, w.job)).unzip();
-            match engine.start_batch(permit, members, size).await {
+            let mut left_at = match engine.start_batch(permit, members, size).await {
                 Ok((slots, run)) => {
                     for (reply, slot) in replies.into_iter().zip(slots) {
                         if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
@@ -162,21 +166,22 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
                             slot.control.abort();
                         }
                     }
-                    engine.end_batch(run).await;
+                    engine.end_batch(run).await
                 }
                 Err(reason) => {
                     for reply in replies {
                         let _ = reply.send(Err(reason.clone()));
                     }
+                    Vec::new()
                 }
-            }
+            };
             while let Ok(job) = jobs.try_recv() {
                 join(&mut waiting, job);
             }
-            // Every job of the run may come back, and those waiting are here;
-            // a client that came back early is counted twice, which costs at
-            // most `gather` (a lone client is counted once: it never waits).
-            let expected = (waiting.len() + ran).min(size);
+            // Every job of the run may come back, and those waiting are here,
+            // some of them perhaps clients of the run already back.
+            let back = came_back(&mut left_at, waiting.iter().map(|w| w.arrived));
+            let expected = (waiting.len() - back + ran).min(size);
             gathering = Some((Instant::now() + settings.gather, expected));
         }
     }
@@ -211,6 +216,30 @@ async fn gather(
             Ok(None) | Err(_) => return,
         }
     }
+}
+
+/// How many of the jobs that arrived at `arrivals` may be clients of the
+/// last run come back: each needs a slot of that run left before it
+/// arrived, and one slot counts for one job. An upper bound — a newcomer
+/// after a slot's end is taken for its client, and the batch then gathers
+/// one job fewer than it might — so that a client back early is never
+/// expected twice (a lone client would wait the whole `gather` for itself).
+fn came_back(left_at: &mut [Instant], arrivals: impl Iterator<Item = Instant>) -> usize {
+    left_at.sort_unstable();
+    let mut arrivals: Vec<Instant> = arrivals.collect();
+    arrivals.sort_unstable();
+    let mut ends = left_at.iter().peekable();
+    let (mut unclaimed, mut back) = (0, 0);
+    for arrived in arrivals {
+        while ends.next_if(|end| **end <= arrived).is_some() {
+            unclaimed += 1;
+        }
+        if unclaimed > 0 {
+            unclaimed -= 1;
+            back += 1;
+        }
+    }
+    back
 }
 
 /// Takes the job that runs next: the oldest, unless a younger one is warm
@@ -267,7 +296,7 @@ mod tests {
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
         let place = queue.try_enter().expect("room");
         let job = BatchJob { id: "j".into(), plan: Arc::new(plan), tokens: None, hints: CacheHints::default(), place };
-        let waiting = Waiting { job, passed: 0, reply };
+        let waiting = Waiting { job, passed: 0, arrived: Instant::now(), reply };
         (waiting, rx)
     }
 
@@ -304,6 +333,19 @@ mod tests {
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(3)], "a lone job is not held back");
         assert!(group(&mut waiting, 4).is_empty());
+    }
+
+    #[test]
+    fn a_job_counts_as_come_back_only_after_a_slot_of_the_run_was_left() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        // Slots left at 10 and 30 ms; jobs arrived before the first end (one
+        // waiting since before the run), between the ends, and after both.
+        assert_eq!(came_back(&mut [at(30), at(10)], [at(0), at(5)].into_iter()), 0);
+        assert_eq!(came_back(&mut [at(30), at(10)], [at(5), at(20)].into_iter()), 1);
+        assert_eq!(came_back(&mut [at(30), at(10)], [at(20), at(25)].into_iter()), 1, "one slot, one client");
+        assert_eq!(came_back(&mut [at(30), at(10)], [at(40), at(20), at(50)].into_iter()), 2);
+        assert_eq!(came_back(&mut [], [at(40)].into_iter()), 0);
     }
 
     #[test]
