@@ -211,6 +211,25 @@ async fn nul_characters_are_refused_and_tool_call_arguments_pass_through() {
             "messages[1].name",
         ),
         ("/v1/completions", json!({"model": "m", "prompt": "a\u{0}"}), "prompt"),
+        // Deep inside what the template renders, and in a key.
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "u"}],
+                   "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": {"enum": ["a", "b\u{0}"]}}}}}]}),
+            "tools[0].function.parameters.properties.x.enum[1]",
+        ),
+        ("/v1/embeddings", json!({"model": "m", "input": ["ok", "b\u{0}"]}), "input[1]"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "u"}], "chat_template_kwargs": {"k\u{0}": 1}}),
+            "chat_template_kwargs.k\\u0000",
+        ),
+        // One rule for every text of a body, as the document states it.
+        (
+            "/v1/chat/completions",
+            json!({"model": "m", "messages": [{"role": "user", "content": "u"}], "user": "\u{0}"}),
+            "user",
+        ),
     ];
     for (path, body, param) in cases {
         let r = d.post(path, body).await;
@@ -219,6 +238,22 @@ async fn nul_characters_are_refused_and_tool_call_arguments_pass_through() {
         assert_eq!((status, e["error"]["param"].as_str()), (400, Some(param)), "{e}");
         assert!(e["error"]["message"].as_str().unwrap_or_default().contains("NUL"), "{e}");
     }
+    // Ollama's and Anthropic's routes, in their own error shapes.
+    let r = d.post("/api/chat", json!({"model": "m", "messages": [{"role": "user", "content": "a\u{0}"}]})).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"].as_str().is_some_and(|m| m.contains("messages[0].content") && m.contains("NUL")), "{e}");
+    let r = d
+        .post(
+            "/v1/messages",
+            json!({"model": "m", "max_tokens": 8, "system": "s\u{0}", "messages": [{"role": "user", "content": "a"}]}),
+        )
+        .await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains("`system`") && m.contains("NUL")), "{e}");
+    // A backslash before `u0000` is text, not a NUL.
+    assert_eq!(d.post("/v1/chat/completions", chat("m", "C:\\u0000")).await.status(), 200);
     // As OpenAI does: a model's malformed arguments are sent back as written.
     let body = json!({"model": "m", "messages": [
         {"role": "user", "content": "time?"},

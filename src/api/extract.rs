@@ -1,6 +1,6 @@
 //! A JSON body extractor whose every rejection is an OpenAI-style error:
-//! wrong content type → 415, too large → 413, malformed JSON or a field of
-//! the wrong type → 400 naming the field (`param`).
+//! wrong content type → 415, too large → 413, malformed JSON, a field of
+//! the wrong type or a text holding NUL → 400 naming the field (`param`).
 
 use super::error::ApiError;
 use super::named::NamesModel;
@@ -52,12 +52,19 @@ pub fn parse_named<T: DeserializeOwned + NamesModel>(bytes: &[u8], counting: Opt
     Ok(body)
 }
 
-/// Parses a body, reporting the path of the offending field as `param`.
+/// Parses a body, reporting the path of the offending field as `param`:
+/// its type ([`typed`]), then NUL characters ([`refuse_nul`]).
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let body = typed(bytes)?;
+    refuse_nul(bytes)?;
+    Ok(body)
+}
+
 /// JSON has one number type: an integer field also takes an integral float
 /// (`100.0`), as a JSON Schema validator does; serde refuses one, so a body
 /// refused for a type is read a second time with its integral floats made
 /// integers (only then: it costs a second parse).
-pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+fn typed<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(bytes);
     let first = serde_path_to_error::deserialize(de);
     let Err(e) = first else { return first.map_err(report) };
@@ -90,6 +97,55 @@ fn integral_floats_as_integers(value: &mut serde_json::Value) -> bool {
     }
 }
 
+/// The runtime takes its texts as C strings, which end at a NUL, and rkllmd
+/// will not cut one short or drop what follows: no text in a body (nor a
+/// key) may hold U+0000, whatever the field — one rule, which the OpenAPI
+/// document states as its `NoNul` schema (`api/docs.rs`). JSON carries a NUL
+/// only as the escape `\u0000`, so only a body holding those six bytes is
+/// read again to find where.
+fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
+    if memchr::memmem::find(bytes, br"\u0000").is_none() {
+        return Ok(());
+    }
+    // The typed parse took the body, so it is valid JSON.
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(None, e.to_string()))?;
+    let mut path = String::new();
+    if !nul_at(&value, &mut path) {
+        // An escaped backslash before `u0000`: text, not a NUL.
+        return Ok(());
+    }
+    let message = format!("`{path}` contains a NUL character (U+0000), which the runtime cannot take.");
+    Err(ApiError::invalid_value(&path, message))
+}
+
+/// Whether `value` holds a NUL; if so, `path` ends at the first text (or
+/// key) that does, written as serde's paths are (`messages[0].content`).
+fn nul_at(value: &serde_json::Value, path: &mut String) -> bool {
+    let start = path.len();
+    let found = match value {
+        serde_json::Value::String(text) => text.contains('\0'),
+        serde_json::Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
+            path.truncate(start);
+            path.push_str(&format!("[{i}]"));
+            nul_at(item, path)
+        }),
+        serde_json::Value::Object(map) => map.iter().any(|(key, item)| {
+            path.truncate(start);
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(&key.replace('\0', "\\u0000"));
+            key.contains('\0') || nul_at(item, path)
+        }),
+        _ => false,
+    };
+    if !found {
+        path.truncate(start);
+    }
+    found
+}
+
 /// The error, with the path of the offending field as `param`.
 fn report(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
     let path = e.path().to_string();
@@ -115,6 +171,21 @@ mod tests {
         n: u32,
         rate: f32,
         nested: Vec<Option<i64>>,
+    }
+
+    #[test]
+    fn a_nul_anywhere_is_refused_naming_where() {
+        let param = |body: &[u8]| parse::<serde_json::Value>(body).unwrap_err().body.param;
+        assert_eq!(
+            param(br#"{"messages": [{"role": "user", "content": "a\u0000b"}]}"#).as_deref(),
+            Some("messages[0].content")
+        );
+        let tools = br#"{"tools": [{"function": {"parameters": {"properties": {"x": {"enum": ["ok", "\u0000"]}}}}}]}"#;
+        assert_eq!(param(tools).as_deref(), Some("tools[0].function.parameters.properties.x.enum[1]"));
+        assert_eq!(param(br#"{"kwargs": {"a\u0000": 1}}"#).as_deref(), Some("kwargs.a\\u0000"));
+        // An escaped backslash before `u0000` is text; so is a NUL's name.
+        let text: serde_json::Value = parse(br#"{"content": "C:\\u0000 and \\\\u0000"}"#).unwrap();
+        assert_eq!(text["content"], "C:\\u0000 and \\\\u0000");
     }
 
     #[test]

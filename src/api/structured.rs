@@ -56,12 +56,6 @@ impl ResponseFormat {
                         )
                     }
                 };
-                if has_nul(&schema) || name.contains('\0') {
-                    return bad(
-                        "response_format.json_schema",
-                        "`response_format` contains a NUL character (U+0000), which the runtime cannot take.",
-                    );
-                }
                 Ok(Some(ResponseFormat::Schema { name: name.to_owned(), schema }))
             }
             _ => bad("response_format.type", "`response_format.type` must be `text`, `json_object` or `json_schema`."),
@@ -229,17 +223,6 @@ fn type_of(value: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
-    }
-}
-
-/// Whether a JSON value holds a NUL character anywhere (keys too): the
-/// runtime takes C strings. Request conversion checks its fields with it as well.
-pub(super) fn has_nul(value: &Value) -> bool {
-    match value {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(has_nul),
-        Value::Object(map) => map.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
-        _ => false,
     }
 }
 

@@ -4,7 +4,6 @@
 use super::images::{ImageRef, MARKER};
 use super::wire::{ChatCompletionRequest, ChatMessage, ChatRole, Content};
 use crate::api::error::ApiError;
-use crate::api::structured::has_nul;
 use crate::conversation::{self, ChatInput, Message, ToolChoice};
 use serde_json::Value;
 
@@ -19,14 +18,6 @@ pub fn chat_input(req: &ChatCompletionRequest) -> Result<(ChatInput, Vec<ImageRe
     let mut images = Vec::new();
     let messages =
         req.messages.iter().enumerate().map(|(i, m)| to_message(i, m, &mut images)).collect::<Result<Vec<_>, _>>()?;
-    for (param, value) in [
-        ("tools", req.tools.as_ref().map(|t| Value::Array(t.clone()))),
-        ("chat_template_kwargs", req.chat_template_kwargs.clone().map(Value::Object)),
-    ] {
-        if value.as_ref().is_some_and(has_nul) {
-            return Err(nul_error(param));
-        }
-    }
     let tools = req.tools.clone().unwrap_or_default();
     validate_tools(&tools)?;
     let tool_choice = tool_choice(req.tool_choice.as_ref(), &tools)?;
@@ -105,19 +96,6 @@ fn to_message(i: usize, m: &ChatMessage, images: &mut Vec<ImageRef>) -> Result<M
             Some(text)
         }
     };
-    let texts = [
-        ("content", content.as_deref()),
-        ("name", m.name.as_deref()),
-        ("tool_call_id", m.tool_call_id.as_deref()),
-        ("reasoning_content", m.reasoning_content.as_deref()),
-    ];
-    for (field, text) in texts {
-        no_nul(&format!("messages[{i}].{field}"), text.unwrap_or_default())?;
-    }
-    for (j, call) in tool_calls.iter().enumerate() {
-        no_nul(&format!("messages[{i}].tool_calls[{j}].function.name"), &call.name)?;
-        no_nul(&format!("messages[{i}].tool_calls[{j}].function.arguments"), &call.arguments)?;
-    }
     Ok(Message {
         role,
         content,
@@ -214,20 +192,4 @@ fn tool_choice(choice: Option<&Value>, tools: &[Value]) -> Result<ToolChoice, Ap
             Ok(ToolChoice::Function(name.to_owned()))
         }
     }
-}
-
-/// The runtime takes the prompt as a C string, which ends at a NUL: refuse
-/// one rather than cut or silently drop it.
-pub(super) fn no_nul(param: &str, text: &str) -> Result<(), ApiError> {
-    if text.contains('\0') {
-        return Err(nul_error(param));
-    }
-    Ok(())
-}
-
-fn nul_error(param: &str) -> ApiError {
-    ApiError::invalid_value(
-        param,
-        format!("`{param}` contains a NUL character (U+0000), which the runtime cannot take."),
-    )
 }

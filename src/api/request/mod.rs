@@ -253,7 +253,6 @@ impl CompletionRequest {
                 ));
             }
         };
-        convert::no_nul("prompt", &prompt)?;
         let limit = model.engine.limits().max_new_tokens;
         let max_tokens = Some(self.common.max_tokens.unwrap_or(LEGACY_MAX_TOKENS.min(limit)));
         let mut v = self.common.validate(id, prompt, max_tokens, limit)?;
