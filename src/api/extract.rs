@@ -99,10 +99,11 @@ fn integral_floats_as_integers(value: &mut serde_json::Value) -> bool {
 
 /// The runtime takes its texts as C strings, which end at a NUL, and rkllmd
 /// will not cut one short or drop what follows: no text in a body (nor a
-/// key) may hold U+0000, whatever the field — one rule, which the OpenAPI
-/// document states as its `NoNul` schema (`api/docs.rs`). JSON carries a NUL
-/// only as the escape `\u0000`, so only a body holding those six bytes is
-/// read again to find where.
+/// key) may hold U+0000, whatever the field: one rule, rather than a list
+/// of the fields that reach the runtime (the OpenAPI document says it on
+/// every text it declares, `schema_rules.rs`). JSON carries a NUL only as
+/// the escape `\u0000`, so only a body holding those six bytes is read
+/// again to find where.
 fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
     if memchr::memmem::find(bytes, br"\u0000").is_none() {
         return Ok(());

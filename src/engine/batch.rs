@@ -214,7 +214,7 @@ impl Engine {
     /// Waits until the batched run's `rkllm_run` returned, then frees its
     /// turn. Once every slot was left (the run aborted), the runtime gets
     /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
-    /// Returns when the slots left so far were left.
+    /// Returns when each slot left so far was left.
     pub(super) async fn end_batch(&self, run: BatchRun) -> Vec<Instant> {
         let BatchRun { mut done, shared, turn, jobs, size, kept } = run;
         let finished = tokio::select! {
