@@ -25,9 +25,15 @@ fn model_file(dir: &Path, name: &str, marks: &[(u64, &str)]) -> String {
 
 /// rkllmd on the sim cdylib, recording every runtime call to `record`.
 fn start(model: &str, record: &Path) -> Daemon {
+    start_with(model, record, &[])
+}
+
+fn start_with(model: &str, record: &Path, extra: &[&str]) -> Daemon {
     let lib = common::sim_cdylib();
+    let args =
+        [&["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--model", model, "--model-id", "m"], extra].concat();
     Daemon::start_with_env(
-        &["--backend", "rkllm", "--lib", lib.to_str().unwrap(), "--model", model, "--model-id", "m"],
+        &args,
         &[
             ("RKLLM_SIM_RECORD", record.to_str().unwrap()),
             ("RKLLM_SIM_PROFILE", "instant"),
@@ -147,4 +153,28 @@ async fn a_configured_family_beats_detection() {
     let (status, _) = send(&d, common::chat("model", "Hello")).await;
     assert_eq!(status, 200);
     assert!(calls(&record, "run")[0]["prompt"].as_str().unwrap().contains("<|user|>\nHello<|end|>"));
+}
+
+#[tokio::test]
+async fn with_the_runtimes_template_the_prompt_size_is_the_runtimes_count() {
+    // A tokenizer but no template: the daemon counts the folded text, and
+    // the runtime wraps it in its own template, which adds tokens.
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let tokenizer = dir.path().join("tokenizer.json");
+    std::fs::write(&tokenizer, rkllm_sim::tokenizer_json()).unwrap();
+    let d =
+        start_with(&model_file(dir.path(), "model.rkllm", &[]), &record, &["--tokenizer", tokenizer.to_str().unwrap()]);
+    let r = d.post("/v1/chat/completions", conversation()).await;
+    assert_eq!(
+        (r.status().as_u16(), &r.headers()["x-rkllmd-template-mode"]),
+        (200, &"runtime-folded".parse().unwrap())
+    );
+    let reply: Value = r.json().await.unwrap();
+    let folded = calls(&record, "run")[0]["prompt"].as_str().unwrap().to_owned();
+    let text: Value = d.post("/tokenize", json!({"model": "m", "content": folded})).await.json().await.unwrap();
+    let text_tokens = text["tokens"].as_array().map(Vec::len).unwrap_or_else(|| panic!("{text}")) as u64;
+    let prompt_tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(Some(prompt_tokens), reply["timings"]["prompt_n"].as_u64(), "{reply}");
+    assert!(prompt_tokens > text_tokens, "{prompt_tokens} tokens run, {text_tokens} in the folded text: {reply}");
 }

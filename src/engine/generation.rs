@@ -96,9 +96,17 @@ impl Engine {
         let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        // usage.prompt_tokens: the text's tokens and the images'.
-        let prompt_tokens =
-            tokens.as_ref().and_then(|t| u32::try_from(t.len()).ok()).map(|n| n + plan.image_timings.tokens);
+        // usage.prompt_tokens: the text's tokens and the images' — unless the
+        // runtime wraps the text in its own template: then a run's own
+        // prefill count (`timings.prompt_n`) is the one exact size. A
+        // batch's count is the whole batch's, so a batched job keeps the
+        // text's (short of the template's tokens; docs/api.md).
+        let wrapped = self.runtime_template && self.scheduler.size() == 1;
+        let prompt_tokens = tokens
+            .as_ref()
+            .filter(|_| !wrapped)
+            .and_then(|t| u32::try_from(t.len()).ok())
+            .map(|n| n + plan.image_timings.tokens);
         let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),

@@ -164,6 +164,9 @@ pub struct Engine {
     /// `Some` with the conversation cache on and `batch` > 1: a
     /// conversation per batch slot (`slots.rs`), instead of `kv`.
     slots: Option<std::sync::Mutex<slots::Slots>>,
+    /// The runtime wraps each prompt in its own chat template (the daemon
+    /// renders none for this model), so the prompt's ids are not all it runs.
+    runtime_template: bool,
 }
 
 impl Engine {
@@ -259,6 +262,7 @@ impl Engine {
             saved,
             slots,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
+            runtime_template: !disable_runtime_template,
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             adapters: loras.into_iter().map(|l| l.name).collect(),
