@@ -12,7 +12,10 @@ for what it did (`request finished … cache=`, `dropped_tools=`).
     /work/owui/bin/python tests/python/openwebui_live.py http://127.0.0.1:8081/ /tmp/owui-shots
 
 (`OLLAMA_BASE_URL=http://127.0.0.1:8080` instead, without `ENABLE_OLLAMA_API=False`, for the
-Ollama connection.) A screenshot of each turn goes to the directory given.
+Ollama connection.) A screenshot of each turn goes to the directory given. With an image file as
+a third argument, the first turn uploads it through the chat input's file picker (serve a model
+with a vision encoder, e.g. `sim:qwen2.5-vl-3b`, whose simulated reply names the image's size and
+colour).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 
 # Chromium on a machine without internet (docs/clients.md).
@@ -31,15 +35,24 @@ QUESTIONS = ["What is an NPU?", "How fast is it?", "Can it run Qwen?", "Thanks, 
 
 def main() -> None:
     url, shots = sys.argv[1], Path(sys.argv[2])
+    image = sys.argv[3] if len(sys.argv) > 3 else None
     shots.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.goto(url, wait_until="load", timeout=60000)
+        page.wait_for_selector("#chat-input", timeout=60000)
+        # The release notes open a moment after the page, over the input.
         release_notes = page.get_by_text("Okay, Let's Go!")
-        if release_notes.count():
-            release_notes.click()
+        try:
+            release_notes.click(timeout=5000)
+        except PlaywrightTimeout:
+            pass
         for turn, question in enumerate(QUESTIONS, 1):
+            if image and turn == 1:
+                page.locator("input[type='file']").first.set_input_files(image)
+                # The upload shows as a thumbnail in the input before it can be sent.
+                page.wait_for_selector("img[data-cy='image']", timeout=30000)
             page.locator("#chat-input").click()
             page.keyboard.type(question)
             page.keyboard.press("Enter")
