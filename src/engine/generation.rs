@@ -96,15 +96,11 @@ impl Engine {
         let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        // usage.prompt_tokens: the text's tokens and the images' — unless the
-        // runtime wraps the text in its own template: then a run's own
-        // prefill count (`timings.prompt_n`) is the one exact size. A
-        // batch's count is the whole batch's, so a batched job keeps the
-        // text's (short of the template's tokens; docs/api.md).
-        let wrapped = self.runtime_template && self.scheduler.size() == 1;
+        // usage.prompt_tokens: the text's tokens and the images', unless the
+        // run's own prefill count (`timings.prompt_n`) is the exact size.
         let prompt_tokens = tokens
             .as_ref()
-            .filter(|_| !wrapped)
+            .filter(|_| !self.runtime_counts_prompt)
             .and_then(|t| u32::try_from(t.len()).ok())
             .map(|n| n + plan.image_timings.tokens);
         let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };

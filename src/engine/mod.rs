@@ -165,8 +165,10 @@ pub struct Engine {
     /// conversation per batch slot (`slots.rs`), instead of `kv`.
     slots: Option<std::sync::Mutex<slots::Slots>>,
     /// The runtime wraps each prompt in its own chat template (the daemon
-    /// renders none for this model), so the prompt's ids are not all it runs.
-    runtime_template: bool,
+    /// renders none for this model) and runs one job at a time: the run's
+    /// own prefill count, not the prompt's ids, is the prompt's size. (A
+    /// batch's count is the whole batch's, so a batched job keeps the ids'.)
+    runtime_counts_prompt: bool,
 }
 
 impl Engine {
@@ -262,7 +264,7 @@ impl Engine {
             saved,
             slots,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
-            runtime_template: !disable_runtime_template,
+            runtime_counts_prompt: !disable_runtime_template && schedule.batch == 1,
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             adapters: loras.into_iter().map(|l| l.name).collect(),
