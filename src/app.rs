@@ -186,6 +186,7 @@ pub fn api_settings(config: &Config) -> api::Settings {
         tools_overflow: config.tools_overflow,
         metrics_on_main_listener: config.metrics_addr.is_none(),
         max_new_tokens: config.max_new_tokens,
+        allow_pull: config.allow_pull,
     }
 }
 
@@ -302,38 +303,37 @@ fn merge_sampling(
     merged
 }
 
+/// A model found in `models_dir`: the daemon's settings, its own file,
+/// template, tokenizer and vision encoder.
+fn found_spec(config: &Config, npu: &Npu, found: registry::Found) -> ModelSpec {
+    let path = found.file.display().to_string();
+    ModelSpec {
+        id: found.id,
+        runtime: runtime_settings(config, Some(path.clone())),
+        prompt: PromptSettings {
+            chat_template: found.chat_template,
+            template: config.template,
+            tokenizer: found.tokenizer,
+            runtime_tokenizer: None,
+        },
+        engine: EngineSettings {
+            vision: vision_settings(config, &path, found.vision_encoder.map(|p| p.display().to_string()).as_ref(), None),
+            ..engine_settings(config, npu)
+        },
+        embed: embed_settings(config),
+        size_bytes: file_size(&path),
+        modified: model_created(&path),
+        path,
+    }
+}
+
 /// Every registered model: the primary one, the `[[models]]` tables, then
 /// `models_dir`. An id given twice is an error naming both sources.
 pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppError> {
     let mut specs: Vec<ModelSpec> = primary_spec(config, npu).into_iter().collect();
     specs.extend(config.models.iter().map(|t| table_spec(config, t, npu)));
     if let Some(dir) = &config.models_dir {
-        for found in registry::discover(dir).map_err(AppError::Models)? {
-            let path = found.file.display().to_string();
-            specs.push(ModelSpec {
-                id: found.id,
-                runtime: runtime_settings(config, Some(path.clone())),
-                prompt: PromptSettings {
-                    chat_template: found.chat_template,
-                    template: config.template,
-                    tokenizer: found.tokenizer,
-                    runtime_tokenizer: None,
-                },
-                engine: EngineSettings {
-                    vision: vision_settings(
-                        config,
-                        &path,
-                        found.vision_encoder.map(|p| p.display().to_string()).as_ref(),
-                        None,
-                    ),
-                    ..engine_settings(config, npu)
-                },
-                embed: embed_settings(config),
-                size_bytes: file_size(&path),
-                modified: model_created(&path),
-                path,
-            });
-        }
+        specs.extend(registry::discover(dir).map_err(AppError::Models)?.into_iter().map(|f| found_spec(config, npu, f)));
     }
     for (i, spec) in specs.iter().enumerate() {
         if let Some(first) = specs[..i].iter().find(|s| s.id == spec.id) {
@@ -368,9 +368,17 @@ pub fn registry_settings(config: &Config, models: usize) -> registry::Settings {
 
 /// The registry of every configured model (nothing loaded yet).
 pub fn registry(config: &Config) -> Result<Arc<Registry>, AppError> {
-    let specs = model_specs(config, &Npu::default())?;
+    let npu = Npu::default();
+    let specs = model_specs(config, &npu)?;
     let settings = registry_settings(config, specs.len());
-    Ok(Registry::new(specs, settings))
+    // Models pulled while serving join from models_dir, with the same
+    // settings and the same NPU turn as those found at start.
+    let models_dir = config.models_dir.clone().map(|dir| {
+        let config = config.clone();
+        let spec_of: registry::SpecOf = Box::new(move |found| found_spec(&config, &npu, found));
+        (dir, spec_of)
+    });
+    Ok(Registry::new(specs, settings, models_dir))
 }
 
 /// Loads the primary model by itself, outside any registry (`doctor --smoke`).

@@ -21,6 +21,7 @@ pub mod listener;
 pub mod log_sink;
 pub mod metrics;
 pub mod notify;
+pub mod pull;
 pub mod registry;
 pub mod sampling;
 pub mod server;

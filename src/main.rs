@@ -30,6 +30,13 @@ enum Command {
         #[command(flatten)]
         doctor: doctor::DoctorArgs,
     },
+    /// Download a converted model (.rkllm, its tokenizer, template and vision encoder) from Hugging Face into --models-dir.
+    Pull {
+        #[command(flatten)]
+        config: ConfigArgs,
+        #[command(flatten)]
+        pull: rkllmd::pull::cli::PullArgs,
+    },
     /// Write the tokenizer.json the model's prompts are counted with to stdout (for AIPerf, GuideLLM).
     Tokenizer(ConfigArgs),
     // Listed for `rkllmd --help`; `main` parses `rkllmd bench …` with `BenchCli`.
@@ -59,7 +66,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Settings given after the subcommand come after (and win over) those before it.
     let mut layers = vec![&cli.config];
-    if let Some(Command::Serve(config) | Command::Tokenizer(config) | Command::Doctor { config, .. }) = &cli.command {
+    if let Some(
+        Command::Serve(config) | Command::Tokenizer(config) | Command::Doctor { config, .. } | Command::Pull { config, .. },
+    ) = &cli.command {
         layers.push(config);
     }
     let config = match Config::assemble(&layers) {
@@ -71,8 +80,9 @@ fn main() -> ExitCode {
     };
     // The registered models (ids given twice, a model named like an adapter)
     // are part of the configuration: `--print-config` fails where `serve`
-    // would. `doctor` reports them as one of its checks instead.
-    if !matches!(cli.command, Some(Command::Doctor { .. })) {
+    // would. `doctor` reports them as one of its checks instead; `pull`
+    // may be filling an empty (or not yet made) models_dir.
+    if !matches!(cli.command, Some(Command::Doctor { .. } | Command::Pull { .. })) {
         if let Err(e) = rkllmd::app::model_specs(&config, &Default::default()) {
             eprintln!("rkllmd: invalid configuration: {e}");
             return ExitCode::from(2);
@@ -100,6 +110,9 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             };
+        }
+        Some(Command::Pull { pull, .. }) => {
+            on_runtime(client_runtime(), |rt| rt.block_on(rkllmd::pull::cli::run(&config, &pull)))
         }
         Some(Command::Bench(args)) => on_runtime(client_runtime(), |rt| rt.block_on(bench::run(*args))),
     };

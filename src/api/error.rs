@@ -59,6 +59,32 @@ impl ApiError {
         Self::bad_request(Some(param), message).code(code)
     }
 
+    /// `/api/pull` while `allow_pull` is off.
+    pub fn pull_off() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "invalid_request_error",
+            "Pulling models over the API is off: set allow_pull = true (with models_dir), or run `rkllmd pull` on the machine.",
+        )
+        .code("pull_disabled")
+    }
+
+    /// A pull that failed, with the status that says whose fault it is.
+    pub fn pull(e: &crate::pull::PullError) -> Self {
+        use crate::pull::PullError as P;
+        let (status, code) = match e {
+            P::Name(_) => (StatusCode::BAD_REQUEST, "invalid_value"),
+            P::NotFound(_) => (StatusCode::NOT_FOUND, "model_not_found"),
+            P::Denied(_) => (StatusCode::FORBIDDEN, "hub_denied"),
+            P::Busy(_) => (StatusCode::CONFLICT, "pull_in_progress"),
+            P::Hub(_) => (StatusCode::BAD_GATEWAY, "hub_error"),
+            P::Corrupt(_) => (StatusCode::BAD_GATEWAY, "download_corrupt"),
+            P::Disk(_) | P::Setup(_) => (StatusCode::INTERNAL_SERVER_ERROR, "pull_failed"),
+        };
+        let kind = if status.is_server_error() { "server_error" } else { "invalid_request_error" };
+        Self::new(status, kind, e.to_string()).code(code)
+    }
+
     pub fn model_not_found(model: &str) -> Self {
         let mut e = Self::new(
             StatusCode::NOT_FOUND,

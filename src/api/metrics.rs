@@ -242,6 +242,7 @@ mod tests {
             tools_overflow: crate::conversation::ToolsOverflow::Select,
             metrics_on_main_listener: true,
             max_new_tokens: 16,
+            allow_pull: false,
         });
         let mut routes = CountedRoutes::default();
         routes.count("/v1/rerank", Kind::Rerank);

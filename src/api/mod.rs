@@ -84,6 +84,8 @@ pub struct Settings {
     pub metrics_on_main_listener: bool,
     /// The largest `max_tokens` a request may ask for (the OpenAPI document states it).
     pub max_new_tokens: u32,
+    /// `/api/pull` may download models into `models_dir`.
+    pub allow_pull: bool,
 }
 
 pub use crate::embed::EmbedSettings;

@@ -226,6 +226,10 @@ pub struct Config {
     /// Directory of models: every *.rkllm in it (or in a subfolder) is a model, id = file stem.
     #[arg(long, env = "RKLLMD_MODELS_DIR")]
     pub models_dir: Option<PathBuf>,
+    /// on: Ollama's /api/pull downloads converted models from Hugging Face into models_dir (anyone who may call the API can then fill its disk); off: only `rkllmd pull` on the machine does.
+    #[arg(long, env = "RKLLMD_ALLOW_PULL", default_value = "off", action = clap::ArgAction::Set,
+          value_parser = on_off())]
+    pub allow_pull: bool,
     /// Models loaded at the same time (the least recently used idle one is unloaded to make room).
     #[arg(long, env = "RKLLMD_MAX_LOADED_MODELS", default_value_t = 1)]
     pub max_loaded_models: usize,

@@ -53,6 +53,9 @@ impl Config {
                 return invalid(format!("instance {name:?} must be 1-253 visible ASCII characters without spaces"));
             }
         }
+        if self.allow_pull && self.models_dir.is_none() {
+            return invalid("allow_pull needs models_dir: the folder pulled models go into".into());
+        }
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }

@@ -31,8 +31,9 @@ pub use spec::{discover, Found, KeepAlive, ModelSpec};
 
 use crate::conversation::Prompter;
 use crate::engine::{open_runtime, BackendError, Engine, EngineError, OpenedRuntime, Place, RuntimeSettings};
+use std::path::{Path, PathBuf};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
 
@@ -130,18 +131,24 @@ impl State {
 }
 
 pub struct Registry {
-    specs: Vec<Arc<ModelSpec>>,
+    /// Grows when a model is pulled while serving (`register`); never shrinks.
+    specs: RwLock<Vec<Arc<ModelSpec>>>,
     settings: Settings,
     state: Mutex<State>,
     /// One per model: requests for a model that is loading wait here.
-    load_locks: HashMap<String, tokio::sync::Mutex<()>>,
+    load_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// A model was released or unloaded: a waiting load or the reaper looks again.
     changed: Notify,
     /// Runtimes opened so far, kept open: loading a model again does not
     /// `dlopen` the library again (a re-opened library does not give all its
     /// memory back when closed: RSS grew ~0.5 MiB per load/unload cycle).
     runtimes: Mutex<Vec<(RuntimeSettings, OpenedRuntime)>>,
+    /// `models_dir` and how a model found there is made a spec (`rescan`).
+    models_dir: Option<(PathBuf, SpecOf)>,
 }
+
+/// Makes the spec of a model found in `models_dir` (the daemon's settings live in `app`).
+pub type SpecOf = Box<dyn Fn(Found) -> ModelSpec + Send + Sync>;
 
 /// A loaded model held for one request. While any lease (or anything the
 /// engine holds for a queued or running job) exists, the model stays loaded.
@@ -201,15 +208,16 @@ const RECHECK: Duration = Duration::from_millis(50);
 
 impl Registry {
     /// The registry of these models (ids already checked to be unique).
-    pub fn new(specs: Vec<ModelSpec>, settings: Settings) -> Arc<Registry> {
-        let load_locks = specs.iter().map(|s| (s.id.clone(), tokio::sync::Mutex::new(()))).collect();
+    pub fn new(specs: Vec<ModelSpec>, settings: Settings, models_dir: Option<(PathBuf, SpecOf)>) -> Arc<Registry> {
+        let load_locks = specs.iter().map(|s| (s.id.clone(), Arc::default())).collect();
         Arc::new(Registry {
-            specs: specs.into_iter().map(Arc::new).collect(),
+            specs: RwLock::new(specs.into_iter().map(Arc::new).collect()),
             settings,
             state: Mutex::new(State::default()),
-            load_locks,
+            load_locks: Mutex::new(load_locks),
             changed: Notify::new(),
             runtimes: Mutex::new(Vec::new()),
+            models_dir,
         })
     }
 
@@ -217,15 +225,61 @@ impl Registry {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn spec(&self, id: &str) -> Option<&Arc<ModelSpec>> {
-        self.specs.iter().find(|s| s.id == id)
+    fn specs(&self) -> RwLockReadGuard<'_, Vec<Arc<ModelSpec>>> {
+        self.specs.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn spec(&self, id: &str) -> Option<Arc<ModelSpec>> {
+        self.specs().iter().find(|s| s.id == id).cloned()
+    }
+
+    /// The models directory, if models come from one.
+    pub fn models_dir(&self) -> Option<&Path> {
+        self.models_dir.as_ref().map(|(dir, _)| dir.as_path())
+    }
+
+    /// Registers the models `models_dir` holds now that it did not at start
+    /// (a pull while serving); their ids, in the folder's order.
+    pub fn rescan(&self) -> Result<Vec<String>, String> {
+        let Some((dir, spec_of)) = &self.models_dir else { return Ok(Vec::new()) };
+        let mut added = Vec::new();
+        for found in discover(dir)? {
+            let id = found.id.clone();
+            if self.register(spec_of(found))? {
+                tracing::info!(model = %id, "model registered");
+                added.push(id);
+            }
+        }
+        Ok(added)
+    }
+
+    /// Adds a model found while serving. `Ok(false)`: the same file is
+    /// registered already. An id taken by another file, or by an adapter,
+    /// is refused as at start (`app::model_specs`).
+    fn register(&self, spec: ModelSpec) -> Result<bool, String> {
+        let mut specs = self.specs.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = specs.iter().find(|s| s.id == spec.id) {
+            return if known.path == spec.path {
+                Ok(false)
+            } else {
+                Err(format!("the model id `{}` is taken by {}", spec.id, known.path))
+            };
+        }
+        if let Some(base) =
+            specs.iter().find(|s| s.engine.loras.iter().any(|l| adapter_id(&s.id, &l.name) == spec.id))
+        {
+            return Err(format!("the model id `{}` is the id of an adapter of `{}`", spec.id, base.id));
+        }
+        self.load_locks.lock().unwrap_or_else(|e| e.into_inner()).insert(spec.id.clone(), Arc::default());
+        specs.push(Arc::new(spec));
+        Ok(true)
     }
 
     /// The model an id names and the adapter, if it names one: a model's own
     /// id first, else `BASE:NAME` with NAME one of BASE's adapters, else
     /// `MODEL:latest` for the model (Ollama's tag for a name without one,
     /// which some Ollama clients add).
-    pub fn resolve(&self, id: &str) -> Option<(&Arc<ModelSpec>, Option<String>)> {
+    pub fn resolve(&self, id: &str) -> Option<(Arc<ModelSpec>, Option<String>)> {
         if let Some(spec) = self.spec(id) {
             return Some((spec, None));
         }
@@ -239,7 +293,7 @@ impl Registry {
 
     /// Requests that may wait per model (every model has the same).
     pub fn queue_depth(&self) -> usize {
-        self.specs.first().map_or(0, |s| s.engine.queue_depth)
+        self.specs().first().map_or(0, |s| s.engine.queue_depth)
     }
 
     pub fn settings(&self) -> &Settings {
@@ -250,7 +304,7 @@ impl Registry {
     pub fn statuses(&self) -> Vec<Status> {
         let state = self.state();
         let now = (Instant::now(), SystemTime::now());
-        self.specs
+        self.specs()
             .iter()
             .map(|spec| Status {
                 spec: spec.clone(),
@@ -304,7 +358,6 @@ impl Registry {
         take: impl Fn(&Loaded) -> Result<T, RegistryError>,
     ) -> Result<(Lease, T), RegistryError> {
         let (spec, adapter) = self.resolve(id).ok_or_else(|| RegistryError::NotFound(id.to_owned()))?;
-        let spec = spec.clone();
         let (mut lease, taken) = self.acquire_model(&spec, keep_alive, take).await?;
         lease.adapter = adapter;
         Ok((lease, taken))
@@ -323,7 +376,8 @@ impl Registry {
         if let Some(leased) = self.lease_loaded(id, keep_alive, Duration::ZERO, &take) {
             return leased;
         }
-        let Some(lock) = self.load_locks.get(id) else { return Err(RegistryError::NotFound(id.to_owned())) };
+        let lock = self.load_locks.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned();
+        let Some(lock) = lock else { return Err(RegistryError::NotFound(id.to_owned())) };
         let _loading = loop {
             // A model yielding to another's load takes no new request until
             // it has been unloaded (then this request loads it back).

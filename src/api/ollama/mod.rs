@@ -9,6 +9,7 @@
 mod convert;
 mod embed;
 mod info;
+mod pull;
 mod reply;
 mod wire;
 
@@ -74,6 +75,7 @@ pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
         .routes(routes!(info::tags))
         .routes(routes!(info::ps))
         .routes(routes!(info::show))
+        .routes(routes!(pull::pull))
         .routes(counted.openapi(Kind::Completion, routes!(chat)))
         .routes(counted.openapi(Kind::Completion, routes!(generate)))
         .routes(counted.openapi(Kind::Embedding, routes!(embed::embed)))
