@@ -40,6 +40,10 @@ RUN set -eu; \
     install -D -m 0755 "target/$target/release/rkllmd" /out/usr/bin/rkllmd
 
 FROM debian:bookworm-slim
+# CA certificates: `rkllmd pull` and /api/pull verify the Hub's TLS
+# certificate against the system's store.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 # The service user of the .deb (systemd/sysusers.conf), with a fixed id so
 # that volumes and the NPU's group can be granted to it.
 RUN groupadd --system --gid 999 rkllmd \

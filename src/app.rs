@@ -317,7 +317,12 @@ fn found_spec(config: &Config, npu: &Npu, found: registry::Found) -> ModelSpec {
             runtime_tokenizer: None,
         },
         engine: EngineSettings {
-            vision: vision_settings(config, &path, found.vision_encoder.map(|p| p.display().to_string()).as_ref(), None),
+            vision: vision_settings(
+                config,
+                &path,
+                found.vision_encoder.map(|p| p.display().to_string()).as_ref(),
+                None,
+            ),
             ..engine_settings(config, npu)
         },
         embed: embed_settings(config),
@@ -333,7 +338,8 @@ pub fn model_specs(config: &Config, npu: &Npu) -> Result<Vec<ModelSpec>, AppErro
     let mut specs: Vec<ModelSpec> = primary_spec(config, npu).into_iter().collect();
     specs.extend(config.models.iter().map(|t| table_spec(config, t, npu)));
     if let Some(dir) = &config.models_dir {
-        specs.extend(registry::discover(dir).map_err(AppError::Models)?.into_iter().map(|f| found_spec(config, npu, f)));
+        specs
+            .extend(registry::discover(dir).map_err(AppError::Models)?.into_iter().map(|f| found_spec(config, npu, f)));
     }
     for (i, spec) in specs.iter().enumerate() {
         if let Some(first) = specs[..i].iter().find(|s| s.id == spec.id) {

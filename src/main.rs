@@ -67,8 +67,12 @@ fn main() -> ExitCode {
     // Settings given after the subcommand come after (and win over) those before it.
     let mut layers = vec![&cli.config];
     if let Some(
-        Command::Serve(config) | Command::Tokenizer(config) | Command::Doctor { config, .. } | Command::Pull { config, .. },
-    ) = &cli.command {
+        Command::Serve(config)
+        | Command::Tokenizer(config)
+        | Command::Doctor { config, .. }
+        | Command::Pull { config, .. },
+    ) = &cli.command
+    {
         layers.push(config);
     }
     let config = match Config::assemble(&layers) {

@@ -72,6 +72,7 @@ pub async fn serve(config: Config) -> Result<(), String> {
     let ids: Vec<String> = registry.statuses().into_iter().map(|s| s.spec.id.clone()).collect();
     let serving = format!("serving {} on http://{addr}", ids.join(", "));
     state.set_models(registry.clone());
+    tokio::spawn(rescan_on_hangup(registry.clone()));
     tracing::info!("listening on http://{addr}");
     notify.ready(&serving);
     if let Some(timeout) = notify.watchdog_timeout() {
@@ -130,6 +131,25 @@ async fn watchdog(registry: Arc<Registry>, notify: Notifier, timeout: Duration, 
             Err(_) => {}
         }
     }
+}
+
+/// SIGHUP (`systemctl reload rkllmd`): models put into `models_dir` since
+/// the start (`rkllmd pull`, a copy) are registered and served without a
+/// restart; those registered stay as they are.
+async fn rescan_on_hangup(registry: Arc<Registry>) {
+    let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
+    while hangups.recv().await.is_some() {
+        match rescan(&registry).await {
+            Ok(added) => tracing::info!(added = ?added, "models_dir read again (SIGHUP)"),
+            Err(e) => tracing::warn!("models_dir read again (SIGHUP): {e}"),
+        }
+    }
+}
+
+/// Registers what `models_dir` holds now (reading a folder is blocking work: not on the async thread).
+pub async fn rescan(registry: &Arc<Registry>) -> Result<Vec<String>, String> {
+    let registry = registry.clone();
+    tokio::task::spawn_blocking(move || registry.rescan()).await.map_err(|e| e.to_string())?
 }
 
 /// Waits for SIGTERM or SIGINT, then stops admitting requests; a running

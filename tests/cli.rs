@@ -112,8 +112,8 @@ fn every_setting_in_help_is_in_the_doc_with_its_variable_and_default() {
 
 #[test]
 fn the_doc_names_no_flag_that_does_not_exist() {
-    let (top, doctor) = (help(&[]), help(&["doctor"]));
-    let known: BTreeSet<&str> = flags(&top).union(&flags(&doctor)).copied().collect();
+    let (top, doctor, pull) = (help(&[]), help(&["doctor"]), help(&["pull"]));
+    let known: BTreeSet<&str> = flags(&top).union(&flags(&doctor)).chain(flags(&pull).iter()).copied().collect();
     let doc = doc();
     let named: BTreeSet<&str> = doc
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
@@ -141,6 +141,12 @@ fn each_subcommand_lists_what_it_takes() {
     assert!(settings.is_subset(&doctor_flags), "doctor lacks {:?}", settings.difference(&doctor_flags));
     assert!(doctor_flags.contains("--root") && doctor_flags.contains("--smoke"));
     assert!(!settings.contains("--root"), "--root is doctor's own");
+
+    let pull = help(&["pull"]);
+    let pull_flags = flags(&pull);
+    assert!(settings.is_subset(&pull_flags), "pull lacks {:?}", settings.difference(&pull_flags));
+    assert!(pull_flags.contains("--chip") && pull_flags.contains("--revision"));
+    assert_eq!(pull["--revision"].default.as_deref(), Some("main"));
 
     // bench is a client of any server: of the daemon's settings it has none
     // (its own --model and --api-key name what it asks of the server).

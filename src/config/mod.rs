@@ -274,7 +274,7 @@ pub struct Config {
     /// Largest image in pixels (width × height, read before decoding; 400 image_too_large).
     #[arg(long, env = "RKLLMD_MAX_IMAGE_PIXELS", default_value_t = 50_000_000)]
     pub max_image_pixels: u64,
-    /// Hosts (names or addresses) whose http image URLs are fetched; `*`: any host with only public addresses. Empty (the default): image URLs are refused, only data URLs are taken.
+    /// Hosts (names or addresses) whose http and https image URLs are fetched; `*`: any host with only public addresses. Empty (the default): image URLs are refused, only data URLs are taken.
     #[arg(long, env = "RKLLMD_IMAGE_URL_HOSTS", value_delimiter = ',')]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub image_url_hosts: Vec<String>,

@@ -71,7 +71,9 @@ fn listing(entries: &[&Entry]) -> String {
 pub fn choose(repo: &str, entries: &[Entry], tag: Option<&str>, chip: Option<&str>) -> Result<Choice, String> {
     let models: Vec<&Entry> = entries.iter().filter(|e| e.path.to_ascii_lowercase().ends_with(".rkllm")).collect();
     if models.is_empty() {
-        return Err(format!("{repo} has no .rkllm file: convert the model with rkllm-toolkit, or pull a repository of converted models"));
+        return Err(format!(
+            "{repo} has no .rkllm file: convert the model with rkllm-toolkit, or pull a repository of converted models"
+        ));
     }
     let fitting: Vec<&Entry> = models.iter().copied().filter(|e| for_chip(&e.path, chip)).collect();
     if fitting.is_empty() {
@@ -92,7 +94,9 @@ pub fn choose(repo: &str, entries: &[Entry], tag: Option<&str>, chip: Option<&st
             };
             match tagged.as_slice() {
                 [one] => *one,
-                [] => return Err(format!("no .rkllm file of {repo} matches `{tag}`; there are: {}", listing(&fitting))),
+                [] => {
+                    return Err(format!("no .rkllm file of {repo} matches `{tag}`; there are: {}", listing(&fitting)))
+                }
                 several => {
                     return Err(format!(
                         "several .rkllm files of {repo} match `{tag}`: {}; name one (REPO:FILE_NAME)",
@@ -131,10 +135,8 @@ pub fn choose(repo: &str, entries: &[Entry], tag: Option<&str>, chip: Option<&st
     files.extend(COMPANIONS.iter().filter_map(|name| near(name).map(|e| (e.clone(), (*name).to_owned()))));
     // The vision encoder: the first `.rknn` for the chip, by path. It is
     // saved under the model's stem, which is how `models_dir` pairs them.
-    let mut encoders: Vec<&Entry> = entries
-        .iter()
-        .filter(|e| e.path.to_ascii_lowercase().ends_with(".rknn") && for_chip(&e.path, chip))
-        .collect();
+    let mut encoders: Vec<&Entry> =
+        entries.iter().filter(|e| e.path.to_ascii_lowercase().ends_with(".rknn") && for_chip(&e.path, chip)).collect();
     encoders.sort_by(|a, b| a.path.cmp(&b.path));
     if let Some(encoder) = encoders.first() {
         let name = file_name(&encoder.path);

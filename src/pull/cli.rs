@@ -24,10 +24,7 @@ pub async fn run(config: &Config, args: &PullArgs) -> Result<(), String> {
         .as_ref()
         .ok_or("rkllmd pull needs --models-dir (RKLLMD_MODELS_DIR, models_dir): the folder pulled models go into")?;
     let wanted = Wanted::parse(&args.name).map_err(|e| e.to_string())?;
-    let options = Options {
-        revision: args.revision.clone(),
-        chip: args.chip.clone().or_else(super::board_chip),
-    };
+    let options = Options { revision: args.revision.clone(), chip: args.chip.clone().or_else(super::board_chip) };
     let hub = Hub::from_env().map_err(|e| e.to_string())?;
     let terminal = std::io::stderr().is_terminal();
     let bars = MultiProgress::with_draw_target(if terminal {
@@ -35,8 +32,9 @@ pub async fn run(config: &Config, args: &PullArgs) -> Result<(), String> {
     } else {
         ProgressDrawTarget::hidden()
     });
-    let style = ProgressStyle::with_template("{msg:40!} {bytes:>10}/{total_bytes:<10} {bar:30} {bytes_per_sec:>12} {eta}")
-        .expect("a valid template");
+    let style =
+        ProgressStyle::with_template("{msg:40!} {bytes:>10}/{total_bytes:<10} {bar:30} {bytes_per_sec:>12} {eta}")
+            .expect("a valid template");
     let mut shown: Vec<ProgressBar> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut on = |event: Event| match event {

@@ -81,7 +81,13 @@ fn is_current(dest: &Path, entry: &Entry) -> std::io::Result<bool> {
 
 /// `entry` at `dest`, fetched from `url` unless `dest` holds it already.
 /// `Ok(false)`: it was there.
-pub async fn fetch(hub: &Hub, url: Url, entry: &Entry, dest: &Path, on_bytes: &mut OnBytes<'_>) -> Result<bool, PullError> {
+pub async fn fetch(
+    hub: &Hub,
+    url: Url,
+    entry: &Entry,
+    dest: &Path,
+    on_bytes: &mut OnBytes<'_>,
+) -> Result<bool, PullError> {
     let (d, e) = (dest.to_owned(), entry.clone());
     if blocking(move || is_current(&d, &e)).await.map_err(|e| io(dest, e))? {
         on_bytes(entry.size);

@@ -144,7 +144,8 @@ pub async fn pull(
     // One pull per folder at a time; the kernel lets go of the lock when
     // its holder dies, so a killed pull never blocks the next.
     let lock_path = dir.join(".pull.lock");
-    let lock = std::fs::File::create(&lock_path).map_err(|e| PullError::Disk(format!("{}: {e}", lock_path.display())))?;
+    let lock =
+        std::fs::File::create(&lock_path).map_err(|e| PullError::Disk(format!("{}: {e}", lock_path.display())))?;
     if lock.try_lock().is_err() {
         return Err(PullError::Busy(format!("{} is being pulled already (into {})", choice.id, dir.display())));
     }

@@ -31,8 +31,8 @@ pub use spec::{discover, Found, KeepAlive, ModelSpec};
 
 use crate::conversation::Prompter;
 use crate::engine::{open_runtime, BackendError, Engine, EngineError, OpenedRuntime, Place, RuntimeSettings};
-use std::path::{Path, PathBuf};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Notify;
@@ -265,8 +265,7 @@ impl Registry {
                 Err(format!("the model id `{}` is taken by {}", spec.id, known.path))
             };
         }
-        if let Some(base) =
-            specs.iter().find(|s| s.engine.loras.iter().any(|l| adapter_id(&s.id, &l.name) == spec.id))
+        if let Some(base) = specs.iter().find(|s| s.engine.loras.iter().any(|l| adapter_id(&s.id, &l.name) == spec.id))
         {
             return Err(format!("the model id `{}` is the id of an adapter of `{}`", spec.id, base.id));
         }

@@ -2,7 +2,8 @@
 //! (`image_url_hosts`, off by default): a daemon that fetches whatever URL a
 //! client names lets that client reach the board's network (SSRF).
 //!
-//! The rules: `http` only (this build has no TLS); a host listed by name or
+//! The rules: `http` and `https` (the certificate checked against the
+//! system's CA store for the host's name); a host listed by name or
 //! address is fetched whatever it resolves to (the operator trusts it); `*`
 //! allows any other host whose every address is public (no loopback,
 //! private, link-local, shared, multicast or unspecified address). The
@@ -51,10 +52,9 @@ impl UrlFetch {
     async fn fetch(&self, url: &str, max_bytes: usize) -> Result<Vec<u8>, FetchError> {
         let parsed =
             reqwest::Url::parse(url).map_err(|e| FetchError::Failed(format!("The image URL is invalid: {e}.")))?;
-        if parsed.scheme() != "http" {
+        if !matches!(parsed.scheme(), "http" | "https") {
             return Err(FetchError::NotAllowed(
-                "Only http image URLs are fetched (this build has no TLS); send the image inline as a base64 `data:` URL."
-                    .into(),
+                "Only http and https image URLs are fetched; send the image inline as a base64 `data:` URL.".into(),
             ));
         }
         let host = parsed.host_str().unwrap_or_default().trim_matches(['[', ']']).to_ascii_lowercase();
@@ -81,6 +81,8 @@ impl UrlFetch {
                 )));
             }
         }
+        // `resolve` pins the checked address; TLS still checks the
+        // certificate against the URL's host name.
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .resolve(&host, address)

@@ -118,9 +118,12 @@ pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response
             Ok(pulled) => {
                 let _ = tx.send(Line::Progress(Progress::status("verifying sha256 digest")));
                 // The model joins the registry now (`models_dir` is where it went).
-                match registry.rescan() {
+                match crate::server::rescan(&registry).await {
                     Ok(_) if registry.spec(&pulled.id).is_some() => Ok(pulled.id),
-                    Ok(_) => Err(ApiError::pull(&PullError::Disk(format!("{} was pulled but not found in models_dir", pulled.id)))),
+                    Ok(_) => Err(ApiError::pull(&PullError::Disk(format!(
+                        "{} was pulled but not found in models_dir",
+                        pulled.id
+                    )))),
                     Err(e) => Err(ApiError::pull(&PullError::Setup(e))),
                 }
             }

@@ -82,7 +82,7 @@ fn reserved() -> ApiError {
     )
 }
 
-/// The bytes of a `data:[type];base64,…` URL, or of an `http` URL where
+/// The bytes of a `data:[type];base64,…` URL, or of an `http(s)` URL where
 /// the operator allows fetching it (`vision/fetch.rs`: otherwise a client
 /// could reach the board's network through the daemon, SSRF).
 fn decode(r: &ImageRef, limits: &ImageLimits, fetch: &UrlFetch) -> Result<Vec<u8>, ApiError> {
