@@ -17,6 +17,7 @@ pub mod conversation;
 pub mod doctor;
 pub mod embed;
 pub mod engine;
+pub mod error_text;
 pub mod listener;
 pub mod log_sink;
 pub mod metrics;

@@ -321,3 +321,88 @@ async fn http_image_urls_are_fetched_only_from_hosts_the_operator_lists() {
     assert_eq!((status, &reply["error"]["code"]), (400, &json!("invalid_image")), "{reply}");
     assert!(reply["error"]["message"].as_str().unwrap().contains("image_url_hosts"), "{reply}");
 }
+
+/// A TLS server of Debian's `openssl s_server`, serving `dir`'s files,
+/// with a certificate from a CA of its own (`dir/ca.pem`); its port.
+fn tls_image_server(dir: &std::path::Path) -> (std::process::Child, u16) {
+    use std::process::{Command, Stdio};
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl (Debian's openssl)");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    openssl(
+        &[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test CA"]]
+            .concat(),
+    );
+    openssl(&[&["req"][..], &ec, &["-keyout", "leaf.key", "-out", "leaf.csr", "-subj", "/CN=127.0.0.1"]].concat());
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "1",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = Command::new("openssl")
+        .current_dir(dir)
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-cert",
+            "leaf.pem",
+            "-key",
+            "leaf.key",
+            "-WWW",
+            "-quiet",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Serving once it accepts a connection (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "openssl s_server did not start");
+        std::thread::yield_now();
+    }
+    (server, port)
+}
+
+#[tokio::test]
+async fn https_image_urls_are_fetched_with_the_certificate_checked_against_the_systems_store() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("red.png"), png(8, 8, [255, 0, 0])).unwrap();
+    let (mut server, port) = tls_image_server(dir.path());
+    let url = format!("https://127.0.0.1:{port}/red.png");
+    let args = [ID[0], ID[1], "--model", VL, "--image-url-hosts", "127.0.0.1"];
+    // The system's store does not know the test's CA: refused, and the message says why.
+    let untrusted = Daemon::start(&args);
+    let (status, reply) = chat(&untrusted, with_images(std::slice::from_ref(&url))).await;
+    assert_eq!((status, &reply["error"]["code"]), (400, &json!("invalid_image")), "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("UnknownIssuer"), "{reply}");
+    // SSL_CERT_FILE names the store (as for OpenSSL): fetched, as the same image sent inline.
+    let ca = dir.path().join("ca.pem");
+    let trusted = Daemon::start_with_env(&args, &[("SSL_CERT_FILE", ca.to_str().unwrap())]);
+    let (status, reply) = chat(&trusted, with_images(&[url])).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(content(&reply), "I see 1 image: image 1 is #ff0000 (392x392).");
+    server.kill().unwrap();
+    server.wait().unwrap();
+}

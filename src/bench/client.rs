@@ -3,6 +3,7 @@
 //! `crosscheck`).
 
 use super::sse::SseParser;
+use crate::error_text::chain;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,7 +136,7 @@ async fn stream(target: &Target, prompt: &Prompt, start: Instant, record: &mut R
         body["ignore_eos"] = json!(true);
     }
     let request = target.auth(target.http.post(format!("{}/v1/chat/completions", target.base))).json(&body);
-    let mut response = request.send().await.map_err(|e| fail("connect", error_chain(&e)))?;
+    let mut response = request.send().await.map_err(|e| fail("connect", chain(&e)))?;
     let status = response.status().as_u16();
     record.status = Some(status);
     record.content_type =
@@ -154,7 +155,7 @@ async fn stream(target: &Target, prompt: &Prompt, start: Instant, record: &mut R
         let bytes = match response.chunk().await {
             Ok(Some(b)) => b,
             Ok(None) => break,
-            Err(e) => return Err(fail("read", error_chain(&e))),
+            Err(e) => return Err(fail("read", chain(&e))),
         };
         let at_ms = ms_since(start);
         let parsed = parser.feed(&bytes);
@@ -169,19 +170,6 @@ async fn stream(target: &Target, prompt: &Prompt, start: Instant, record: &mut R
     }
     record.unterminated = parser.finish();
     stream_error.map_or(Ok(()), Err)
-}
-
-/// reqwest's top-level message hides the cause ("error sending request").
-/// The error and its sources: reqwest's own text omits the cause (`connection refused`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 const OLLAMA_FIELDS: [&str; 6] =

@@ -21,7 +21,8 @@ mod workload;
 
 pub use args::BenchArgs;
 
-use client::{error_chain, run_one, Target};
+use crate::error_text::chain;
+use client::{run_one, Target};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use report::{FindingRow, Report};
 use std::io::IsTerminal;
@@ -148,9 +149,9 @@ fn loads(args: &BenchArgs) -> Result<Vec<Load>, String> {
 async fn first_model(target: &Target) -> Result<String, String> {
     let url = format!("{}/v1/models", target.base);
     let fail = |e: String| format!("cannot list models at {url} (give --model): {e}");
-    let response = target.get("/v1/models").send().await.map_err(|e| fail(error_chain(&e)))?;
+    let response = target.get("/v1/models").send().await.map_err(|e| fail(chain(&e)))?;
     let status = response.status();
-    let body: serde_json::Value = response.json().await.map_err(|e| fail(error_chain(&e)))?;
+    let body: serde_json::Value = response.json().await.map_err(|e| fail(chain(&e)))?;
     body["data"][0]["id"]
         .as_str()
         .map(str::to_owned)
@@ -162,10 +163,10 @@ async fn system(target: &Target) -> (Option<serde_json::Value>, Option<String>) 
     match target.get("/v1/system").send().await {
         Ok(r) if r.status() == 200 => match r.json().await {
             Ok(v) => (Some(v), None),
-            Err(e) => (None, Some(format!("GET /v1/system: not JSON ({})", error_chain(&e)))),
+            Err(e) => (None, Some(format!("GET /v1/system: not JSON ({})", chain(&e)))),
         },
         Ok(r) => (None, Some(format!("GET /v1/system: HTTP {}", r.status().as_u16()))),
-        Err(e) => (None, Some(format!("GET /v1/system: {}", error_chain(&e)))),
+        Err(e) => (None, Some(format!("GET /v1/system: {}", chain(&e)))),
     }
 }
 

@@ -60,7 +60,7 @@ pub async fn run(config: &Config, args: &PullArgs) -> Result<(), String> {
         model = %pulled.id,
         path = %pulled.model.display(),
         fetched = pulled.fetched,
-        "pulled; a daemon with models_dir = {} serves it as `{}` after a restart, or at once when it was pulled through /api/pull",
+        "pulled; a daemon with models_dir = {} serves it as `{}` once told (SIGHUP: systemctl reload rkllmd) or restarted",
         models_dir.display(),
         pulled.id
     );

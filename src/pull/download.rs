@@ -8,6 +8,7 @@
 
 use super::hub::{checked, Digest, Entry, Hub};
 use super::PullError;
+use crate::error_text::chain;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use reqwest::header::{CONTENT_RANGE, RANGE};
@@ -117,7 +118,7 @@ pub async fn fetch(
         if have > 0 {
             request = request.header(RANGE, format!("bytes={have}-"));
         }
-        let response = request.send().await.map_err(|e| PullError::Hub(format!("{}: {e}", entry.path)))?;
+        let response = request.send().await.map_err(|e| PullError::Hub(format!("{}: {}", entry.path, chain(&e))))?;
         let response = checked(response, &entry.path).await?;
         let resumed = response.status() == StatusCode::PARTIAL_CONTENT;
         if have > 0 && !resumed {
@@ -137,7 +138,8 @@ pub async fn fetch(
         }
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| PullError::Hub(format!("{}: the download broke off: {e}", entry.path)))?;
+            let chunk =
+                chunk.map_err(|e| PullError::Hub(format!("{}: the download broke off: {}", entry.path, chain(&e))))?;
             let done = writer.write(chunk).await?;
             if done > entry.size {
                 break;

@@ -5,6 +5,7 @@
 //! which redirects large files to a CDN and honours `Range`).
 
 use super::PullError;
+use crate::error_text::chain;
 use reqwest::header::{HeaderMap, LINK};
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
@@ -123,11 +124,12 @@ impl Hub {
         // The list comes in pages, each naming the next in a `Link` header.
         let mut next = Some(url);
         while let Some(url) = next.take() {
-            let response = self.get(url).send().await.map_err(|e| PullError::Hub(format!("listing {repo}: {e}")))?;
+            let response =
+                self.get(url).send().await.map_err(|e| PullError::Hub(format!("listing {repo}: {}", chain(&e))))?;
             let response = checked(response, repo).await?;
             next = next_page(response.headers());
             let items: Vec<TreeItem> =
-                response.json().await.map_err(|e| PullError::Hub(format!("the file list of {repo}: {e}")))?;
+                response.json().await.map_err(|e| PullError::Hub(format!("the file list of {repo}: {}", chain(&e))))?;
             entries.extend(items.into_iter().filter(|i| i.kind == "file").map(|i| match i.lfs {
                 Some(lfs) => Entry { path: i.path, size: lfs.size, digest: Digest::Sha256(lfs.oid) },
                 None => Entry { path: i.path, size: i.size, digest: Digest::GitBlob(i.oid) },

@@ -12,6 +12,7 @@
 //! followed, and the body is bounded by `max_image_bytes` and the whole
 //! fetch by a time-out.
 
+use crate::error_text::chain;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -87,12 +88,12 @@ impl UrlFetch {
             .redirect(reqwest::redirect::Policy::none())
             .resolve(&host, address)
             .build()
-            .map_err(|e| FetchError::Failed(format!("Fetching the image failed: {e}.")))?;
+            .map_err(|e| FetchError::Failed(format!("Fetching the image failed: {}.", chain(&e))))?;
         let mut response = client
             .get(parsed)
             .send()
             .await
-            .map_err(|e| FetchError::Failed(format!("Fetching the image failed: {e}.")))?;
+            .map_err(|e| FetchError::Failed(format!("Fetching the image failed: {}.", chain(&e))))?;
         if !response.status().is_success() {
             return Err(FetchError::Failed(format!(
                 "Fetching the image failed: the server answered {} (redirects are not followed).",
@@ -108,8 +109,10 @@ impl UrlFetch {
             return Err(too_large());
         }
         let mut body = Vec::new();
-        while let Some(chunk) =
-            response.chunk().await.map_err(|e| FetchError::Failed(format!("Reading the image failed: {e}.")))?
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| FetchError::Failed(format!("Reading the image failed: {}.", chain(&e))))?
         {
             if body.len() + chunk.len() > max_bytes {
                 return Err(too_large());
