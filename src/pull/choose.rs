@@ -124,6 +124,10 @@ pub fn choose(repo: &str, entries: &[Entry], tag: Option<&str>, chip: Option<&st
         },
     };
     let id = stem(&model.path).to_owned();
+    // The id names the model's folder: never empty or hidden (`.rkllm`).
+    if id.is_empty() || id.starts_with('.') {
+        return Err(format!("{repo}: `{}` is no model file name rkllmd can serve as an id", model.path));
+    }
     let mut files = vec![(model.clone(), file_name(&model.path).to_owned())];
     // Each companion from the model's own folder, else the repository's top.
     let near = |name: &str| {
