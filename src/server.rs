@@ -139,17 +139,11 @@ async fn watchdog(registry: Arc<Registry>, notify: Notifier, timeout: Duration, 
 async fn rescan_on_hangup(registry: Arc<Registry>) {
     let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
     while hangups.recv().await.is_some() {
-        match rescan(&registry).await {
+        match registry.rescan().await {
             Ok(added) => tracing::info!(added = ?added, "models_dir read again (SIGHUP)"),
             Err(e) => tracing::warn!("models_dir read again (SIGHUP): {e}"),
         }
     }
-}
-
-/// Registers what `models_dir` holds now (reading a folder is blocking work: not on the async thread).
-pub async fn rescan(registry: &Arc<Registry>) -> Result<Vec<String>, String> {
-    let registry = registry.clone();
-    tokio::task::spawn_blocking(move || registry.rescan()).await.map_err(|e| e.to_string())?
 }
 
 /// Waits for SIGTERM or SIGINT, then stops admitting requests; a running

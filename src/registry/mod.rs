@@ -239,8 +239,14 @@ impl Registry {
     }
 
     /// Registers the models `models_dir` holds now that it did not at start
-    /// (a pull while serving); their ids, in the folder's order.
-    pub fn rescan(&self) -> Result<Vec<String>, String> {
+    /// (a pull while serving); their ids, in the folder's order. Reading a
+    /// folder is blocking work: it runs on the blocking pool.
+    pub async fn rescan(self: &Arc<Self>) -> Result<Vec<String>, String> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.rescan_now()).await.map_err(|e| e.to_string())?
+    }
+
+    fn rescan_now(&self) -> Result<Vec<String>, String> {
         let Some((dir, spec_of)) = &self.models_dir else { return Ok(Vec::new()) };
         let mut added = Vec::new();
         for found in discover(dir)? {

@@ -118,7 +118,7 @@ pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response
             Ok(pulled) => {
                 let _ = tx.send(Line::Progress(Progress::status("verifying sha256 digest")));
                 // The model joins the registry now (`models_dir` is where it went).
-                match crate::server::rescan(&registry).await {
+                match registry.rescan().await {
                     Ok(_) if registry.spec(&pulled.id).is_some() => Ok(pulled.id),
                     Ok(_) => Err(ApiError::pull(&PullError::Disk(format!(
                         "{} was pulled but not found in models_dir",
