@@ -84,6 +84,22 @@ struct Hub {
     /// The first whole-file download of the model stops halfway until this is true.
     go_on: watch::Sender<bool>,
     halfway: Notify,
+    /// A download the client stopped reading before its end.
+    cut: Notify,
+}
+
+/// Tells the hub when a download ends before its last byte (the stream dropped).
+struct Cut {
+    hub: Arc<Hub>,
+    whole: bool,
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        if !self.whole {
+            self.hub.cut.notify_one();
+        }
+    }
 }
 
 fn repo_files() -> Vec<File> {
@@ -109,6 +125,7 @@ impl Hub {
             cdn_url: Mutex::default(),
             go_on: watch::channel(true).0,
             halfway: Notify::new(),
+            cut: Notify::new(),
         });
         let cdn = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         *hub.cdn_url.lock().unwrap() = format!("http://{}", cdn.local_addr().unwrap());
@@ -226,6 +243,7 @@ async fn blob(State(hub): State<Arc<Hub>>, Path(sha): Path<String>, headers: Hea
     let hub2 = hub.clone();
     let body = async_stream::stream! {
         let mut go_on = hub2.go_on.subscribe();
+        let mut cut = Cut { hub: hub2.clone(), whole: false };
         for (i, chunk) in bytes[start..].chunks(64 << 10).enumerate() {
             if pause && i * (64 << 10) >= len / 2 {
                 hub2.halfway.notify_one();
@@ -233,6 +251,7 @@ async fn blob(State(hub): State<Arc<Hub>>, Path(sha): Path<String>, headers: Hea
             }
             yield Ok::<_, std::convert::Infallible>(axum::body::Bytes::copy_from_slice(chunk));
         }
+        cut.whole = true;
     };
     let mut response = Response::new(Body::from_stream(body));
     response.headers_mut().insert("content-length", (len - start).into());
@@ -420,6 +439,42 @@ print(json.dumps({"reply": reply.message.content}))
     assert!(completed.windows(2).all(|w| w[0] <= w[1]), "{completed:?}");
     assert_eq!(lines[lines.len() - 2]["status"], "success");
     assert!(!lines.last().unwrap()["reply"].as_str().unwrap().is_empty());
+    let (_, tags) = d.get_json("/api/tags").await;
+    assert!(tags["models"].as_array().unwrap().iter().any(|m| m["name"] == MODEL), "{tags}");
+}
+
+/// A client that leaves `/api/pull` ends the download (the lock too); the
+/// next pull resumes what the first one wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_ends_the_pull_and_the_next_one_resumes() {
+    let hub = Hub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let env = hub.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let args = ["--backend", "sim", "--models-dir", dir.path().to_str().unwrap(), "--allow-pull", "on"];
+    let d = Daemon::start_with_env(&args, &env);
+    let name = format!("hf.co/{REPO}:{MODEL}");
+
+    hub.go_on.send_replace(false);
+    let (halfway, cut) = (hub.halfway.notified(), hub.cut.notified());
+    let response = d.post("/api/pull", serde_json::json!({"model": name})).await;
+    assert_eq!(response.status(), 200);
+    tokio::time::timeout(Duration::from_secs(60), halfway).await.expect("the download reached halfway");
+    drop(response);
+    tokio::time::timeout(Duration::from_secs(10), cut).await.expect("the daemon stopped downloading");
+    hub.go_on.send_replace(true);
+
+    let before = hub.cdn_requests().len();
+    let r = d.post("/api/pull", serde_json::json!({"model": name, "stream": false})).await;
+    assert_eq!(r.status(), 200, "{}", d.log());
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap(), serde_json::json!({"status": "success"}));
+    let model = hub.file(&format!("{MODEL}.rkllm"));
+    let resumed: Vec<_> =
+        hub.cdn_requests()[before..].iter().filter(|(sha, ..)| *sha == model.sha256).cloned().collect();
+    assert!(
+        matches!(resumed.as_slice(), [(_, Some(range), _)] if range != "bytes=0-"),
+        "one request for the rest: {resumed:?}"
+    );
     let (_, tags) = d.get_json("/api/tags").await;
     assert!(tags["models"].as_array().unwrap().iter().any(|m| m["name"] == MODEL), "{tags}");
 }
