@@ -187,7 +187,7 @@ mod tests {
             timeout: Duration::from_secs(5),
         };
         let refused = |r: Result<Vec<u8>, FetchError>| matches!(r, Err(FetchError::NotAllowed(_)));
-        assert!(refused(fetch(&["example.com"]).get("https://example.com/a.png", 10).await), "https");
+        assert!(refused(fetch(&["example.com"]).get("ftp://example.com/a.png", 10).await), "ftp");
         assert!(refused(fetch(&["example.com"]).get("http://other.example/a.png", 10).await), "not listed");
         // `*` allows public hosts only: a loopback address is refused before any connection.
         assert!(refused(fetch(&["*"]).get("http://127.0.0.1:9/a.png", 10).await), "loopback");
