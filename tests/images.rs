@@ -406,3 +406,57 @@ async fn https_image_urls_are_fetched_with_the_certificate_checked_against_the_s
     server.kill().unwrap();
     server.wait().unwrap();
 }
+
+/// Images in the conversation cache: a follow-up that resends the image
+/// prefills only its new text, and the model still sees the image; a turn
+/// that adds an image runs whole (`cache_miss: image`) and is kept in its
+/// turn. The replies are those of the same conversation without the cache.
+#[tokio::test]
+async fn a_follow_up_that_resends_an_image_prefills_only_its_new_text() {
+    let (red, blue) = (data_url(&png(8, 8, [255, 0, 0])), data_url(&png(8, 8, [0, 0, 255])));
+    let user = |url: Option<&str>, text: &str| match url {
+        Some(url) => json!({"role": "user", "content": [image(url), {"type": "text", "text": text}]}),
+        None => json!({"role": "user", "content": text}),
+    };
+    let turns = [
+        (Some(red.as_str()), "What is this?"),
+        (None, "And its colour?"),
+        (Some(blue.as_str()), "And this?"),
+        (None, "Which came first?"),
+    ];
+    let mut runs = Vec::new();
+    for cache in ["on", "off"] {
+        let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--conversation-cache", cache]);
+        let mut messages: Vec<Value> = Vec::new();
+        let mut seen = Vec::new();
+        for (url, text) in turns {
+            messages.push(user(url, text));
+            let (status, reply) = chat(&d, json!({"model": "m", "messages": messages})).await;
+            assert_eq!(status, 200, "{reply}");
+            let t = &reply["timings"];
+            seen.push((
+                content(&reply).to_owned(),
+                reply["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(),
+                t["cache"].as_str().map(str::to_owned),
+                t["cache_miss"].as_str().map(str::to_owned),
+            ));
+            messages.push(json!({"role": "assistant", "content": content(&reply)}));
+        }
+        let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+        assert_eq!(metric(&metrics, "rkllmd_image_encoder_runs_total"), 2.0, "one run per distinct image");
+        runs.push(seen);
+    }
+    let (on, off) = (&runs[0], &runs[1]);
+    let replies =
+        |run: &[(String, u64, Option<String>, Option<String>)]| run.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
+    assert_eq!(replies(on), replies(off), "the cache changes no reply");
+    assert_eq!(on[1].0, "I see 1 image: image 1 is #ff0000 (392x392).", "the cached image is still seen");
+    assert_eq!(on[3].0, "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0000ff (392x392).");
+    // Turn 2 and 4 reuse everything before their new text (the image's 198 positions among it).
+    for t in [1, 3] {
+        assert_eq!(on[t].2.as_deref(), Some("resident"), "turn {}: {:?}", t + 1, on[t]);
+        assert!(on[t].1 > 198, "turn {}: {:?}", t + 1, on[t]);
+    }
+    assert_eq!((on[2].1, on[2].3.as_deref()), (0, Some("image")), "a new image runs whole: {:?}", on[2]);
+    assert!(off.iter().all(|t| t.1 == 0), "{off:?}");
+}

@@ -50,9 +50,13 @@ impl Engine {
         let context = self.limits.max_context_len as usize;
         let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
         plan.key = hints.conversation.clone();
+        // A conversation with images is not saved as a file nor restored from
+        // one: what a prompt-cache file of image positions holds is not
+        // documented (kv_images.rs).
+        let images = ids.iter().any(|&id| super::kv_images::is_image(id));
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
-            if plan.cached == 0 {
+            if plan.cached == 0 && !images {
                 let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
                 let found = lock(saved).find(ids, lora, fits);
                 match found {
@@ -87,7 +91,12 @@ impl Engine {
                 }
                 lock(saved).loaded = None;
             }
-            plan.save = lock(saved).save(continues);
+            plan.save = if images {
+                lock(saved).displaced();
+                None
+            } else {
+                lock(saved).save(continues)
+            };
         }
         if plan.clear {
             if let Some(saved) = &self.saved {

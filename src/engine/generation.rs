@@ -9,6 +9,7 @@ use super::guards::{RunGuard, WaitGuard};
 use super::halt::ABORT_GRACE;
 use super::job::{CacheHints, Job};
 use super::kv::Plan;
+use super::kv_images;
 use super::outcome::{CacheUse, Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
@@ -283,18 +284,34 @@ async fn submit(
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    // A run with images keeps no conversation in the KV cache (kv.rs keys text only).
-    let tokens = tokens.filter(|_| images.is_none());
-    let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
+    // With images the cache's record holds their positions too (kv_images.rs).
+    let per_image = engine.vision().map(|v| v.tokens_per_image());
+    let (ids, hints) = match (tokens, per_image) {
+        (Some(tokens), Some(n)) if images.is_some() => {
+            let ids = kv_images::with_images(tokens, &run.images, n);
+            let resent = hints.resent.as_ref().map(|r| kv_images::shift_resent(r, &run.images, n));
+            (Some(ids), CacheHints { resent, ..hints.clone() })
+        }
+        (tokens, _) if images.is_none() => (tokens.map(<[i32]>::to_vec), hints.clone()),
+        _ => (None, hints.clone()),
+    };
+    let plan = engine.plan_kv(ids.as_deref(), &hints, run.lora.as_deref(), run.limit).await;
+    if plan.is_none() && images.is_some() {
+        engine.clear_before_stateless_images().await.map_err(EndReason::RuntimeError)?;
+    }
     tracing::debug!(images = images.is_some(), "run submitted");
-    let mut request = match &plan {
-        Some(plan) => RunRequest {
+    let request = match (&plan, images) {
+        // A whole multimodal run (nothing of it cached), kept in the cache for the next turn.
+        (Some(plan), Some(images)) if plan.cached == 0 => {
+            RunRequest { images: Some(images), ..run.request(RunInput::Prompt(run.prompt.clone()), true) }
+        }
+        // The ids after the cached ones: what is new holds no image (kv.rs).
+        (Some(plan), _) => RunRequest {
             save_prompt_cache: plan.save.as_ref().map(|s| s.file.to_string_lossy().into_owned()),
             ..run.request(plan.input(), true)
         },
-        None => run.request(RunInput::Prompt(run.prompt.clone()), false),
+        (None, images) => RunRequest { images, ..run.request(RunInput::Prompt(run.prompt.clone()), false) },
     };
-    request.images = images;
     match engine.model.submit(request, tx) {
         Ok(control) => Ok((SlotControl::single(control), events, plan)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),

@@ -61,4 +61,7 @@ pub struct ImageInput {
     pub hash: u128,
     /// `height × width × 3` bytes, RGB, NHWC.
     pub pixels: Arc<Vec<u8>>,
+    /// Where it stands in the prompt's ids (`Job::tokens`): before the id
+    /// of this index (the conversation cache's record places it there).
+    pub at: usize,
 }

@@ -132,6 +132,9 @@ impl KvCache {
         match continued {
             None => plan(clear, 0, 0, false, MissReason::Other),
             Some(_) if self.lora.as_deref() != lora => plan(clear, 0, 0, false, MissReason::Adapter),
+            Some((from, _)) if ids[from..].iter().any(|&id| super::kv_images::is_image(id)) => {
+                plan(clear, 0, 0, false, MissReason::Image)
+            }
             Some((from, by_view)) if fits(cached.len(), ids.len() - from) => {
                 plan(false, cached.len(), from, by_view, MissReason::Empty)
             }

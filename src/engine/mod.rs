@@ -12,6 +12,7 @@ mod guards;
 mod halt;
 mod job;
 mod kv;
+mod kv_images;
 mod liveness;
 mod npu;
 mod outcome;

@@ -78,6 +78,9 @@ pub enum MissReason {
     /// Its conversation's batch slot was cleared with every other one, for
     /// a job that needed an empty slot (`slots.rs`).
     Displaced,
+    /// It continues the cached conversation, but what it adds holds an
+    /// image: only a whole multimodal run places images (`kv_images.rs`).
+    Image,
 }
 
 impl CacheUse {
@@ -108,6 +111,7 @@ impl MissReason {
             MissReason::Unknown => "unknown",
             MissReason::Displaced => "displaced",
             MissReason::Costlier => "costlier",
+            MissReason::Image => "image",
         }
     }
 }

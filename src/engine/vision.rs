@@ -201,11 +201,6 @@ impl super::Engine {
 
     /// A job's images as a run's multimodal input, with its image figures
     /// (`None`: a text job). Called with the job's turn held.
-    ///
-    /// A run with images is stateless (the conversation cache keys text
-    /// only). Whether a `keep_history = 0` run starts from a KV cache that a
-    /// kept conversation filled is not stated by the manual, so with the
-    /// conversation cache on the KV cache is cleared first.
     pub(super) async fn encode_images(
         &self,
         images: &[ImageInput],
@@ -217,13 +212,21 @@ impl super::Engine {
             (None, false) => return Err("this model has no vision encoder".into()),
             (Some(vision), false) => vision,
         };
+        vision.encode(images, timings, turn).await.map(Some)
+    }
+
+    /// Before a run with images the conversation cache does not plan (its
+    /// prompt has no ids): whether a `keep_history = 0` run starts from a
+    /// KV cache a kept conversation filled is not stated by the manual, so
+    /// with the conversation cache on the KV cache is cleared first.
+    pub(super) async fn clear_before_stateless_images(&self) -> Result<(), String> {
         if self.kv.is_some() {
             self.forget_kv();
             super::answered(self.model.clear_kv_cache(false))
                 .await
                 .map_err(|why| format!("rkllm_clear_kv_cache before a run with images failed: {why}"))?;
         }
-        vision.encode(images, timings, turn).await.map(Some)
+        Ok(())
     }
 }
 

@@ -69,6 +69,9 @@ pub(crate) struct State {
     pub loras: Vec<Lora>,
     /// The ids of the prompt cache `rkllm_load_prompt_cache` loaded.
     pub prompt_cache: Option<Vec<u32>>,
+    /// The images the slots' KV caches hold (`vision::held` reads which
+    /// are still there): a follow-up run's reply still sees them.
+    pub images: Vec<crate::vision::Held>,
 }
 
 /// An adapter `rkllm_load_lora` loaded (`adapters.rs`).

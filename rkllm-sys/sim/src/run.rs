@@ -46,8 +46,8 @@ pub(crate) struct SlotInput {
     pub ids: Vec<u32>,
     /// How many of `ids` are the template's system part.
     pub system: usize,
-    /// A multimodal input's reply: what the model sees (`vision`).
-    pub vision: Option<String>,
+    /// A multimodal input's images (`vision`).
+    pub vision: Option<crate::call::ImageInput>,
 }
 
 impl SimModel {
@@ -191,7 +191,7 @@ impl SimModel {
                     text: checked.text,
                     ids: checked.ids,
                     system: system.len(),
-                    vision: Some(checked.reply),
+                    vision: Some(checked.images),
                 })
             }
             other => Err(format!(
@@ -236,15 +236,19 @@ impl SimModel {
             } else {
                 decode(&[state.kv[slot].as_slice(), &checked.ids].concat())
             };
+            // A model that sees images says what they are: this input's
+            // and those its cache holds from earlier turns.
+            let mut seen = crate::vision::held(&state.images, slot, &state.kv[slot]);
+            if let Some(images) = &checked.vision {
+                seen.extend(images.seen());
+            }
+            let vision = (!seen.is_empty()).then(|| crate::vision::describe(&seen));
             let (pieces, truncated) = generate::reply(&ReplySpec {
                 prompt: &context,
                 seed: self.config.seed ^ crate::adapters::lora_salt(lora.as_ref()),
                 sampling: infer.sampling.unwrap_or(self.params.sampling),
                 reply_tokens: self.config.reply_tokens,
-                scripted: checked
-                    .vision
-                    .as_deref()
-                    .or_else(|| self.script.as_ref().and_then(|s| s.reply_for(&context))),
+                scripted: vision.as_deref().or_else(|| self.script.as_ref().and_then(|s| s.reply_for(&context))),
                 ignore_eos: self.params.ignore_eos_token == Some(true),
                 limit,
             });
@@ -265,7 +269,11 @@ impl SimModel {
             0
         };
         let prefill_tokens = prefill_tokens + lied;
-        for ((input, _, _), kv) in slots.iter().zip(state.kv.iter_mut()) {
+        crate::vision::prune(&mut state.images, &state.kv);
+        for (slot, ((input, _, _), kv)) in slots.iter().zip(state.kv.iter_mut()).enumerate() {
+            if let Some(images) = &input.vision {
+                state.images.extend(crate::vision::placed(images, slot, kv.len(), input.ids.len()));
+            }
             kv.extend(&input.ids);
         }
         // A batch's prefill costs the tokens of all its slots; writing a

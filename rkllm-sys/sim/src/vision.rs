@@ -49,24 +49,68 @@ pub(crate) unsafe fn read(
     ImageInput { colours, n_image_tokens, width, height, tags }
 }
 
-/// What the model says about the images.
-pub(crate) fn describe(images: &ImageInput) -> String {
+/// An image as the model saw it: its colour and the encoder's input size.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Seen {
+    pub colour: [u8; 3],
+    pub width: usize,
+    pub height: usize,
+}
+
+impl ImageInput {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
+        self.colours.iter().map(|&colour| Seen { colour, width: self.width, height: self.height }).collect()
+    }
+}
+
+/// What the model says about the images in its context, in order.
+pub(crate) fn describe(images: &[Seen]) -> String {
     let each: Vec<String> = images
-        .colours
         .iter()
         .enumerate()
-        .map(|(i, [r, g, b])| format!("image {} is #{r:02x}{g:02x}{b:02x} ({}x{})", i + 1, images.width, images.height))
+        .map(|(i, s)| {
+            let [r, g, b] = s.colour;
+            format!("image {} is #{r:02x}{g:02x}{b:02x} ({}x{})", i + 1, s.width, s.height)
+        })
         .collect();
-    let n = images.colours.len();
+    let n = images.len();
     format!("I see {n} image{}: {}.", if n == 1 { "" } else { "s" }, each.join(", "))
 }
 
+/// An image a slot's KV cache holds (a multimodal run that kept its
+/// history): the position of its first token there.
+#[derive(Debug, Clone)]
+pub(crate) struct Held {
+    pub slot: usize,
+    pub at: usize,
+    pub seen: Seen,
+}
+
+/// The images `kv` (slot `slot`'s cache) still holds, in order: those
+/// whose positions a clear or a truncation has not taken.
+pub(crate) fn held(all: &[Held], slot: usize, kv: &[u32]) -> Vec<Seen> {
+    all.iter().filter(|h| h.slot == slot && kv.get(h.at) == Some(&image_token_id())).map(|h| h.seen).collect()
+}
+
+/// Forgets the images no slot holds any more (cleared or overwritten).
+pub(crate) fn prune(all: &mut Vec<Held>, kv: &[Vec<u32>]) {
+    all.retain(|h| kv.get(h.slot).and_then(|slot| slot.get(h.at)) == Some(&image_token_id()));
+}
+
+/// Where each image of an input (`ids`, prefilled after `cached` ids)
+/// lands in the cache: the input's image tokens come last, image after image.
+pub(crate) fn placed(images: &ImageInput, slot: usize, cached: usize, ids: usize) -> Vec<Held> {
+    let per_image = images.n_image_tokens + 2;
+    let first = cached + ids - per_image * images.colours.len();
+    images.seen().into_iter().enumerate().map(|(i, seen)| Held { slot, at: first + i * per_image, seen }).collect()
+}
+
 /// A checked multimodal input: the text the model reads (the prompt
-/// without its markers), the ids it prefills, and its reply.
+/// without its markers), the ids it prefills, and its images.
 pub(crate) struct Checked {
     pub text: String,
     pub ids: Vec<u32>,
-    pub reply: String,
+    pub images: ImageInput,
 }
 
 /// Checks a multimodal input and what it prefills: `system`, the turn
@@ -99,7 +143,7 @@ pub(crate) fn check(
     let per_image = images.n_image_tokens + 2;
     let mut ids = [system, &template.turn_ids(&text)].concat();
     ids.extend(std::iter::repeat_n(image_token_id(), per_image * images.colours.len()));
-    Ok(Checked { text, ids, reply: describe(images) })
+    Ok(Checked { text, ids, images: images.clone() })
 }
 
 #[cfg(test)]
@@ -113,6 +157,9 @@ mod tests {
         embed[3 * 8..3 * 8 + 3].copy_from_slice(&[0.0, 0.5, 1.0]);
         let images = unsafe { read(8, embed.as_ptr(), 2, 3, 392, 392, None) };
         assert_eq!(images.colours, vec![[255, 0, 0], [0, 128, 255]]);
-        assert_eq!(describe(&images), "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0080ff (392x392).");
+        assert_eq!(
+            describe(&images.seen()),
+            "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0080ff (392x392)."
+        );
     }
 }

@@ -66,7 +66,7 @@ pub fn attach(job: &mut Job, refs: &[ImageRef], prompt_markers: usize, model: &L
             ImageError::Invalid(m) => ApiError::image(&r.param, "invalid_image", m),
             ImageError::TooLarge(m) => ApiError::image(&r.param, "image_too_large", m),
         })?;
-        images.push(ImageInput { hash: prepared.hash, pixels: Arc::new(prepared.pixels) });
+        images.push(ImageInput { hash: prepared.hash, pixels: Arc::new(prepared.pixels), at: 0 });
     }
     job.image_timings.count = images.len() as u32;
     job.image_timings.tokens = (images.len() * vision.tokens_per_image()) as u32;

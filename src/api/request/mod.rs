@@ -281,7 +281,13 @@ fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     let text = if job.images.is_empty() { job.prompt.clone() } else { job.prompt.replace(images::MARKER, "") };
     let context = model.engine.limits().max_context_len as usize;
     let not_tokenized = size::too_long_to_tokenize(text.len(), context);
-    let ids = if not_tokenized { None } else { model.prompter.tokenize(&text) };
+    let ids = if not_tokenized {
+        None
+    } else if job.images.is_empty() {
+        model.prompter.tokenize(&text)
+    } else {
+        tokenize_around_images(job, model)
+    };
     let size = PromptSize {
         param,
         bytes: text.len(),
@@ -294,6 +300,22 @@ fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     // Vocabularies are far below 2^31: an id that does not fit is not sent.
     job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
     size
+}
+
+/// The ids of the text around a prompt's image markers, each piece
+/// tokenized by itself (as the runtime does, the markers splitting the
+/// text), and where each image stands among them (`ImageInput::at`: the
+/// conversation cache's record puts the image's positions there).
+fn tokenize_around_images(job: &mut Job, model: &Loaded) -> Option<Vec<u32>> {
+    let mut ids = Vec::new();
+    let pieces: Vec<&str> = job.prompt.split(images::MARKER).collect();
+    for (i, piece) in pieces.iter().enumerate() {
+        ids.extend(model.prompter.tokenize(piece)?);
+        if let Some(image) = job.images.get_mut(i).filter(|_| i + 1 < pieces.len()) {
+            image.at = ids.len();
+        }
+    }
+    Some(ids)
 }
 
 /// Where the prompt resends the conversation's last reply, for the
