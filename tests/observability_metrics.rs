@@ -211,15 +211,15 @@ async fn counters_add_up_to_the_requests_sent_including_errors() {
     assert_eq!(value(&s, "rkllmd_runtime_info", &[("backend", "sim"), ("runtime_version", "1.3.0")]), Some(1.0));
 }
 
-/// A stop sequence ends the reply, but `sim:instant` finishes its run before
-/// our abort lands, so the runtime counts tokens the daemon dropped after the
-/// match. Those are accounted for: no token mismatch, no WARN.
+/// A stop sequence ends the reply, but the runtime delivers tokens after the
+/// match before the abort lands (`abort_lag`: it notices the abort two
+/// tokens late), so it counts tokens the daemon dropped. Those are
+/// accounted for: no token mismatch, no WARN.
 #[tokio::test]
 async fn tokens_dropped_after_a_stop_sequence_are_no_mismatch() {
     let script = script(&[("STOP AT END", "Hello world END more text here")]);
-    let spec = format!("sim:instant?script={}", script.path().display());
+    let spec = format!("sim:instant?abort_lag=2&script={}", script.path().display());
     let d = Daemon::start(&["--backend", "sim", "--model", &spec, "--model-id", "m"]);
-    let mut went_on = 0;
     for _ in 0..3 {
         let mut b = chat("m", "STOP AT END");
         b["stop"] = json!(["END"]);
@@ -230,10 +230,8 @@ async fn tokens_dropped_after_a_stop_sequence_are_no_mismatch() {
             v["timings"]["predicted_n"].as_u64().unwrap(),
             v["timings"]["runtime"]["generate_tokens"].as_u64().unwrap(),
         );
-        assert!(ours <= runtime, "{v}");
-        went_on += u32::from(runtime > ours);
+        assert!(ours < runtime, "the runtime went past the match: {v}");
     }
-    assert!(went_on > 0, "the runtime never went past the match: the case under test did not happen");
     let s = scrape_at(&d.url).await;
     assert_eq!(value(&s, "rkllmd_timing_mismatch_total", &[("check", "tokens")]), Some(0.0));
     assert!(!d.log().contains("differs from the runtime's"), "{}", d.log());
