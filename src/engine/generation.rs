@@ -90,8 +90,9 @@ impl Engine {
     /// preparation before it is not counted as queueing.
     pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
         let received = Instant::now();
-        let tokens: Option<Arc<[i32]>> = job.tokens.as_deref().map(Arc::from);
-        let (job_id, hints) = (job.id.clone(), job.cache.clone());
+        let (tokens, hints, with_images) = self.cache_ids(&job);
+        let tokens: Option<Arc<[i32]>> = tokens.map(Arc::from);
+        let job_id = job.id.clone();
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();
@@ -99,11 +100,12 @@ impl Engine {
         let (abandoned_tx, abandoned) = oneshot::channel();
         // usage.prompt_tokens: the text's tokens and the images', unless the
         // run's own prefill count (`timings.prompt_n`) is the exact size.
+        let images = if with_images { 0 } else { plan.image_timings.tokens };
         let prompt_tokens = tokens
             .as_ref()
             .filter(|_| !self.runtime_counts_prompt)
             .and_then(|t| u32::try_from(t.len()).ok())
-            .map(|n| n + plan.image_timings.tokens);
+            .map(|n| n + images);
         let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
@@ -152,6 +154,23 @@ impl Engine {
             yield GenEvent::Done(Box::new(run.thread_gone()));
         });
         Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id }
+    }
+}
+
+impl Engine {
+    /// A job's ids as the conversation cache keys them, and its hints: with
+    /// images, each image's positions are among the ids where its marker
+    /// was, and a resent reply's place moves past them (`kv_images.rs`);
+    /// `true` then.
+    fn cache_ids(&self, job: &Job) -> (Option<Vec<i32>>, CacheHints, bool) {
+        match (&job.tokens, self.vision().map(|v| v.tokens_per_image())) {
+            (Some(tokens), Some(per_image)) if !job.images.is_empty() => {
+                let ids = kv_images::with_images(tokens, &job.images, per_image);
+                let resent = job.cache.resent.as_ref().map(|r| kv_images::shift_resent(r, &job.images, per_image));
+                (Some(ids), CacheHints { resent, ..job.cache.clone() }, true)
+            }
+            _ => (job.tokens.clone(), job.cache.clone(), false),
+        }
     }
 }
 
@@ -284,18 +303,8 @@ async fn submit(
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    // With images the cache's record holds their positions too (kv_images.rs).
-    let per_image = engine.vision().map(|v| v.tokens_per_image());
-    let (ids, hints) = match (tokens, per_image) {
-        (Some(tokens), Some(n)) if images.is_some() => {
-            let ids = kv_images::with_images(tokens, &run.images, n);
-            let resent = hints.resent.as_ref().map(|r| kv_images::shift_resent(r, &run.images, n));
-            (Some(ids), CacheHints { resent, ..hints.clone() })
-        }
-        (tokens, _) if images.is_none() => (tokens.map(<[i32]>::to_vec), hints.clone()),
-        _ => (None, hints.clone()),
-    };
-    let plan = engine.plan_kv(ids.as_deref(), &hints, run.lora.as_deref(), run.limit).await;
+    // A job with images has ids only with its images' positions among them (`Engine::cache_ids`).
+    let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
     if plan.is_none() && images.is_some() {
         engine.clear_before_stateless_images().await.map_err(EndReason::RuntimeError)?;
     }
