@@ -251,9 +251,14 @@ impl Registry {
         let mut added = Vec::new();
         for found in discover(dir)? {
             let id = found.id.clone();
-            if self.register(spec_of(found))? {
-                tracing::info!(model = %id, "model registered");
-                added.push(id);
+            // One model whose id is taken does not keep the others out.
+            match self.register(spec_of(found)) {
+                Ok(true) => {
+                    tracing::info!(model = %id, "model registered");
+                    added.push(id);
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(model = %id, "not registered: {e}"),
             }
         }
         Ok(added)

@@ -118,11 +118,14 @@ pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response
             Ok(pulled) => {
                 let _ = tx.send(Line::Progress(Progress::status("verifying sha256 digest")));
                 // The model joins the registry now (`models_dir` is where it went).
+                let served =
+                    |id: &str| registry.spec(id).is_some_and(|s| std::path::Path::new(&s.path) == pulled.model);
                 match registry.rescan().await {
-                    Ok(_) if registry.spec(&pulled.id).is_some() => Ok(pulled.id),
-                    Ok(_) => Err(ApiError::pull(&PullError::Disk(format!(
-                        "{} was pulled but not found in models_dir",
-                        pulled.id
+                    Ok(_) if served(&pulled.id) => Ok(pulled.id),
+                    Ok(_) => Err(ApiError::pull(&PullError::Setup(format!(
+                        "{} was pulled to {}, but another model has its id: rename one (the daemon's log says which)",
+                        pulled.id,
+                        pulled.model.display()
                     )))),
                     Err(e) => Err(ApiError::pull(&PullError::Setup(e))),
                 }
