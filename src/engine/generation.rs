@@ -155,9 +155,7 @@ impl Engine {
         });
         Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id }
     }
-}
 
-impl Engine {
     /// A job's ids as the conversation cache keys them, and its hints: with
     /// images, each image's positions are among the ids where its marker
     /// was, and a resent reply's place moves past them (`kv_images.rs`);

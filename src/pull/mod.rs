@@ -115,7 +115,7 @@ pub enum Event<'a> {
     Placed { index: usize, fetched: bool },
 }
 
-pub const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
 /// A pulled model.
 #[derive(Debug)]
