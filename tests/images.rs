@@ -424,9 +424,23 @@ async fn a_follow_up_that_resends_an_image_prefills_only_its_new_text() {
         (Some(blue.as_str()), "And this?"),
         (None, "Which came first?"),
     ];
-    let mut runs = Vec::new();
-    for cache in ["on", "off"] {
-        let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--conversation-cache", cache]);
+    // A turn's reply, cached tokens, cache use, miss reason, and (encoder runs, embedding cache hits).
+    type Turn = (String, u64, Option<String>, Option<String>, (Option<u64>, Option<u64>));
+    let mut runs: Vec<Vec<Turn>> = Vec::new();
+    // The conversation cache on and off with the embedding cache, then on
+    // without it (`--vision-cache-entries 0`): the encoder runs only for the
+    // turns that send images, each of their images encoded again.
+    for (cache, embeddings, encoder_runs) in [("on", "32", 2.0), ("off", "32", 2.0), ("on", "0", 3.0)] {
+        let d = Daemon::start(&[
+            ID[0],
+            ID[1],
+            "--model",
+            VL,
+            "--conversation-cache",
+            cache,
+            "--vision-cache-entries",
+            embeddings,
+        ]);
         let mut messages: Vec<Value> = Vec::new();
         let mut seen = Vec::new();
         for (url, text) in turns {
@@ -439,17 +453,26 @@ async fn a_follow_up_that_resends_an_image_prefills_only_its_new_text() {
                 reply["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap(),
                 t["cache"].as_str().map(str::to_owned),
                 t["cache_miss"].as_str().map(str::to_owned),
+                (t["images"]["encoder_runs"].as_u64(), t["images"]["cache_hits"].as_u64()),
             ));
             messages.push(json!({"role": "assistant", "content": content(&reply)}));
         }
         let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
-        assert_eq!(metric(&metrics, "rkllmd_image_encoder_runs_total"), 2.0, "one run per distinct image");
+        let what = format!("conversation cache {cache}, {embeddings} embeddings kept: {seen:?}");
+        assert_eq!(metric(&metrics, "rkllmd_image_encoder_runs_total"), encoder_runs, "{what}");
         runs.push(seen);
     }
-    let (on, off) = (&runs[0], &runs[1]);
-    let replies =
-        |run: &[(String, u64, Option<String>, Option<String>)]| run.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
+    let (on, off, on_unkept) = (&runs[0], &runs[1], &runs[2]);
+    let replies = |run: &[Turn]| run.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
     assert_eq!(replies(on), replies(off), "the cache changes no reply");
+    assert_eq!(replies(on_unkept), replies(on), "nor does the embedding cache");
+    // A follow-up whose image the KV cache holds neither runs the encoder nor
+    // counts a hit for an embedding it does not send.
+    for t in [1, 3] {
+        assert_eq!(on_unkept[t].4, (Some(0), Some(0)), "turn {}: {:?}", t + 1, on_unkept[t]);
+        assert_eq!(on[t].4, (Some(0), Some(0)), "turn {}: {:?}", t + 1, on[t]);
+    }
+    assert_eq!(on_unkept[2].4, (Some(2), Some(0)), "turn 3 sends both images: {:?}", on_unkept[2]);
     assert_eq!(on[1].0, "I see 1 image: image 1 is #ff0000 (392x392).", "the cached image is still seen");
     assert_eq!(on[3].0, "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0000ff (392x392).");
     // Turn 2 and 4 reuse everything before their new text (the image's 198 positions among it).

@@ -13,12 +13,12 @@ use super::kv_images;
 use super::outcome::{CacheUse, Deadline, EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
-use super::queue::Place;
+use super::queue::{Place, Turn};
 use super::schedule::Assigned;
 use super::Engine;
-use crate::metrics::{RuntimePerf, Timeline};
+use crate::metrics::{ImageTimings, RuntimePerf, Timeline};
 use futures_util::Stream;
-use rkllm_sys::{Event, Finish, Images, RunInput, RunRequest};
+use rkllm_sys::{Event, Finish, RunInput, RunRequest};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -214,18 +214,13 @@ impl Start {
         let (submitted, turn) = match assigned {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, slot.plan, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
-                // A job with images: their embeddings, in the turn (the encoder takes the NPU too).
                 let mut turn = Some(turn);
-                let submitted = match engine.encode_images(&self.plan.images, self.plan.image_timings, &mut turn).await
-                {
-                    Ok(encoded) => {
-                        let (images, figures) = encoded.unzip();
-                        image_figures = figures;
-                        submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan, images).await
-                    }
-                    Err(e) => Err(EndReason::RuntimeError(e)),
-                };
-                (submitted.map(|(control, events, plan)| (control, events, plan, 1)), turn)
+                let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan, &mut turn).await;
+                let submitted = submitted.map(|((control, events, plan), figures)| {
+                    image_figures = figures;
+                    (control, events, plan, 1)
+                });
+                (submitted, turn)
             }
             Err(reason) => (Err(reason), None),
         };
@@ -289,23 +284,35 @@ impl Start {
 
 type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 
-/// Submits a job's own run (`batch` = 1), with the turn held.
+/// Submits a job's own run (`batch` = 1), with the turn held (`turn`: the
+/// vision encoder takes the NPU too); with the job's image figures when it
+/// has images.
 async fn submit(
     engine: &Arc<Engine>,
     tokens: Option<&[i32]>,
     hints: &CacheHints,
     run: &RunPlan,
-    images: Option<Images>,
-) -> Result<Submitted, EndReason> {
+    turn: &mut Option<Turn>,
+) -> Result<(Submitted, Option<ImageTimings>), EndReason> {
     if engine.is_closing() {
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
     // A job with images has ids only with its images' positions among them (`Engine::cache_ids`).
     let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
-    if plan.is_none() && images.is_some() {
-        engine.clear_before_stateless_images().await.map_err(EndReason::RuntimeError)?;
-    }
+    // The embeddings are made only for a run that sends them: a follow-up
+    // whose images the KV cache holds sends its new text alone (kv.rs), and
+    // the encoder does not run for it, whether its cache keeps them or not.
+    let sends_images = !run.images.is_empty() && plan.as_ref().is_none_or(|p| p.cached == 0);
+    let (images, figures) = if sends_images {
+        if plan.is_none() {
+            engine.clear_before_stateless_images().await.map_err(EndReason::RuntimeError)?;
+        }
+        let encoded = engine.encode_images(&run.images, run.image_timings, turn).await;
+        encoded.map_err(EndReason::RuntimeError)?.unzip()
+    } else {
+        (None, None)
+    };
     tracing::debug!(images = images.is_some(), "run submitted");
     let request = match (&plan, images) {
         // A whole multimodal run (nothing of it cached), kept in the cache for the next turn.
@@ -320,7 +327,7 @@ async fn submit(
         (None, images) => RunRequest { images, ..run.request(RunInput::Prompt(run.prompt.clone()), false) },
     };
     match engine.model.submit(request, tx) {
-        Ok(control) => Ok((SlotControl::single(control), events, plan)),
+        Ok(control) => Ok(((SlotControl::single(control), events, plan), figures)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),
     }
 }
