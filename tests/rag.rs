@@ -178,12 +178,14 @@ async fn ollama_embed_is_the_openai_vector_and_truncates_exactly() {
     assert_eq!(cut["prompt_eval_count"], 64);
     let (_, first_64) = embed(&d, json!({"model": "m", "input": [ids[..64].to_vec()]})).await;
     assert_eq!(floats(&cut["embeddings"][0]), vector(&first_64["data"][0]));
-    // A smaller num_ctx cuts shorter; a larger one than the model's is refused.
+    // A smaller num_ctx cuts shorter; a larger one than the model's is capped at it (as Ollama does).
     let (_, ctx) = ollama(&d, "/api/embed", json!({"model": "m", "input": long, "options": {"num_ctx": 8}})).await;
     assert_eq!(ctx["prompt_eval_count"], 8);
+    let (status, ctx) =
+        ollama(&d, "/api/embed", json!({"model": "m", "input": long, "options": {"num_ctx": 65}})).await;
+    assert_eq!((status, ctx["prompt_eval_count"].as_u64()), (200, Some(64)), "{ctx}");
     for (body, word) in [
         (json!({"model": "m", "input": long, "truncate": false}), "tokens"),
-        (json!({"model": "m", "input": "hi", "options": {"num_ctx": 65}}), "num_ctx"),
         (json!({"model": "m", "input": "hi", "dimensions": 3}), "dimensions"),
         (json!({"model": "m", "input": ["hi", ""]}), "empty"),
     ] {

@@ -6,9 +6,8 @@
 //! One check is left out: `positive_data_acceptance` expects every
 //! schema-valid body to be accepted, but some bounds are the model's, which
 //! one document for every model cannot state (its vocabulary, context,
-//! embedding width, vision encoder), and a few rules JSON Schema cannot
-//! say or that would make generators filter out most bodies (a NUL in an
-//! undeclared member; docs/reliability.md lists them). Every other check runs: no
+//! embedding width, vision encoder), and two tool rules JSON Schema cannot
+//! say (docs/reliability.md lists them). Every other check runs: no
 //! 5xx, documented statuses, content types and response schemas (Ollama's
 //! NDJSON read by `tests/python/st_hooks.py`), invalid data rejected.
 //! Structured-output requests are left out (the hooks' `filter_body`): the

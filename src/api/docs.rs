@@ -26,11 +26,8 @@ const CSS: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui.css.gz");
 
 /// Routes serving the document and the UI (no state, no auth).
 pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
-    let json = match serde_json::to_value(&openapi) {
-        Ok(mut doc) => {
-            super::schema_rules::add(&mut doc);
-            doc.to_string()
-        }
+    let json = match serialised(&openapi) {
+        Ok(doc) => doc.to_string(),
         Err(e) => format!("{{\"error\":\"{e}\"}}"),
     };
     Router::new()
@@ -40,6 +37,29 @@ pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
         .route("/docs/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() }))
         .route("/docs/swagger-ui-bundle.js", get(|| async { gzipped("application/javascript", BUNDLE) }))
         .route("/docs/swagger-ui.css", get(|| async { gzipped("text/css", CSS) }))
+}
+
+/// The document as served: the handlers' with the rules `schema_rules` adds.
+fn serialised(openapi: &OpenApi) -> Result<serde_json::Value, serde_json::Error> {
+    let mut doc = serde_json::to_value(openapi)?;
+    super::schema_rules::add(&mut doc);
+    Ok(doc)
+}
+
+/// The document's component schemas as served, where `nul.rs` reads which
+/// members of a body are declared. Which members exist does not depend on
+/// the configuration (it changes statuses and ranges), so the API's own
+/// routes are described once, apart from any app.
+pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> {
+    static SCHEMAS: std::sync::LazyLock<serde_json::Map<String, serde_json::Value>> = std::sync::LazyLock::new(|| {
+        let (_, openapi) = super::api_routes(&mut super::metrics::CountedRoutes::default());
+        let mut doc = serialised(&openapi).unwrap_or_default();
+        match doc.pointer_mut("/components/schemas").map(serde_json::Value::take) {
+            Some(serde_json::Value::Object(schemas)) => schemas,
+            _ => serde_json::Map::new(),
+        }
+    });
+    &SCHEMAS
 }
 
 fn gzipped(content_type: &'static str, body: &'static [u8]) -> impl IntoResponse {

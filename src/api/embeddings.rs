@@ -48,6 +48,7 @@ pub struct EmbeddingRequest {
     /// Accepted only as the model's own width: truncating a vector is
     /// honest only for models trained for it, which the daemon cannot tell.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub dimensions: Option<u32>,
 }
 

@@ -1,6 +1,6 @@
 //! A JSON body extractor whose every rejection is an OpenAI-style error:
 //! wrong content type → 415, too large → 413, malformed JSON, a field of
-//! the wrong type or a text holding NUL → 400 naming the field (`param`).
+//! the wrong type or a declared text holding NUL → 400 naming the field (`param`).
 
 use super::error::ApiError;
 use super::named::NamesModel;
@@ -10,10 +10,11 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
 use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
 
 pub struct ApiJson<T>(pub T);
 
-impl<T: DeserializeOwned + NamesModel> FromRequest<AppState> for ApiJson<T> {
+impl<T: DeserializeOwned + ToSchema + NamesModel> FromRequest<AppState> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
@@ -44,7 +45,10 @@ impl<T: DeserializeOwned + NamesModel> FromRequest<AppState> for ApiJson<T> {
 }
 
 /// [`parse`] a counted request's body and tell its [`Counting`] the model it names.
-pub fn parse_named<T: DeserializeOwned + NamesModel>(bytes: &[u8], counting: Option<&Counting>) -> Result<T, ApiError> {
+pub fn parse_named<T: DeserializeOwned + ToSchema + NamesModel>(
+    bytes: &[u8],
+    counting: Option<&Counting>,
+) -> Result<T, ApiError> {
     let body: T = parse(bytes)?;
     if let Some(counting) = counting {
         counting.name_model(&body);
@@ -53,10 +57,11 @@ pub fn parse_named<T: DeserializeOwned + NamesModel>(bytes: &[u8], counting: Opt
 }
 
 /// Parses a body, reporting the path of the offending field as `param`:
-/// its type ([`typed`]), then NUL characters ([`refuse_nul`]).
-pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+/// its type ([`typed`]), then NUL characters where the document declares
+/// a text (`nul.rs`; `T`'s schema is the one the document names).
+pub fn parse<T: DeserializeOwned + ToSchema>(bytes: &[u8]) -> Result<T, ApiError> {
     let body = typed(bytes)?;
-    refuse_nul(bytes)?;
+    super::nul::refuse(bytes, &T::name())?;
     Ok(body)
 }
 
@@ -97,56 +102,6 @@ fn integral_floats_as_integers(value: &mut serde_json::Value) -> bool {
     }
 }
 
-/// The runtime takes its texts as C strings, which end at a NUL, and rkllmd
-/// will not cut one short or drop what follows: no text in a body (nor a
-/// key) may hold U+0000, whatever the field: one rule, rather than a list
-/// of the fields that reach the runtime (the OpenAPI document says it on
-/// every text it declares, `schema_rules.rs`). JSON carries a NUL only as
-/// the escape `\u0000`, so only a body holding those six bytes is read
-/// again to find where.
-fn refuse_nul(bytes: &[u8]) -> Result<(), ApiError> {
-    if memchr::memmem::find(bytes, br"\u0000").is_none() {
-        return Ok(());
-    }
-    // The typed parse took the body, so it is valid JSON.
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(None, e.to_string()))?;
-    let mut path = String::new();
-    if !nul_at(&value, &mut path) {
-        // An escaped backslash before `u0000`: text, not a NUL.
-        return Ok(());
-    }
-    let message = format!("`{path}` contains a NUL character (U+0000), which the runtime cannot take.");
-    Err(ApiError::invalid_value(&path, message))
-}
-
-/// Whether `value` holds a NUL; if so, `path` ends at the first text (or
-/// key) that does, written as serde's paths are (`messages[0].content`).
-fn nul_at(value: &serde_json::Value, path: &mut String) -> bool {
-    let start = path.len();
-    let found = match value {
-        serde_json::Value::String(text) => text.contains('\0'),
-        serde_json::Value::Array(items) => items.iter().enumerate().any(|(i, item)| {
-            path.truncate(start);
-            path.push_str(&format!("[{i}]"));
-            nul_at(item, path)
-        }),
-        serde_json::Value::Object(map) => map.iter().any(|(key, item)| {
-            path.truncate(start);
-            if !path.is_empty() {
-                path.push('.');
-            }
-            path.push_str(&key.replace('\0', "\\u0000"));
-            key.contains('\0') || nul_at(item, path)
-        }),
-        _ => false,
-    };
-    if !found {
-        path.truncate(start);
-    }
-    found
-}
-
 /// The error, with the path of the offending field as `param`.
 fn report(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
     let path = e.path().to_string();
@@ -167,26 +122,11 @@ fn report(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
 mod tests {
     use super::parse;
 
-    #[derive(Debug, serde::Deserialize)]
+    #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
     struct Body {
         n: u32,
         rate: f32,
         nested: Vec<Option<i64>>,
-    }
-
-    #[test]
-    fn a_nul_anywhere_is_refused_naming_where() {
-        let param = |body: &[u8]| parse::<serde_json::Value>(body).unwrap_err().body.param;
-        assert_eq!(
-            param(br#"{"messages": [{"role": "user", "content": "a\u0000b"}]}"#).as_deref(),
-            Some("messages[0].content")
-        );
-        let tools = br#"{"tools": [{"function": {"parameters": {"properties": {"x": {"enum": ["ok", "\u0000"]}}}}}]}"#;
-        assert_eq!(param(tools).as_deref(), Some("tools[0].function.parameters.properties.x.enum[1]"));
-        assert_eq!(param(br#"{"kwargs": {"a\u0000": 1}}"#).as_deref(), Some("kwargs.a\\u0000"));
-        // An escaped backslash before `u0000` is text; so is a NUL's name.
-        let text: serde_json::Value = parse(br#"{"content": "C:\\u0000 and \\\\u0000"}"#).unwrap();
-        assert_eq!(text["content"], "C:\\u0000 and \\\\u0000");
     }
 
     #[test]
@@ -199,7 +139,7 @@ mod tests {
         let e = parse::<Body>(br#"{"n": 4294967296.0, "rate": 1, "nested": []}"#).unwrap_err();
         assert_eq!(e.body.param.as_deref(), Some("n"), "{}", e.body.message);
         // In an untagged enum too, whose error names no type.
-        #[derive(Debug, serde::Deserialize, PartialEq)]
+        #[derive(Debug, serde::Deserialize, PartialEq, utoipa::ToSchema)]
         #[serde(untagged)]
         enum Input {
             Text(String),

@@ -15,6 +15,7 @@ mod messages;
 mod metrics;
 mod models;
 mod named;
+mod nul;
 mod ollama;
 mod outbox;
 mod record;
@@ -188,12 +189,11 @@ pub fn unix_now() -> u64 {
 )]
 struct ApiDoc;
 
-/// The whole application: API routes (authenticated), health and docs
-/// (public), OpenAI-style fallbacks, body limit and CORS.
-pub fn router(state: AppState) -> Router {
-    // Each counted route is registered with its kind (`rkllmd_requests_total`).
-    let mut counted = metrics::CountedRoutes::default();
-    let (api, openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+/// The API's routes (authenticated) and what their handlers' annotations
+/// say of them; each counted route registered in `counted` with its kind
+/// (`rkllmd_requests_total`).
+fn api_routes(counted: &mut metrics::CountedRoutes) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
         .routes(counted.openapi(Kind::Completion, routes!(completions::create)))
         .routes(counted.openapi(Kind::Completion, routes!(responses::create)))
@@ -209,8 +209,15 @@ pub fn router(state: AppState) -> Router {
         .routes(routes!(system::get))
         .routes(routes!(tokenize::tokenize))
         .routes(routes!(tokenize::detokenize))
-        .merge(ollama::routes(&mut counted))
-        .split_for_parts();
+        .merge(ollama::routes(counted))
+        .split_for_parts()
+}
+
+/// The whole application: API routes (authenticated), health and docs
+/// (public), OpenAI-style fallbacks, body limit and CORS.
+pub fn router(state: AppState) -> Router {
+    let mut counted = metrics::CountedRoutes::default();
+    let (api, openapi) = api_routes(&mut counted);
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
     let mut openapi = openapi;

@@ -31,18 +31,14 @@ pub fn add(doc: &mut Value) {
     no_nul_everywhere(doc);
 }
 
-/// No text of a request body holds U+0000 (`extract::refuse_nul`), said
-/// where each text is declared, so that a generator makes such texts
-/// directly: every string schema gets a pattern, and a schema that takes
-/// any value becomes `NoNul`, which says it of any JSON value, recursively.
-/// Not said, though refused: a NUL in a key, or in the members of an object
-/// that declares none or not that one (tool parameters, an undeclared
-/// field). Saying it there (`propertyNames`, `additionalProperties`) made
-/// schemathesis filter out most chat bodies, failing its health check:
-/// such objects are often refined by a rule elsewhere in an `allOf`, and a
-/// recursive schema does not merge (docs/reliability.md).
-/// Only request schemas: a reply may hold a NUL (`/detokenize` of a token
-/// that is one).
+/// No text of a request body holds U+0000 (`nul.rs`, which reads this
+/// document to know where), said where each text is declared, so that a
+/// generator makes such texts directly: every string schema gets a
+/// pattern, and a schema that takes any value becomes `NoNul`, which says
+/// it of any JSON value, recursively (objects read whole are `AnyObject`:
+/// `rules`). A member a schema does not declare is ignored by the handlers,
+/// and may hold anything. Only request schemas: a reply may hold a NUL
+/// (`/detokenize` of a token that is one).
 fn no_nul_everywhere(doc: &mut Value) {
     let bodies: Vec<&Value> = doc
         .get("paths")
@@ -69,7 +65,7 @@ fn no_nul_everywhere(doc: &mut Value) {
         schemas.get_mut(name).into_iter().for_each(no_nul);
     }
     schemas.insert(
-        "NoNul".into(),
+        NO_NUL_NAME.into(),
         json!({
             "description": "Any JSON value whose texts and keys hold no NUL character (U+0000): the runtime takes C strings.",
             "anyOf": [
@@ -82,6 +78,8 @@ fn no_nul_everywhere(doc: &mut Value) {
     );
 }
 
+/// The schema of any value without NUL, by name and as a reference.
+pub const NO_NUL_NAME: &str = "NoNul";
 const NO_NUL: &str = "#/components/schemas/NoNul";
 
 /// The component schemas `schema` refers to.
@@ -143,6 +141,11 @@ fn no_nul(schema: &mut Value) {
     }
 }
 
+/// An object read whole (`request::AnyObject`).
+fn any_object() -> Value {
+    json!({"$ref": "#/components/schemas/AnyObject"})
+}
+
 /// Present and not null.
 fn given(field: &str) -> Value {
     json!({"required": [field], "properties": {field: {"not": {"type": "null"}}}})
@@ -175,7 +178,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         "type": "object", "required": ["type", "id", "name"],
         "properties": {
             "type": {"const": "tool_use"}, "id": {"type": "string"}, "name": {"type": "string"},
-            "input": {"type": "object"},
+            "input": any_object(),
         },
     });
     let thinking = json!({
@@ -188,7 +191,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         "type": "object", "required": ["type", "function"],
         "properties": {"type": {"const": "function"}, "function": {
             "type": "object", "required": ["name"],
-            "properties": {"name": tool_name, "description": {"type": "string"}, "parameters": {"type": "object"}},
+            "properties": {"name": tool_name, "description": {"type": "string"}, "parameters": any_object()},
         }},
     }});
     // A Responses input's text part.
@@ -199,6 +202,8 @@ fn rules() -> Vec<(&'static str, Value)> {
     let redacted =
         json!({"type": "object", "required": ["type"], "properties": {"type": {"const": "redacted_thinking"}}});
     vec![
+        // `request::AnyObject`: an object read whole, whose keys and texts reach the prompt.
+        ("AnyObject", json!({"propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}})),
         // request/convert.rs `to_message`: a `tool` message needs
         // `tool_call_id`; only `assistant` messages carry `tool_calls`;
         // `content` may be absent or null only beside tool calls; only a
@@ -214,7 +219,7 @@ fn rules() -> Vec<(&'static str, Value)> {
                         "type": {"const": "function"},
                         "function": {"type": "object", "required": ["name", "arguments"], "properties": {
                             "name": {"type": "string"},
-                            "arguments": {"type": ["string", "object"]},
+                            "arguments": {"oneOf": [{"type": "string"}, any_object()]},
                         }},
                     },
                 }}}},
@@ -266,8 +271,19 @@ fn rules() -> Vec<(&'static str, Value)> {
                 "allOf": [needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]}))],
             }),
         ),
-        // Ollama's chat takes the same tools.
+        // Ollama's chat takes the same tools, and its messages become chat
+        // messages (ollama/convert.rs `message`), held to the same roles.
         ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
+        // ollama/convert.rs `message` → request/convert.rs `to_tool_call`: JSON text or an object.
+        ("OllamaInFunction", json!({"properties": {"arguments": {"oneOf": [{"type": "string"}, any_object()]}}})),
+        (
+            "OllamaInMessage",
+            json!({"allOf": [
+                {"if": given("tool_calls"), "then": {"properties": {"role": {"const": "assistant"}}}},
+                {"if": {"required": ["images"], "properties": {"images": {"type": "array", "minItems": 1}}},
+                 "then": {"properties": {"role": {"const": "user"}}}},
+            ]}),
+        ),
         // ollama/convert.rs `generate`: a `raw` prompt has no template to place images in.
         (
             "OllamaGenerateRequest",
@@ -297,7 +313,7 @@ fn rules() -> Vec<(&'static str, Value)> {
                         "type": "object", "required": ["type", "name"],
                         "properties": {
                             "type": {"const": "function"}, "name": tool_name,
-                            "description": {"type": ["string", "null"]}, "parameters": {"type": ["object", "null"]},
+                            "description": {"type": ["string", "null"]}, "parameters": {"oneOf": [{"type": "null"}, any_object()]},
                         },
                     }},
                     "tool_choice": {"oneOf": [
@@ -307,7 +323,15 @@ fn rules() -> Vec<(&'static str, Value)> {
                          "properties": {"type": {"const": "function"}, "name": {"type": "string"}}},
                     ]},
                 },
-                "allOf": [needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]}))],
+                "allOf": [
+                    needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]})),
+                    // `chat_request`: without `instructions`, `input` holds an item that is not reasoning.
+                    {"if": {"properties": {"instructions": {"type": "null"}}},
+                     "then": {"properties": {"input": {"anyOf": [
+                         {"type": "string"},
+                         {"contains": {"not": {"required": ["type"], "properties": {"type": {"const": "reasoning"}}}}},
+                     ]}}}},
+                ],
             }),
         ),
         // messages/convert.rs: only custom tools (no server tool's `type`), named as above.

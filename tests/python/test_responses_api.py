@@ -113,3 +113,16 @@ def test_previous_response_id_is_refused(sdk):
     with pytest.raises(openai.BadRequestError) as e:
         sdk.responses.create(model=MODEL_ID, input="Hello", tools=[{"type": "web_search"}])
     assert e.value.body["param"] == "tools[0].type"
+
+
+def test_input_of_reasoning_items_alone_is_refused_naming_input(sdk):
+    # Reasoning belongs to the assistant turn after it: with none, there is nothing to answer.
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.responses.create(model=MODEL_ID, input=[{"type": "reasoning", "summary": []}])
+    assert e.value.body["param"] == "input"
+    with pytest.raises(openai.BadRequestError) as e:
+        sdk.responses.create(model=MODEL_ID, input=[])
+    assert e.value.body["param"] == "input"
+    # With instructions there is a message to answer.
+    reply = sdk.responses.create(model=MODEL_ID, input=[], instructions="Say hello.")
+    assert reply.output_text

@@ -6,7 +6,7 @@
 
 mod convert;
 mod reply;
-mod wire;
+pub(super) mod wire;
 
 use super::error::ApiError;
 use super::record::Counting;
@@ -56,7 +56,7 @@ impl IntoResponse for AnthropicError {
     }
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, AnthropicError> {
+fn parse<T: serde::de::DeserializeOwned + utoipa::ToSchema>(body: &Bytes) -> Result<T, AnthropicError> {
     super::extract::parse(body).map_err(AnthropicError)
 }
 

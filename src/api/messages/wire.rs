@@ -37,7 +37,7 @@ pub struct InMessage {
 pub struct Tool {
     pub name: String,
     pub description: Option<String>,
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::api::request::AnyObject)]
     pub input_schema: Map<String, Value>,
     /// Server tools (`web_search_…`) have one; only custom tools are served.
     #[serde(rename = "type")]

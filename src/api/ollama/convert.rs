@@ -55,18 +55,16 @@ fn with_images(text: String, images: Option<&Vec<Value>>, param: &str) -> Result
     Ok(Content::Parts(parts))
 }
 
-/// The context a request may fill: `options.num_ctx`, which may not exceed
-/// the model's (fixed when it was loaded), else the model's.
-pub fn context(num_ctx: Option<u32>, model: &Loaded) -> Result<u32, ApiError> {
+/// The context an embedding input is cut to: `options.num_ctx`, at most
+/// the model's (fixed when it was loaded), else the model's. A larger
+/// `num_ctx` is capped, as Ollama caps it at the model's trained context:
+/// clients send one setting for every model (Open WebUI's "Context Length").
+pub fn context(num_ctx: Option<u32>, model: &Loaded) -> u32 {
     let max = model.engine.limits().max_context_len;
-    match num_ctx {
-        Some(n) if n > max => Err(ApiError::invalid_value(
-            "options.num_ctx",
-            format!("num_ctx {n} exceeds the model's context length {max}."),
-        )),
-        Some(n) => Ok(n),
-        None => Ok(max),
+    if let Some(n) = num_ctx.filter(|&n| n > max) {
+        tracing::debug!(num_ctx = n, context = max, "num_ctx capped at the model's context");
     }
+    num_ctx.map_or(max, |n| n.min(max))
 }
 
 /// The OpenAI fields `options` (and `stream`) map onto.
@@ -74,9 +72,10 @@ fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
     let options = c.options.clone().unwrap_or_default();
     let Options { num_predict, stop, seed, num_ctx, sampling, other } = options;
     let limits = model.engine.limits();
-    context(num_ctx, model)?;
-    if seed.is_some() || !other.is_empty() {
-        tracing::debug!(seed = seed.is_some(), options = ?other.keys().collect::<Vec<_>>(), "ignoring Ollama fields RKLLM cannot apply");
+    // The context is fixed when the model loads: a generation's prompt is
+    // checked against it, whatever `num_ctx` says.
+    if seed.is_some() || num_ctx.is_some() || !other.is_empty() {
+        tracing::debug!(seed = seed.is_some(), num_ctx, options = ?other.keys().collect::<Vec<_>>(), "ignoring Ollama fields RKLLM cannot apply");
     }
     // num_predict ≤ 0 (-1 endless, -2 fill the context): the server's maximum.
     let max_tokens = num_predict.filter(|&n| n > 0).map(|n| n.min(i64::from(limits.max_new_tokens)) as u32);

@@ -117,7 +117,7 @@ async fn run(
     let keep_alive = convert::keep_alive(ask.keep_alive)?;
     // Held until the vectors are made, so the model is not unloaded under them.
     let (lease, place) = state.lease_queued(ask.model, keep_alive).await?;
-    let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease)?;
+    let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease);
     if texts.is_empty() {
         return Ok((lease.served_id(), lease.load_duration, None));
     }

@@ -11,7 +11,7 @@ mod embed;
 mod info;
 mod pull;
 mod reply;
-mod wire;
+pub(super) mod wire;
 
 use super::error::{ApiError, ErrorBody, Said};
 use super::metrics::CountedRoutes;
@@ -84,7 +84,7 @@ pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
 
 /// A counted request's body as JSON, whatever its content type (as
 /// Ollama's server reads it); the model it names is told to its counting.
-fn parse_counted<T: serde::de::DeserializeOwned + NamesModel>(
+fn parse_counted<T: serde::de::DeserializeOwned + utoipa::ToSchema + NamesModel>(
     body: &Bytes,
     counting: &Counting,
 ) -> Result<T, ApiError> {

@@ -254,6 +254,8 @@ pub struct EmbedRequest {
     pub options: Option<Options>,
     #[schema(schema_with = schema::keep_alive)]
     pub keep_alive: Option<Value>,
+    /// The model's own width only (as `/v1/embeddings`).
+    #[schema(minimum = 1)]
     pub dimensions: Option<u32>,
 }
 
@@ -350,10 +352,11 @@ mod schema {
         one_of([ObjectBuilder::new().schema_type(Type::Boolean), level, null()])
     }
 
-    /// `"json"` or a JSON schema (an object).
+    /// `"json"` or a JSON schema (`AnyObject`: it reaches the prompt).
     pub fn format() -> Schema {
         let json = ObjectBuilder::new().schema_type(Type::String).enum_values(Some(["json"]));
-        one_of([json, ObjectBuilder::new().schema_type(Type::Object), null()])
+        let schema = utoipa::openapi::Ref::from_schema_name("AnyObject");
+        OneOfBuilder::new().item(json.build()).item(schema).item(null().build()).build().into()
     }
 
     pub fn role() -> Schema {

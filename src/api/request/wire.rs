@@ -6,6 +6,20 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+/// Any JSON object the server reads whole (template variables, a JSON
+/// schema, a tool's parameters). Only its schema is used: an object whose
+/// keys and texts hold no NUL (`schema_rules` states it, `nul.rs` checks
+/// it), since such objects reach the prompt.
+pub struct AnyObject;
+
+impl utoipa::PartialSchema for AnyObject {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new().schema_type(utoipa::openapi::schema::Type::Object).into()
+    }
+}
+
+impl ToSchema for AnyObject {}
+
 /// `stop`: a string or an array of up to 4 strings.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -129,7 +143,7 @@ pub struct ChatCompletionRequest {
     /// `enable_thinking` and `chat_template_kwargs.enable_thinking` win over it.
     pub reasoning_effort: Option<ReasoningEffort>,
     /// Extension: extra variables for the chat template (e.g. `{"enable_thinking": false}`).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<AnyObject>)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
     /// Functions the model may call.
     #[schema(value_type = Option<Vec<Object>>)]
@@ -141,7 +155,7 @@ pub struct ChatCompletionRequest {
     /// `{"type": "json_schema", "json_schema": {"name", "schema"}}`: the
     /// format is asked for in the prompt and the reply checked against it
     /// (the runtime cannot constrain decoding; see docs/api.md).
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<AnyObject>)]
     pub response_format: Option<Value>,
     #[serde(flatten)]
     pub common: Common,

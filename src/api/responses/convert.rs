@@ -28,6 +28,13 @@ pub fn chat_request(req: &CreateResponse) -> Result<ChatCompletionRequest, ApiEr
             }
         }
     }
+    if messages.is_empty() {
+        // Named here: the chat check would name `messages`, which the client did not send.
+        return Err(ApiError::invalid_value(
+            "input",
+            "`input` holds no message: send a message, function_call or function_call_output item (a reasoning item belongs to the assistant turn after it), or `instructions`.",
+        ));
+    }
     let tools =
         req.tools.as_ref().map(|tools| tools.iter().enumerate().map(|(i, t)| tool(i, t)).collect()).transpose()?;
     let tool_choice = req.tool_choice.as_ref().map(tool_choice);

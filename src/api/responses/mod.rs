@@ -5,7 +5,7 @@
 
 mod convert;
 mod reply;
-mod wire;
+pub(super) mod wire;
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;

@@ -43,7 +43,7 @@ pub struct CreateResponse {
     pub tool_choice: Option<Value>,
     pub reasoning: Option<ReasoningOptions>,
     /// `{"format": {"type": "text" | "json_object" | "json_schema", …}}`.
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<crate::api::request::AnyObject>)]
     pub text: Option<Map<String, Value>>,
     /// Refused unless null: responses are not stored (docs/api.md).
     #[schema(schema_with = null_only)]
