@@ -37,7 +37,9 @@ RUN set -eu; \
       amd64) target=x86_64-unknown-linux-gnu ;; \
     esac; \
     cargo build --release --locked --target "$target" -p rkllmd; \
-    install -D -m 0755 "target/$target/release/rkllmd" /out/usr/bin/rkllmd
+    install -D -m 0755 "target/$target/release/rkllmd" /out/usr/bin/rkllmd; \
+    install -D -m 0644 -t /out/usr/share/rkllmd/swagger-ui assets/swagger-ui/*.gz assets/swagger-ui/LICENSE \
+        assets/swagger-ui/NOTICE assets/swagger-ui/swagger-ui-bundle.js.LICENSE.txt
 
 FROM debian:bookworm-slim
 # CA certificates: `rkllmd pull` and /api/pull verify the Hub's TLS

@@ -255,3 +255,28 @@ async fn models_health_and_openapi() {
     let bytes = js.bytes().await.unwrap();
     assert!(bytes.len() > 100_000 && bytes.starts_with(&[0x1f, 0x8b]), "a gzip stream");
 }
+
+/// Swagger UI's files are read from a folder (`docs_dir`), not built into
+/// the binary: a folder that does not hold them gets a page saying so, and
+/// the document is served all the same.
+#[tokio::test]
+async fn docs_are_served_from_the_configured_folder_or_said_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--docs-dir", dir.path().to_str().unwrap()]);
+    let ui = d.client().get(format!("{}/docs/", d.url)).send().await.unwrap();
+    assert_eq!(ui.status(), 404);
+    let page = ui.text().await.unwrap();
+    assert!(page.contains("docs_dir") && page.contains("/openapi.json"), "{page}");
+    assert_eq!(d.get_json("/openapi.json").await.0, 200);
+    drop(d);
+    // The same folder once it holds the files (a copy: the path is the configured one, not the source tree).
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/swagger-ui");
+    for file in ["swagger-ui-bundle.js.gz", "swagger-ui.css.gz"] {
+        std::fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    std::fs::write(dir.path().join("swagger-ui.css.gz"), b"\x1f\x8bcopied").unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--docs-dir", dir.path().to_str().unwrap()]);
+    let css = d.client().get(format!("{}/docs/swagger-ui.css", d.url)).send().await.unwrap();
+    assert_eq!((css.status().as_u16(), css.headers()["content-type"].to_str().unwrap()), (200, "text/css"));
+    assert_eq!(&css.bytes().await.unwrap()[..], b"\x1f\x8bcopied", "the configured folder's file");
+}

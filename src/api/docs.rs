@@ -8,9 +8,11 @@
 
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
+use std::path::{Path, PathBuf};
 use utoipa::openapi::schema::{ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
@@ -19,24 +21,76 @@ use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
 use utoipa::Number;
 
 const INDEX: &str = include_str!("../../assets/swagger-ui/index.html");
-// Vendored gzipped (`gzip -9n`) and served as is: 1.4 MB less in the board
-// binary, and every browser that runs Swagger UI takes gzip.
-const BUNDLE: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui-bundle.js.gz");
-const CSS: &[u8] = include_bytes!("../../assets/swagger-ui/swagger-ui.css.gz");
+/// Swagger UI's files, vendored gzipped (`gzip -9n`) and served as they are
+/// (every browser that runs Swagger UI takes gzip). They are read from a
+/// folder, not built into the binary: 0.49 MB less on the board
+/// (docs/performance.md, "Binary size"); the `.deb` and the container image
+/// install them in /usr/share/rkllmd/swagger-ui.
+const BUNDLE: &str = "swagger-ui-bundle.js.gz";
+const CSS: &str = "swagger-ui.css.gz";
 
-/// Routes serving the document and the UI (no state, no auth).
-pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi) -> Router<S> {
+/// Where `/docs` finds Swagger UI's files: `configured` (`docs_dir`), else
+/// the first of the package's folder, `../share/rkllmd/swagger-ui` beside
+/// the executable (an install under a prefix) and the source tree the
+/// binary was built from (`cargo run`) that holds them. `None`: `/docs`
+/// says the UI is not installed (the document is served all the same).
+pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
+    let candidates: Vec<PathBuf> = match configured {
+        Some(dir) => vec![dir.to_owned()],
+        None => {
+            let beside =
+                std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("../share/rkllmd/swagger-ui")));
+            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/swagger-ui");
+            [Some(PathBuf::from("/usr/share/rkllmd/swagger-ui")), beside, Some(source)].into_iter().flatten().collect()
+        }
+    };
+    let found = candidates.iter().find(|dir| dir.join(BUNDLE).is_file() && dir.join(CSS).is_file()).cloned();
+    if found.is_none() {
+        let looked = candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+        tracing::info!(looked_in = %looked, "Swagger UI's files are not installed: /docs says so; /openapi.json is served");
+    }
+    found
+}
+
+/// Routes serving the document and the UI (no state, no auth); `ui` is
+/// where Swagger UI's files are ([`ui_dir`]).
+pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>) -> Router<S> {
     let json = match serialised(&openapi) {
         Ok(doc) => doc.to_string(),
         Err(e) => format!("{{\"error\":\"{e}\"}}"),
     };
-    Router::new()
+    let router = Router::new()
         .route("/", get(|| async { Redirect::temporary("/docs/") }))
         .route("/openapi.json", get(move || async move { ([(CONTENT_TYPE, "application/json")], json) }))
-        .route("/docs", get(|| async { Redirect::permanent("/docs/") }))
+        .route("/docs", get(|| async { Redirect::permanent("/docs/") }));
+    let Some(ui) = ui else {
+        return router.route("/docs/", get(|| async { not_installed() }));
+    };
+    let (bundle, css) = (ui.join(BUNDLE), ui.join(CSS));
+    router
         .route("/docs/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() }))
-        .route("/docs/swagger-ui-bundle.js", get(|| async { gzipped("application/javascript", BUNDLE) }))
-        .route("/docs/swagger-ui.css", get(|| async { gzipped("text/css", CSS) }))
+        .route("/docs/swagger-ui-bundle.js", get(move || gzipped("application/javascript", bundle.clone())))
+        .route("/docs/swagger-ui.css", get(move || gzipped("text/css", css.clone())))
+}
+
+/// A gzipped file, read when asked for (on the blocking pool: `tokio::fs`):
+/// the UI is opened now and then, and the daemon keeps no copy in memory.
+async fn gzipped(content_type: &'static str, path: PathBuf) -> axum::response::Response {
+    match tokio::fs::read(&path).await {
+        Ok(body) => ([(CONTENT_TYPE, content_type), (CONTENT_ENCODING, "gzip")], body).into_response(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), "cannot read Swagger UI's file: {e}");
+            (StatusCode::NOT_FOUND, format!("{} cannot be read: {e}", path.display())).into_response()
+        }
+    }
+}
+
+fn not_installed() -> axum::response::Response {
+    let page = "<!doctype html><title>rkllmd API</title><p>Swagger UI is not installed here: set \
+        <code>docs_dir</code> (<code>--docs-dir</code>) to a folder holding its files (the source tree's \
+        <code>assets/swagger-ui</code>; the .deb installs them in /usr/share/rkllmd/swagger-ui). \
+        The API's description is <a href=\"/openapi.json\">/openapi.json</a>.</p>";
+    (StatusCode::NOT_FOUND, [(CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
 /// The document as served: the handlers' with the rules `schema_rules` adds.
@@ -60,10 +114,6 @@ pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> 
         }
     });
     &SCHEMAS
-}
-
-fn gzipped(content_type: &'static str, body: &'static [u8]) -> impl IntoResponse {
-    ([(CONTENT_TYPE, content_type), (CONTENT_ENCODING, "gzip")], body)
 }
 
 /// What the document depends on in the configuration.

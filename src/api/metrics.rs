@@ -243,6 +243,7 @@ mod tests {
             metrics_on_main_listener: true,
             max_new_tokens: 16,
             allow_pull: false,
+            docs_dir: None,
         });
         let mut routes = CountedRoutes::default();
         routes.count("/v1/rerank", Kind::Rerank);

@@ -87,6 +87,8 @@ pub struct Settings {
     pub max_new_tokens: u32,
     /// `/api/pull` may download models into `models_dir`.
     pub allow_pull: bool,
+    /// Where `/docs` serves Swagger UI's files from (`docs::ui_dir`).
+    pub docs_dir: Option<std::path::PathBuf>,
 }
 
 pub use crate::embed::EmbedSettings;
@@ -232,7 +234,7 @@ pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .merge(api)
         .merge(public)
-        .merge(docs::routes(openapi))
+        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref())))
         .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })

@@ -226,6 +226,9 @@ pub struct Config {
     /// Directory of models: every *.rkllm in it (or in a subfolder) is a model, id = file stem.
     #[arg(long, env = "RKLLMD_MODELS_DIR")]
     pub models_dir: Option<PathBuf>,
+    /// Folder of Swagger UI's files for /docs. Default: the package's (/usr/share/rkllmd/swagger-ui), else ../share/rkllmd/swagger-ui beside the executable, else the source tree it was built from.
+    #[arg(long, env = "RKLLMD_DOCS_DIR")]
+    pub docs_dir: Option<PathBuf>,
     /// on: Ollama's /api/pull downloads converted models from Hugging Face into models_dir (anyone who may call the API can then fill its disk); off: only `rkllmd pull` on the machine does.
     #[arg(long, env = "RKLLMD_ALLOW_PULL", default_value = "off", action = clap::ArgAction::Set,
           value_parser = on_off())]
