@@ -47,7 +47,12 @@ pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
     let found = candidates.iter().find(|dir| dir.join(BUNDLE).is_file() && dir.join(CSS).is_file()).cloned();
     if found.is_none() {
         let looked = candidates.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
-        tracing::info!(looked_in = %looked, "Swagger UI's files are not installed: /docs says so; /openapi.json is served");
+        let said = "Swagger UI's files are not installed: /docs says so; /openapi.json is served";
+        // A folder the operator named that lacks them is a mistake; a binary copied alone is not.
+        match configured {
+            Some(_) => tracing::warn!(docs_dir = %looked, "{said}"),
+            None => tracing::info!(looked_in = %looked, "{said}"),
+        }
     }
     found
 }
