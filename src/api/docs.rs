@@ -61,7 +61,12 @@ pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
 /// where Swagger UI's files are ([`ui_dir`]).
 pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>) -> Router<S> {
     let json = match serialised(&openapi) {
-        Ok(doc) => doc.to_string(),
+        Ok(doc) => {
+            let text = doc.to_string();
+            // The served document's schemas are the ones `nul.rs` walks: made once, here.
+            SCHEMAS.get_or_init(|| component_schemas(doc));
+            text
+        }
         Err(e) => format!("{{\"error\":\"{e}\"}}"),
     };
     let router = Router::new()
@@ -106,19 +111,24 @@ fn serialised(openapi: &OpenApi) -> Result<serde_json::Value, serde_json::Error>
 }
 
 /// The document's component schemas as served, where `nul.rs` reads which
-/// members of a body are declared. Which members exist does not depend on
-/// the configuration (it changes statuses and ranges), so the API's own
-/// routes are described once, apart from any app.
+/// members of a body are declared: set by the first [`routes`]. Which
+/// members exist does not depend on the configuration (it changes statuses
+/// and ranges). Without a router (a unit test) the API's routes are
+/// described here, apart from any app.
+static SCHEMAS: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
+
 pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> {
-    static SCHEMAS: std::sync::LazyLock<serde_json::Map<String, serde_json::Value>> = std::sync::LazyLock::new(|| {
+    SCHEMAS.get_or_init(|| {
         let (_, openapi) = super::api_routes(&mut super::metrics::CountedRoutes::default());
-        let mut doc = serialised(&openapi).unwrap_or_default();
-        match doc.pointer_mut("/components/schemas").map(serde_json::Value::take) {
-            Some(serde_json::Value::Object(schemas)) => schemas,
-            _ => serde_json::Map::new(),
-        }
-    });
-    &SCHEMAS
+        component_schemas(serialised(&openapi).unwrap_or_default())
+    })
+}
+
+fn component_schemas(mut doc: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    match doc.pointer_mut("/components/schemas").map(serde_json::Value::take) {
+        Some(serde_json::Value::Object(schemas)) => schemas,
+        _ => serde_json::Map::new(),
+    }
 }
 
 /// What the document depends on in the configuration.

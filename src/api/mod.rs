@@ -220,8 +220,6 @@ fn api_routes(counted: &mut metrics::CountedRoutes) -> (Router<AppState>, utoipa
 pub fn router(state: AppState) -> Router {
     let mut counted = metrics::CountedRoutes::default();
     let (api, openapi) = api_routes(&mut counted);
-    // Made now rather than by the first body holding a NUL escape (`nul.rs`).
-    docs::request_schemas();
     let (public, health_doc) =
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
     let mut openapi = openapi;
