@@ -249,6 +249,7 @@ pub fn primary_spec(config: &Config, npu: &Npu) -> Option<ModelSpec> {
         size_bytes: file_size(&path),
         modified: model_created(&path),
         path,
+        learned: Default::default(),
     })
 }
 
@@ -286,6 +287,7 @@ fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
         embed: embed_settings(config),
         size_bytes: file_size(&table.path),
         modified: model_created(&table.path),
+        learned: Default::default(),
     }
 }
 
@@ -330,6 +332,7 @@ fn found_spec(config: &Config, npu: &Npu, found: registry::Found) -> ModelSpec {
         size_bytes: file_size(&path),
         modified: model_created(&path),
         path,
+        learned: Default::default(),
     }
 }
 

@@ -356,3 +356,62 @@ async fn what_the_document_allows_is_accepted() {
     let tool = json!({"type": "function", "name": "get_weather", "description": null, "parameters": null});
     assert_eq!(status(d.post("/v1/responses", json!({"model": "m", "input": "hi", "tools": [tool]})).await), 200);
 }
+
+/// The rule the document states of one model for `schema`'s `field`: the
+/// `then` of an `if` naming the model (`api::doc_models`).
+fn model_bound(doc: &Value, schema: &str, model: &str, field: &str) -> Option<Value> {
+    let rules = doc["components"]["schemas"][schema]["allOf"].as_array()?;
+    rules.iter().find_map(|rule| {
+        let names = rule.pointer("/if/properties/model/enum")?.as_array()?;
+        let then = rule.pointer(&format!("/then/properties/{field}"))?;
+        names.contains(&json!(model)).then(|| then.clone())
+    })
+}
+
+/// Bounds one document for every model cannot state, stated for the models
+/// served, and held exactly: each bound's last allowed value is accepted
+/// and the next refused; the width only once an embedding has shown it.
+#[tokio::test]
+async fn the_document_states_each_models_own_bounds() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?reply_tokens=3", "--model-id", "m"]);
+    let (_, doc) = d.get_json("/openapi.json").await;
+    // No vision encoder: chat content parts are text only, Ollama's `images` empty.
+    let parts = model_bound(&doc, "ChatCompletionRequest", "m:latest", "messages").expect("an images bound");
+    assert_eq!(parts.pointer("/items/properties/content/items/properties/type"), Some(&json!({"const": "text"})));
+    let images = model_bound(&doc, "OllamaGenerateRequest", "m", "images").expect("an images bound");
+    assert_eq!(images, json!({"maxItems": 0}));
+    let image = json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": [image]}]});
+    assert_eq!(d.post("/v1/chat/completions", chat).await.status(), 400);
+    // Even on a request that only loads the model, as Ollama checks vision first.
+    let load = d.post("/api/generate", json!({"model": "m", "images": ["aGk="]})).await;
+    assert_eq!(load.status(), 400);
+
+    // The vocabulary, from the tokenizer: the last id decodes, the next is refused.
+    let bound = model_bound(&doc, "DetokenizeRequest", "m", "tokens").expect("a vocabulary bound");
+    let last = bound.pointer("/items/maximum").and_then(Value::as_u64).expect("a maximum");
+    let detokenize = |id: u64| d.post("/detokenize", json!({"tokens": [id]}));
+    assert_eq!(detokenize(last).await.status(), 200);
+    assert_eq!(detokenize(last + 1).await.status(), 400);
+
+    // The width: not stated before the model's first embedding, then exactly.
+    assert_eq!(model_bound(&doc, "EmbeddingRequest", "m", "dimensions"), None);
+    let r = d.post("/v1/embeddings", json!({"model": "m", "input": "hi"})).await;
+    let body: Value = r.json().await.unwrap();
+    let width = body["data"][0]["embedding"].as_array().map(Vec::len).expect("a vector") as u64;
+    let (_, doc) = d.get_json("/openapi.json").await;
+    for schema in ["EmbeddingRequest", "OllamaEmbedRequest"] {
+        let bound = model_bound(&doc, schema, "m", "dimensions").expect("a width bound");
+        assert_eq!(bound, json!({"minimum": width, "maximum": width}), "{schema}");
+    }
+    let embed =
+        |dimensions: u64| d.post("/v1/embeddings", json!({"model": "m", "input": "hi", "dimensions": dimensions}));
+    assert_eq!(embed(width).await.status(), 200);
+    assert_eq!(embed(width + 1).await.status(), 400);
+
+    // A vision model takes images: no such bound.
+    let vl = Daemon::start(&["--backend", "sim", "--model", "sim:qwen2.5-vl-3b?time_scale=0", "--model-id", "vl"]);
+    let (_, doc) = vl.get_json("/openapi.json").await;
+    assert_eq!(model_bound(&doc, "ChatCompletionRequest", "vl", "messages"), None);
+    assert_eq!(model_bound(&doc, "OllamaChatRequest", "vl", "messages"), None);
+}

@@ -184,6 +184,9 @@ async fn ollama_embed_is_the_openai_vector_and_truncates_exactly() {
     let (status, ctx) =
         ollama(&d, "/api/embed", json!({"model": "m", "input": long, "options": {"num_ctx": 65}})).await;
     assert_eq!((status, ctx["prompt_eval_count"].as_u64()), (200, Some(64)), "{ctx}");
+    // 0 is no setting (llama.cpp's "the model's"), not an empty context.
+    let (status, ctx) = ollama(&d, "/api/embed", json!({"model": "m", "input": long, "options": {"num_ctx": 0}})).await;
+    assert_eq!((status, ctx["prompt_eval_count"].as_u64()), (200, Some(64)), "{ctx}");
     for (body, word) in [
         (json!({"model": "m", "input": long, "truncate": false}), "tokens"),
         (json!({"model": "m", "input": "hi", "dimensions": 3}), "dimensions"),
@@ -198,6 +201,10 @@ async fn ollama_embed_is_the_openai_vector_and_truncates_exactly() {
     // No input only loads the model.
     let (status, loaded) = ollama(&d, "/api/embed", json!({"model": "m", "input": []})).await;
     assert_eq!((status, loaded["embeddings"].as_array().map(Vec::len)), (200, Some(0)), "{loaded}");
+    // A load's `dimensions` is held to the width the model has shown, as the document states it.
+    let (status, err) = ollama(&d, "/api/embed", json!({"model": "m", "dimensions": 3})).await;
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("dimensions"), "{err}");
 }
 
 #[tokio::test]

@@ -4,15 +4,19 @@
 //! loading; in Ollama's error shape on its routes), the streams' content
 //! type, the security schemes (only when a key is configured) and the
 //! numeric ranges the server checks; the rules that join fields are added
-//! to the serialised document (`schema_rules`).
+//! to the serialised document (`schema_rules`), and the served models' own
+//! bounds each time it is served (`doc_models`).
 
+use super::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::get;
 use axum::Router;
+use serde_json::Value;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use utoipa::openapi::schema::{ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
@@ -57,21 +61,29 @@ pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
     found
 }
 
-/// Routes serving the document and the UI (no state, no auth); `ui` is
-/// where Swagger UI's files are ([`ui_dir`]).
-pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>) -> Router<S> {
-    let json = match serialised(&openapi) {
+/// Routes serving the document and the UI (no auth); `ui` is where
+/// Swagger UI's files are ([`ui_dir`]). The document is the handlers' with
+/// the served models' bounds as they are when it is asked for (`doc_models`).
+pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>, state: AppState) -> Router<S> {
+    let doc = match serialised(&openapi) {
         Ok(doc) => {
-            let text = doc.to_string();
             // The served document's schemas are the ones `nul.rs` walks: made once, here.
-            SCHEMAS.get_or_init(|| component_schemas(doc));
-            text
+            SCHEMAS.get_or_init(|| component_schemas(doc.clone()));
+            doc
         }
-        Err(e) => format!("{{\"error\":\"{e}\"}}"),
+        Err(e) => serde_json::json!({"error": e.to_string()}),
+    };
+    let doc = Arc::new(doc);
+    let served = move || {
+        let mut doc = Value::clone(&doc);
+        if let Ok(registry) = state.models() {
+            super::doc_models::add(&mut doc, &super::doc_models::served(registry));
+        }
+        async move { ([(CONTENT_TYPE, "application/json")], doc.to_string()) }
     };
     let router = Router::new()
         .route("/", get(|| async { Redirect::temporary("/docs/") }))
-        .route("/openapi.json", get(move || async move { ([(CONTENT_TYPE, "application/json")], json) }))
+        .route("/openapi.json", get(served))
         .route("/docs", get(|| async { Redirect::permanent("/docs/") }));
     let Some(ui) = ui else {
         return router.route("/docs/", get(|| async { not_installed() }));

@@ -151,15 +151,17 @@ pub(super) async fn vectors(
     normalise: bool,
     counting: &Counting,
 ) -> Result<Vectors, ApiError> {
+    let wrong = |width: usize| dimensions.filter(|d| *d as usize != width).map(|asked| wrong_dimensions(width, asked));
+    known_dimensions(lease, dimensions)?;
     let pooling = lease.embed.pooling;
     let capture = Capture::HiddenLayer { rows: pooling.rows() };
     let mut ran = forward::run(lease, place, Kind::Embedding, inputs, capture, counting).await?;
     let width = ran.outputs.first().map_or(0, |m| m.width);
-    if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
-        return Err(ran.refuse(status::wrong_dimensions(ApiError::invalid_value(
-            "dimensions",
-            format!("This model's embeddings have {width} dimensions; `dimensions` = {asked} cannot be honoured."),
-        ))));
+    if width > 0 {
+        let _ = lease.learned.embedding_width.set(width);
+    }
+    if let Some(error) = wrong(width) {
+        return Err(ran.refuse(status::wrong_dimensions(error)));
     }
     let pool = if normalise { embed::embedding } else { embed::pooled };
     // Mean pooling reads every row of every input: a large batch is tens
@@ -175,6 +177,22 @@ pub(super) async fn vectors(
     };
     let prompt_tokens = ran.prompt_tokens;
     Ok(Vectors { vectors, prompt_tokens, timings: ran.answered() })
+}
+
+/// `dimensions` against the width an earlier run showed: a wrong one is
+/// refused without spending the NPU on it (the document states the same).
+pub(super) fn known_dimensions(lease: &Lease, dimensions: Option<u32>) -> Result<(), ApiError> {
+    match (lease.learned.embedding_width.get(), dimensions) {
+        (Some(&width), Some(asked)) if asked as usize != width => Err(wrong_dimensions(width, asked)),
+        _ => Ok(()),
+    }
+}
+
+fn wrong_dimensions(width: usize, asked: u32) -> ApiError {
+    ApiError::invalid_value(
+        "dimensions",
+        format!("This model's embeddings have {width} dimensions; `dimensions` = {asked} cannot be honoured."),
+    )
 }
 
 /// Each input as the runtime will read it: token ids (the model's

@@ -5,6 +5,7 @@ mod auth;
 mod chat;
 mod completions;
 mod cross_site;
+mod doc_models;
 mod docs;
 mod embeddings;
 pub mod error;
@@ -234,7 +235,7 @@ pub fn router(state: AppState) -> Router {
     let mut app = Router::new()
         .merge(api)
         .merge(public)
-        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref())))
+        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))
         .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })

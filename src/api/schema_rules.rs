@@ -13,22 +13,27 @@ use serde_json::{json, Value};
 pub fn add(doc: &mut Value) {
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     for (name, rules) in rules() {
-        let Some(schema) = schemas.get_mut(name).and_then(Value::as_object_mut) else {
-            tracing::error!(schema = name, "the OpenAPI document has no such schema: its rules are not stated");
-            continue;
-        };
-        let Value::Object(rules) = rules else { continue };
-        for (keyword, value) in rules {
-            match (schema.get_mut(&keyword), value) {
-                (Some(Value::Array(have)), Value::Array(more)) => have.extend(more),
-                (Some(Value::Object(have)), Value::Object(more)) => have.extend(more),
-                (_, value) => {
-                    schema.insert(keyword, value);
-                }
+        merge(schemas, name, rules);
+    }
+    no_nul_everywhere(doc);
+}
+
+/// Merges `rules` into the component schema `name` (see [`add`]).
+pub fn merge(schemas: &mut serde_json::Map<String, Value>, name: &str, rules: Value) {
+    let Some(schema) = schemas.get_mut(name).and_then(Value::as_object_mut) else {
+        tracing::error!(schema = name, "the OpenAPI document has no such schema: its rules are not stated");
+        return;
+    };
+    let Value::Object(rules) = rules else { return };
+    for (keyword, value) in rules {
+        match (schema.get_mut(&keyword), value) {
+            (Some(Value::Array(have)), Value::Array(more)) => have.extend(more),
+            (Some(Value::Object(have)), Value::Object(more)) => have.extend(more),
+            (_, value) => {
+                schema.insert(keyword, value);
             }
         }
     }
-    no_nul_everywhere(doc);
 }
 
 /// No text of a request body holds U+0000 (`nul.rs`, which reads this

@@ -89,8 +89,9 @@ pub fn forward(result: Result<(), &EndReason>) -> Ending {
     }
 }
 
-/// `dimensions` the model's vectors do not have: the width is known only
-/// once the runtime returned it, so this refusal comes after the run.
+/// `dimensions` the model's vectors do not have, found by the model's first
+/// embedding run (the runtime tells the width no sooner; later runs refuse
+/// it before running).
 pub fn wrong_dimensions(error: ApiError) -> Ending {
     Ending::failed(error, "invalid_dimensions")
 }

@@ -97,12 +97,17 @@ pub fn load(
         ..spec.engine.clone()
     };
     let engine = Engine::load(runtime, settings)?;
+    if let Some(vocab) = prompter.vocab_size() {
+        // One file per spec: every load of it reads the same vocabulary.
+        let _ = spec.learned.vocab.set(vocab);
+    }
     Ok(Loaded {
         engine: Arc::new(engine),
         prompter: Arc::new(prompter),
         model_id: spec.id.clone(),
         created: spec.modified,
         embed: spec.embed,
+        learned: spec.learned.clone(),
     })
 }
 

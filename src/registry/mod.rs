@@ -27,7 +27,7 @@ mod load;
 mod spec;
 
 pub use load::{load, LoadFailure};
-pub use spec::{discover, Found, KeepAlive, ModelSpec};
+pub use spec::{discover, Found, KeepAlive, Learned, ModelSpec};
 
 use crate::conversation::Prompter;
 use crate::engine::{open_runtime, BackendError, Engine, EngineError, OpenedRuntime, Place, RuntimeSettings};
@@ -47,6 +47,8 @@ pub struct Loaded {
     pub created: u64,
     /// How this model's embeddings are pooled and its rerank prompts written.
     pub embed: crate::embed::EmbedSettings,
+    /// Its spec's: what this load teaches is kept for the next.
+    pub learned: Arc<Learned>,
 }
 
 /// How the registry treats its models.

@@ -5,6 +5,7 @@
 use crate::conversation::PromptSettings;
 use crate::engine::{EngineSettings, RuntimeSettings};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Everything needed to load one model, fixed at start.
@@ -24,6 +25,20 @@ pub struct ModelSpec {
     pub size_bytes: u64,
     /// Unix seconds: the file's mtime (for a `sim:` spec, the daemon's start).
     pub modified: u64,
+    /// What its loads and runs have shown, shared by every load of this spec.
+    pub learned: Arc<Learned>,
+}
+
+/// What a model's loads and runs have shown of it, kept across unloads
+/// until the registry is rescanned: the OpenAPI document states it
+/// (`api::doc_models`), and a request it rules out is refused before a run.
+#[derive(Debug, Default)]
+pub struct Learned {
+    /// The vocabulary of its tokenizer.json (set by a load; none without one).
+    pub vocab: OnceLock<usize>,
+    /// The width of its hidden states, which its embeddings have (set by
+    /// its first embedding run: the runtime tells it no sooner).
+    pub embedding_width: OnceLock<usize>,
 }
 
 /// How long an idle model stays loaded (Ollama's `keep_alive`).

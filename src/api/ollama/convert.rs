@@ -59,7 +59,9 @@ fn with_images(text: String, images: Option<&Vec<Value>>, param: &str) -> Result
 /// the model's (fixed when it was loaded), else the model's. A larger
 /// `num_ctx` is capped, as Ollama caps it at the model's trained context:
 /// clients send one setting for every model (Open WebUI's "Context Length").
+/// 0 is no setting (llama.cpp's "the model's"), not an empty context.
 pub fn context(num_ctx: Option<u32>, model: &Loaded) -> u32 {
+    let num_ctx = num_ctx.filter(|&n| n > 0);
     let max = model.engine.limits().max_context_len;
     if let Some(n) = num_ctx.filter(|&n| n > max) {
         tracing::debug!(num_ctx = n, context = max, "num_ctx capped at the model's context");
@@ -159,7 +161,14 @@ pub fn generate(req: &GenerateRequest, id: &str, model: &Loaded) -> Result<Optio
             ));
         }
     }
-    let Some(prompt) = req.prompt.clone().filter(|p| !p.is_empty()) else { return Ok(None) };
+    let Some(prompt) = req.prompt.clone().filter(|p| !p.is_empty()) else {
+        // Only a load; its images are still held to the model, as Ollama
+        // checks a model's vision before it loads it.
+        if let Content::Parts(_) = with_images(String::new(), req.images.as_ref(), "images")? {
+            crate::api::request::vision_encoder(model, "images[0]")?;
+        }
+        return Ok(None);
+    };
     let mut common = common(&req.common, model)?;
     if req.raw == Some(true) {
         if req.images.as_ref().is_some_and(|i| !i.is_empty()) {

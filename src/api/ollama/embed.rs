@@ -4,7 +4,7 @@
 
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
 use super::{convert, parse_counted};
-use crate::api::embeddings::{check_inputs, text_input, vectors, Vectors};
+use crate::api::embeddings::{check_inputs, known_dimensions, text_input, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
@@ -119,6 +119,8 @@ async fn run(
     let (lease, place) = state.lease_queued(ask.model, keep_alive).await?;
     let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease);
     if texts.is_empty() {
+        // Only a load, with `dimensions` held to what the model has shown.
+        known_dimensions(&lease, dimensions)?;
         return Ok((lease.served_id(), lease.load_duration, None));
     }
     let inputs = prepare(&lease, move |loaded| {

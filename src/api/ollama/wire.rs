@@ -17,7 +17,8 @@ pub struct Options {
     pub stop: Option<Vec<String>>,
     /// RKLLM has no seed: accepted and ignored.
     pub seed: Option<i64>,
-    /// Must not exceed the model's context (fixed when the model loads).
+    /// `/api/embed`'s length to cut inputs to (0: the model's context; larger: capped
+    /// at it); ignored elsewhere (the context is fixed when the model loads).
     pub num_ctx: Option<u32>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
@@ -80,6 +81,7 @@ pub struct ChatRequest {
     #[serde(flatten)]
     pub common: Common,
     pub messages: Option<Vec<InMessage>>,
+    /// Each function name once (a rule JSON Schema cannot state).
     pub tools: Option<Vec<Value>>,
 }
 

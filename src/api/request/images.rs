@@ -23,6 +23,17 @@ pub struct ImageRef {
     pub url: String,
 }
 
+/// The model's vision encoder, or the refusal of the image `param` names.
+pub fn vision_encoder<'m>(model: &'m Loaded, param: &str) -> Result<&'m crate::engine::VisionInfo, ApiError> {
+    model.engine.vision().ok_or_else(|| {
+        ApiError::image(
+            param,
+            "images_not_supported",
+            format!("The model `{}` has no vision encoder, so it cannot take images.", model.model_id),
+        )
+    })
+}
+
 /// Decodes, bounds and preprocesses `refs` into `job.images` and fills
 /// the image figures; `prompt_markers` is how many markers the rendered
 /// prompt holds (each image must have its own, in order).
@@ -35,13 +46,7 @@ pub fn attach(job: &mut Job, refs: &[ImageRef], prompt_markers: usize, model: &L
             _ => Ok(()),
         };
     }
-    let Some(vision) = model.engine.vision() else {
-        return Err(ApiError::image(
-            &refs[0].param,
-            "images_not_supported",
-            format!("The model `{}` has no vision encoder, so it cannot take images.", model.model_id),
-        ));
-    };
+    let vision = vision_encoder(model, &refs[0].param)?;
     let limits = vision.limits;
     if refs.len() > limits.max_images {
         return Err(ApiError::image(

@@ -8,7 +8,7 @@ mod size;
 mod tools_fit;
 mod wire;
 
-pub use images::ImageRef;
+pub use images::{vision_encoder, ImageRef};
 pub use size::{refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN};
 pub use wire::*;
 
