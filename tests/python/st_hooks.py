@@ -1,5 +1,6 @@
 """Schemathesis hooks (tests/schemathesis.rs loads them with SCHEMATHESIS_HOOKS):
-a reader for NDJSON streams, and a filter for structured-output requests.
+a reader for NDJSON streams, and a filter for the requests the server
+rightly refuses or fails that a generator cannot tell from the document.
 
 Ollama's streams (`/api/chat`, `/api/generate`) are NDJSON: one object per
 line, the last with `done: true`. Schemathesis has no reader for that media
@@ -41,3 +42,45 @@ def filter_body(ctx, body):
     text = body.get("text")
     fmt = text.get("format") if isinstance(text, dict) else None
     return not (isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"))
+
+
+@schemathesis.hook
+def map_case(ctx, case):
+    """Holds a generated valid body to the two tool rules JSON Schema cannot
+    state, which the document says in words and the server refuses (400):
+    each function name once, and a `tool_choice` naming a function of
+    `tools`. A generator draws short names that repeat and a `tool_choice`
+    name that matches nothing; without this, schemathesis would take each
+    such body for a valid one refused. Invalid bodies are left as drawn."""
+    meta = getattr(case, "meta", None)
+    if meta is not None and meta.generation.mode.is_positive and isinstance(case.body, dict):
+        keep_tool_rules(case.body)
+    return case
+
+
+def named(item):
+    """The object holding a tool's or a `tool_choice`'s function name, in any
+    of the APIs' shapes: `{"function": {"name"}}` (chat, Ollama) or
+    `{"name"}` (Responses, Messages)."""
+    if not isinstance(item, dict):
+        return None
+    return item["function"] if isinstance(item.get("function"), dict) else item
+
+
+def keep_tool_rules(body):
+    names = []
+    for i, tool in enumerate(body.get("tools") if isinstance(body.get("tools"), list) else []):
+        holder = named(tool)
+        name = holder.get("name") if holder is not None else None
+        if not isinstance(name, str):
+            continue
+        k = 0
+        while name in names:
+            # Still 1 to 64 of `A-Z a-z 0-9 _ -`.
+            name, k = f"{holder['name'][:50]}_{i}_{k}", k + 1
+        holder["name"] = name
+        names.append(name)
+    choice = named(body.get("tool_choice"))
+    kind = body["tool_choice"].get("type") if choice is not None else None
+    if kind in ("function", "tool") and names and choice.get("name") not in names:
+        choice["name"] = names[0]

@@ -51,8 +51,10 @@ pub struct Conversation {
     pub messages: Vec<InMessage>,
     /// The system prompt: text or text blocks.
     pub system: Option<Content>,
+    /// Each name once (a rule JSON Schema cannot state).
     pub tools: Option<Vec<Tool>>,
-    /// `{"type": "auto" | "any" | "none"}` or `{"type": "tool", "name"}`.
+    /// `{"type": "auto" | "any" | "none"}` or `{"type": "tool", "name"}` naming a tool of
+    /// `tools` (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Map<String, Value>>,
     /// `{"type": "enabled", "budget_tokens"}` or `{"type": "disabled"}`: the thinking switch.

@@ -145,10 +145,11 @@ pub struct ChatCompletionRequest {
     /// Extension: extra variables for the chat template (e.g. `{"enable_thinking": false}`).
     #[schema(value_type = Option<AnyObject>)]
     pub chat_template_kwargs: Option<Map<String, Value>>,
-    /// Functions the model may call.
+    /// Functions the model may call, each name once (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// `none`, `auto`, `required` or `{"type":"function","function":{"name":…}}`.
+    /// `none`, `auto`, `required` or `{"type":"function","function":{"name":…}}` naming a
+    /// function of `tools` (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
     /// `{"type": "text"}`, `{"type": "json_object"}` or

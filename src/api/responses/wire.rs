@@ -35,10 +35,12 @@ pub struct CreateResponse {
     pub max_output_tokens: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
-    /// Function tools: `{"type": "function", "name", "description"?, "parameters"?}`.
+    /// Function tools: `{"type": "function", "name", "description"?, "parameters"?}`, each
+    /// name once (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// `none`, `auto`, `required` or `{"type": "function", "name"}`.
+    /// `none`, `auto`, `required` or `{"type": "function", "name"}` naming a function of
+    /// `tools` (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
     pub reasoning: Option<ReasoningOptions>,
