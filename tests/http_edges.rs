@@ -386,6 +386,22 @@ async fn the_document_states_each_models_own_bounds() {
     // Even on a request that only loads the model, as Ollama checks vision first.
     let load = d.post("/api/generate", json!({"model": "m", "images": ["aGk="]})).await;
     assert_eq!(load.status(), 400);
+    // So are its options, held to the document's ranges.
+    let five = ["a", "b", "c", "d", "e"];
+    for (path, options) in [("/api/generate", json!({"presence_penalty": 1e9})), ("/api/chat", json!({"stop": five}))] {
+        assert_eq!(d.post(path, json!({"model": "m", "options": options})).await.status(), 400, "{path}");
+    }
+    for (schema, field) in [("CreateMessage", "stop_sequences"), ("OllamaOptions", "stop")] {
+        let stated = doc["components"]["schemas"][schema]["allOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|part| part.pointer(&format!("/properties/{field}/maxItems")));
+        assert_eq!(stated, Some(&json!(4)), "{schema}.{field}");
+    }
+    let messages =
+        json!({"model": "m", "max_tokens": 3, "stop_sequences": five, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(d.post("/v1/messages", messages).await.status(), 400);
 
     // The vocabulary, from the tokenizer: the last id decodes, the next is refused.
     let bound = model_bound(&doc, "DetokenizeRequest", "m", "tokens").expect("a vocabulary bound");

@@ -353,6 +353,9 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     let d = Daemon::start(&[&args[..], &["--max-new-tokens", "16", "--timings-log", log.to_str().unwrap()]].concat());
     let texts = ["red apples", "green pears", "the train left late"];
     let (n_ok, m_ok) = (3, 2);
+    // The model's first embedding shows its width: a wrong `dimensions` is refused after that run, recorded.
+    let wrong = json!({"model": "m", "input": "hi", "dimensions": 3});
+    assert_eq!(d.post("/v1/embeddings", wrong.clone()).await.status(), 400);
     let mut tokens = 0;
     for i in 0..n_ok {
         let r = d.post("/v1/embeddings", json!({"model": "m", "input": &texts[..=i]})).await;
@@ -382,19 +385,18 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     assert!(refused[3].contains("kind=\"rerank\"") && refused[3].contains("status=404"), "{}", refused[3]);
     // Ollama's embed with no input only loads the model: no run, counted by the middleware.
     assert_eq!(d.post("/api/embed", json!({"model": "m"})).await.status(), 200);
-    // Refused after the run (the width is known only then): recorded.
-    let wrong = json!({"model": "m", "input": "hi", "dimensions": 3});
+    // Once the width is known, the same is refused before the engine: no run.
     assert_eq!(d.post("/v1/embeddings", wrong).await.status(), 400);
 
     let engine_side = n_ok + 1 + m_ok + 1;
     let lines = timings_log_lines(&log, engine_side);
     assert_eq!(lines.len(), engine_side, "one line per request that reached the engine");
     let s = scrape_at(&d.url).await;
-    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some((engine_side + 5) as f64), "every request once");
+    assert_eq!(value(&s, "rkllmd_requests_total", &[]), Some((engine_side + 6) as f64), "every request once");
     assert_eq!(requests(&s, "embedding", "200", "none"), Some(1.0), "the load-only embed");
     assert_eq!(requests(&s, "embedding", "200", "stop"), Some((n_ok + 1) as f64));
     assert_eq!(requests(&s, "embedding", "400", "invalid_dimensions"), Some(1.0));
-    assert_eq!(requests(&s, "embedding", "400", "none"), Some(2.0));
+    assert_eq!(requests(&s, "embedding", "400", "none"), Some(3.0));
     assert_eq!(requests(&s, "rerank", "200", "stop"), Some(m_ok as f64));
     assert_eq!(requests(&s, "rerank", "400", "none"), Some(1.0));
     assert_eq!(requests(&s, "rerank", "404", "none"), Some(1.0));
@@ -416,7 +418,7 @@ async fn embedding_and_rerank_requests_are_recorded_once_each() {
     assert_eq!((of("embedding", 200), of("embedding", 400), of("rerank", 200)), (n_ok + 1, 1, m_ok));
     let inputs: Vec<u64> =
         lines.iter().filter(|l| l["kind"] == "embedding").map(|l| l["inputs"].as_u64().unwrap()).collect();
-    assert_eq!(inputs, [1, 2, 3, 3, 1]);
+    assert_eq!(inputs, [1, 1, 2, 3, 3]);
     assert!(lines.iter().filter(|l| l["kind"] == "rerank").all(|l| l["inputs"] == 3));
     let logged: u64 = lines.iter().map(|l| l["prompt_tokens"].as_u64().unwrap()).sum();
     assert_eq!(logged, tokens + dims_tokens);

@@ -205,6 +205,10 @@ async fn ollama_embed_is_the_openai_vector_and_truncates_exactly() {
     let (status, err) = ollama(&d, "/api/embed", json!({"model": "m", "dimensions": 3})).await;
     assert_eq!(status, 400, "{err}");
     assert!(err["error"].as_str().unwrap().contains("dimensions"), "{err}");
+    // And its `options` to their ranges, though none but `num_ctx` applies here.
+    let (status, err) = ollama(&d, "/api/embed", json!({"model": "m", "options": {"top_p": 2.0}})).await;
+    assert_eq!(status, 400, "{err}");
+    assert!(err["error"].as_str().unwrap().contains("top_p"), "{err}");
 }
 
 #[tokio::test]

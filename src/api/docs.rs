@@ -7,6 +7,7 @@
 //! to the serialised document (`schema_rules`), and the served models' own
 //! bounds each time it is served (`doc_models`).
 
+use super::request::MAX_STOPS;
 use super::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -275,8 +276,14 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
             }
         }
     }
+    // The other lists of stop sequences.
+    for (schema, field) in [("CreateMessage", "stop_sequences"), ("OllamaOptions", "stop")] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+            array.max_items = Some(MAX_STOPS);
+        }
+    }
     // The array forms: `stop` takes up to 4 sequences, `prompt` exactly one.
-    for (schema, (min, max)) in [("StopSequences", (0, 4)), ("Prompt", (1, 1))] {
+    for (schema, (min, max)) in [("StopSequences", (0, MAX_STOPS)), ("Prompt", (1, 1))] {
         if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(schema) {
             for item in one_of.items.iter_mut() {
                 if let RefOr::T(Schema::Array(array)) = item {

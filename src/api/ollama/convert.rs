@@ -4,7 +4,8 @@
 use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
 use crate::api::error::ApiError;
 use crate::api::request::{
-    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, ContentPart, ImageUrl, Prompt, StopSequences, Validated,
+    self as openai, ChatMessage, ChatPolicy, ChatRole, Content, ContentPart, ImageUrl, Prompt, StopSequences,
+    Validated, MAX_STOPS,
 };
 use crate::api::Loaded;
 use crate::conversation::{ReasoningMode, ToolsOverflow};
@@ -70,6 +71,17 @@ pub fn context(num_ctx: Option<u32>, model: &Loaded) -> u32 {
 }
 
 /// The OpenAI fields `options` (and `stream`) map onto.
+/// `options` held to the document's ranges on every route, also where none
+/// of them applies: a request that only loads the model, and `/api/embed`
+/// (no sampling there).
+pub fn check_options(options: Option<&Options>) -> Result<(), ApiError> {
+    let Some(options) = options else { return Ok(()) };
+    if options.stop.as_ref().is_some_and(|s| s.len() > MAX_STOPS) {
+        return Err(ApiError::invalid_value("options.stop", "`stop` takes at most 4 sequences."));
+    }
+    openai::validate_sampling(&options.sampling.into())
+}
+
 fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
     let options = c.options.clone().unwrap_or_default();
     let Options { num_predict, stop, seed, num_ctx, sampling, other } = options;

@@ -115,6 +115,7 @@ async fn run(
         return Err(ApiError::invalid_value("model", "model is required"));
     }
     let keep_alive = convert::keep_alive(ask.keep_alive)?;
+    convert::check_options(ask.options)?;
     // Held until the vectors are made, so the model is not unloaded under them.
     let (lease, place) = state.lease_queued(ask.model, keep_alive).await?;
     let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease);

@@ -155,6 +155,7 @@ async fn answer(
         return Err(ApiError::invalid_value("model", "model is required"));
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
+    convert::check_options(common.options.as_ref())?;
     let (model, place) = state.lease_queued(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());

@@ -342,7 +342,8 @@ mod schema {
     /// Seconds (negative: forever), or the same as a string or a Go duration
     /// (`"5m"`, `"1h30m"`, `"-1"`) — `KeepAlive::parse`.
     pub fn keep_alive() -> Schema {
-        let seconds = ObjectBuilder::new().schema_type(Type::Number).maximum(Some(1e15));
+        // Any number: one too long for a duration is forever (`KeepAlive::from_secs`).
+        let seconds = ObjectBuilder::new().schema_type(Type::Number);
         let duration = ObjectBuilder::new()
             .schema_type(Type::String)
             .pattern(Some(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+|((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+)\s*$"));

@@ -37,8 +37,11 @@ pub async fn prepare<T: Send + 'static>(
     }
 }
 
+/// The most stop sequences a request may give (OpenAI's bound).
+pub const MAX_STOPS: usize = 4;
+
 /// Range checks of the sampling fields.
-fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
+pub fn validate_sampling(s: &SamplingOverrides) -> Result<(), ApiError> {
     s.check().map_err(|e| ApiError::invalid_value(e.field, e.to_string()))
 }
 
@@ -111,7 +114,7 @@ impl Common {
         let stops = match &self.stop {
             None => Vec::new(),
             Some(StopSequences::One(s)) => vec![s.clone()],
-            Some(StopSequences::Many(v)) if v.len() > 4 => {
+            Some(StopSequences::Many(v)) if v.len() > MAX_STOPS => {
                 return Err(ApiError::invalid_value("stop", "`stop` takes at most 4 sequences."));
             }
             Some(StopSequences::Many(v)) => v.clone(),
