@@ -70,7 +70,6 @@ pub fn context(num_ctx: Option<u32>, model: &Loaded) -> u32 {
     num_ctx.map_or(max, |n| n.min(max))
 }
 
-/// The OpenAI fields `options` (and `stream`) map onto.
 /// `options` held to the document's ranges on every route, also where none
 /// of them applies: a request that only loads the model, and `/api/embed`
 /// (no sampling there).
@@ -82,6 +81,7 @@ pub fn check_options(options: Option<&Options>) -> Result<(), ApiError> {
     openai::validate_sampling(&options.sampling.into())
 }
 
+/// The OpenAI fields `options` (and `stream`) map onto.
 fn common(c: &Common, model: &Loaded) -> Result<openai::Common, ApiError> {
     let options = c.options.clone().unwrap_or_default();
     let Options { num_predict, stop, seed, num_ctx, sampling, other } = options;
