@@ -13,7 +13,7 @@
 //! the vocabulary before its first load) is not stated, and the check alone
 //! holds it.
 
-use crate::registry::{adapter_id, Registry};
+use crate::registry::Registry;
 use serde_json::{json, Value};
 
 /// What the document states of one registered model.
@@ -29,17 +29,15 @@ pub struct Served {
 
 /// The registry's models as the document states them.
 pub fn served(registry: &Registry) -> Vec<Served> {
+    let default = registry.default_id();
     registry
         .statuses()
         .iter()
-        .enumerate()
-        .map(|(i, status)| {
+        .map(|status| {
             let spec = &status.spec;
-            let mut names = vec![spec.id.clone(), format!("{}:latest", spec.id)];
-            names.extend(spec.engine.loras.iter().map(|l| adapter_id(&spec.id, &l.name)));
             Served {
-                names,
-                default: i == 0,
+                names: Registry::names(spec),
+                default: default.as_ref() == Some(&spec.id),
                 images: spec.engine.vision.is_some(),
                 vocab: spec.learned.vocab.get().copied(),
                 embedding_width: spec.learned.embedding_width.get().copied(),

@@ -151,7 +151,6 @@ pub(super) async fn vectors(
     normalise: bool,
     counting: &Counting,
 ) -> Result<Vectors, ApiError> {
-    let wrong = |width: usize| dimensions.filter(|d| *d as usize != width).map(|asked| wrong_dimensions(width, asked));
     known_dimensions(lease, dimensions)?;
     let pooling = lease.embed.pooling;
     let capture = Capture::HiddenLayer { rows: pooling.rows() };
@@ -160,8 +159,8 @@ pub(super) async fn vectors(
     if width > 0 {
         let _ = lease.learned.embedding_width.set(width);
     }
-    if let Some(error) = wrong(width) {
-        return Err(ran.refuse(status::wrong_dimensions(error)));
+    if let Some(asked) = dimensions.filter(|d| *d as usize != width) {
+        return Err(ran.refuse(status::wrong_dimensions(wrong_dimensions(width, asked))));
     }
     let pool = if normalise { embed::embedding } else { embed::pooled };
     // Mean pooling reads every row of every input: a large batch is tens

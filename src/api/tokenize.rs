@@ -78,7 +78,7 @@ impl super::named::NamesModel for DetokenizeRequest {
 async fn model(state: &AppState, named: Option<&str>) -> Result<Lease, ApiError> {
     let id = match named {
         Some(id) => id.to_owned(),
-        None => state.models()?.statuses().first().map(|s| s.spec.id.clone()).unwrap_or_default(),
+        None => state.models()?.default_id().unwrap_or_default(),
     };
     state.lease(&id, None).await
 }

@@ -303,6 +303,18 @@ impl Registry {
         (name == "latest").then_some((spec, None))
     }
 
+    /// Every name [`Registry::resolve`] takes for `spec`: its id, `ID:latest`
+    /// and `ID:ADAPTER` for each adapter (kept beside it, so the two agree).
+    pub fn names(spec: &ModelSpec) -> Vec<String> {
+        let adapters = spec.engine.loras.iter().map(|l| adapter_id(&spec.id, &l.name));
+        [spec.id.clone(), format!("{}:latest", spec.id)].into_iter().chain(adapters).collect()
+    }
+
+    /// The model a request that names none gets (`/tokenize`, `/detokenize`): the first registered.
+    pub fn default_id(&self) -> Option<String> {
+        self.specs().first().map(|s| s.id.clone())
+    }
+
     /// Requests that may wait per model (every model has the same).
     pub fn queue_depth(&self) -> usize {
         self.specs().first().map_or(0, |s| s.engine.queue_depth)
