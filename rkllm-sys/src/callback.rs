@@ -135,6 +135,7 @@ pub(crate) fn token(result: &RKLLMResult, state: c_int, at: Instant, utf8: &mut 
         unsafe { CStr::from_ptr(result.text) }.to_bytes().to_vec()
     };
     let text = utf8.push(&bytes);
+    let dropped_bytes = utf8.take_dropped();
     let split = utf8.pending_len() > 0;
-    Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, split, at }
+    Token { text, bytes, token_id: result.token_id, waiting: state == call_state::WAITING, dropped_bytes, split, at }
 }

@@ -15,6 +15,11 @@ pub struct Token {
     pub token_id: i32,
     /// The callback state was WAITING (an incomplete character).
     pub waiting: bool,
+    /// Bytes (of this token's or held back before it) that fit no
+    /// convention for a character split over tokens and were left out of
+    /// `text` (`Utf8Assembler`); 0 normally, a wrong guess about the runtime
+    /// otherwise, for the caller to report loudly.
+    pub dropped_bytes: usize,
     /// Bytes of an unfinished character are held back after this token: a
     /// reply that ends here ends in U+FFFD (a run's `Finish::tail`).
     pub split: bool,

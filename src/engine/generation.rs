@@ -477,6 +477,18 @@ impl Run {
             self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
         }
         self.split = token.split;
+        if token.dropped_bytes > 0 {
+            // Not U+FFFD in the reply: a runtime that splits characters in a
+            // way rkllm-sys/src/utf8.rs does not know.
+            tracing::warn!(
+                bytes = token.dropped_bytes,
+                token_id = token.token_id,
+                raw = ?token.bytes,
+                "the runtime's token text fits no known way of splitting a character over tokens; bytes left out \
+                 of the reply (rkllm-sys/src/utf8.rs)"
+            );
+            crate::metrics::observer().metrics.runtime_text_dropped(token.dropped_bytes);
+        }
         if timeline.tokens == self.limit {
             if self.aborts_at_limit {
                 // The runtime was not told the limit (ABI 1.2): enforce it here.

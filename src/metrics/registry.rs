@@ -74,6 +74,7 @@ pub struct Metrics {
     conversation_cache_off: Counter,
     conversation_evictions: Counter,
     model_yields: Counter,
+    runtime_text_dropped: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -112,6 +113,7 @@ impl Metrics {
             conversation_cache_off: Counter::default(),
             conversation_evictions: Counter::default(),
             model_yields: Counter::default(),
+            runtime_text_dropped: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -200,6 +202,11 @@ impl Metrics {
             "rkllmd_client_disconnects",
             "Requests whose client went away before the end",
             self.disconnects.clone(),
+        );
+        r.register(
+            "rkllmd_runtime_text_dropped_bytes",
+            "Bytes of the runtime's token texts that fit no known way of splitting a character over tokens, left out of replies (see the WARN log; 0 normally)",
+            self.runtime_text_dropped.clone(),
         );
         r.register(
             "rkllmd_timing_mismatch",
@@ -293,6 +300,11 @@ impl Metrics {
 
     pub fn conversation_cache_off(&self) {
         self.conversation_cache_off.inc();
+    }
+
+    /// Bytes of a token's text that fit no convention for split characters.
+    pub fn runtime_text_dropped(&self, bytes: usize) {
+        self.runtime_text_dropped.inc_by(bytes as u64);
     }
 
     pub fn model_yielded(&self) {

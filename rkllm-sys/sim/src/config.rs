@@ -1,6 +1,7 @@
 //! The simulator's configuration, read from the `model_path` given to
 //! `rkllm_init` and from `RKLLM_SIM_*` environment variables.
 
+use crate::generate::SplitChars;
 use crate::profile::{self, Profile, DEFAULT_PROFILE};
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -27,6 +28,7 @@ pub const KEYS: [&str; 18] = [
     "init_ms",
     "abort_lag",
     "reentrant_abort",
+    "split_chars",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -67,6 +69,8 @@ pub(crate) struct SimConfig {
     pub abort_lag: usize,
     /// `rkllm_abort` called from inside the result callback deadlocks.
     pub reentrant_abort_deadlocks: bool,
+    /// How a character split over tokens is delivered.
+    pub split_chars: SplitChars,
 }
 
 #[derive(Debug)]
@@ -123,6 +127,11 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             None | Some("ok") => false,
             Some("deadlock") => true,
             Some(v) => return Err(invalid("reentrant_abort", v, "ok or deadlock")),
+        },
+        split_chars: match value("split_chars") {
+            None => SplitChars::default(),
+            Some(v) => SplitChars::parse(v.trim())
+                .ok_or_else(|| invalid("split_chars", &v, "bytes, repeat, empty, null, raw or lost"))?,
         },
     })
 }

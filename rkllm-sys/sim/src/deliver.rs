@@ -78,7 +78,7 @@ impl Caller {
                 Some(piece) => {
                     slot.next += 1;
                     waiting = piece.waiting;
-                    result(piece.text.as_ptr(), piece.token_id)
+                    result(piece.text.as_deref().map_or(ptr::null(), |t| t.as_ptr()), piece.token_id)
                 }
                 None => result(ptr::null(), FINISHED),
             })

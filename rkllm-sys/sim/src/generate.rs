@@ -8,10 +8,47 @@ use std::ffi::CString;
 /// One result callback's worth of a reply.
 #[derive(Debug, Clone)]
 pub(crate) struct Piece {
-    pub text: CString,
+    /// The callback's `text` (`None`: NULL).
+    pub text: Option<CString>,
     pub token_id: i32,
     /// Delivered with state WAITING: its bytes end inside a character.
     pub waiting: bool,
+}
+
+/// How a character split over tokens is delivered (`split_chars`): which of
+/// the runtime conventions the manual leaves open is simulated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum SplitChars {
+    /// WAITING carries the token's own bytes, the next text the rest.
+    #[default]
+    Bytes,
+    /// WAITING carries the bytes since the last whole character, and the
+    /// text that completes it repeats them: NORMAL texts are whole
+    /// characters, as Rockchip's demo decodes them.
+    Repeat,
+    /// WAITING carries `""`; the completing NORMAL text the whole characters.
+    Empty,
+    /// WAITING carries NULL; the completing NORMAL text the whole characters.
+    Null,
+    /// No WAITING: every token's own bytes as NORMAL.
+    Raw,
+    /// A fault: WAITING carries NULL and the completing text only its own
+    /// bytes, so a split character's first bytes are never delivered.
+    Lost,
+}
+
+impl SplitChars {
+    pub(crate) fn parse(value: &str) -> Option<SplitChars> {
+        Some(match value {
+            "bytes" => SplitChars::Bytes,
+            "repeat" => SplitChars::Repeat,
+            "empty" => SplitChars::Empty,
+            "null" => SplitChars::Null,
+            "raw" => SplitChars::Raw,
+            "lost" => SplitChars::Lost,
+            _ => return None,
+        })
+    }
 }
 
 /// Every reply starts with one of these, so nobody mistakes it for a model's.
@@ -119,22 +156,34 @@ fn cut_at_eos(mut ids: Vec<u32>, len: usize) -> Vec<u32> {
 }
 
 /// One piece per token; a token whose bytes end inside a character (of the
-/// whole reply, before any cut) is WAITING.
-fn pieces(ids: &[u32], limit: usize) -> Vec<Piece> {
+/// whole reply, before any cut) is WAITING, its text as `split` says.
+fn pieces(ids: &[u32], limit: usize, split: SplitChars) -> Vec<Piece> {
     let bytes: Vec<&[u8]> = ids.iter().map(|id| token_bytes(*id).unwrap_or_default()).collect();
     let all = bytes.concat();
-    let mut end = 0;
+    // `shown`: where the text delivered as whole characters ends.
+    let (mut start, mut shown) = (0, 0);
     bytes
         .iter()
         .zip(ids)
         .take(limit)
         .map(|(b, id)| {
-            end += b.len();
+            let end = start + b.len();
+            let inside = all.get(end).is_some_and(|next| next & 0xC0 == 0x80);
+            let text = match (split, inside) {
+                (SplitChars::Bytes | SplitChars::Raw, _) | (SplitChars::Lost, false) => Some(&all[start..end]),
+                (SplitChars::Empty, true) => Some(&[][..]),
+                (SplitChars::Null | SplitChars::Lost, true) => None,
+                (SplitChars::Repeat, _) | (SplitChars::Empty | SplitChars::Null, false) => Some(&all[shown..end]),
+            };
+            start = end;
+            if !inside {
+                shown = end;
+            }
             Piece {
                 // A NUL byte (only from a script) cannot be in a C string.
-                text: CString::new(*b).unwrap_or_default(),
+                text: text.map(|t| CString::new(t).unwrap_or_default()),
                 token_id: *id as i32,
-                waiting: all.get(end).is_some_and(|next| next & 0xC0 == 0x80),
+                waiting: inside && split != SplitChars::Raw,
             }
         })
         .collect()
@@ -154,6 +203,7 @@ pub(crate) struct ReplySpec<'a> {
     pub ignore_eos: bool,
     /// At most this many pieces (`max_new_tokens`, context room).
     pub limit: usize,
+    pub split: SplitChars,
 }
 
 /// The reply's pieces, and whether `limit` cut it short.
@@ -179,7 +229,7 @@ pub(crate) fn reply(spec: &ReplySpec) -> (Vec<Piece>, bool) {
     }
     // Past its own end, only the limit ends a reply.
     let truncated = spec.ignore_eos || ids.len() > spec.limit;
-    (pieces(&ids, spec.limit), truncated)
+    (pieces(&ids, spec.limit, spec.split), truncated)
 }
 
 /// Greedy decoding (top_k 1 or temperature 0, the RKLLM default) depends on
@@ -209,6 +259,7 @@ mod tests {
             scripted: None,
             ignore_eos: false,
             limit: 10_000,
+            split: SplitChars::Bytes,
         }
     }
 
@@ -224,7 +275,8 @@ mod tests {
     #[test]
     fn replies_say_they_are_simulated_and_decode_from_their_ids() {
         let (pieces, _) = reply(&spec("Hello"));
-        let bytes: Vec<u8> = pieces.iter().flat_map(|p| p.text.as_bytes().to_vec()).collect();
+        let bytes: Vec<u8> =
+            pieces.iter().flat_map(|p| p.text.as_deref().unwrap_or_default().to_bytes().to_vec()).collect();
         let text = String::from_utf8(bytes).expect("a whole reply is UTF-8");
         assert!(text.starts_with("Simulated reply: "), "{text}");
         assert!(text.ends_with('.') || text.ends_with('?'), "ends with a sentence: {text}");
@@ -237,11 +289,34 @@ mod tests {
     fn multibyte_characters_split_over_waiting_and_normal() {
         let (pieces, _) = reply(&ReplySpec { scripted: Some("café 日本"), ..spec("x") });
         let waiting: Vec<bool> = pieces.iter().map(|p| p.waiting).collect();
-        let texts: Vec<&[u8]> = pieces.iter().map(|p| p.text.as_bytes()).collect();
+        let texts: Vec<&[u8]> = pieces.iter().map(|p| p.text.as_deref().unwrap_or_default().to_bytes()).collect();
         assert_eq!(texts.concat(), "café 日本".as_bytes());
         // é = 2 bytes, 日 and 本 = 3 bytes: one token each byte, the last NORMAL.
         assert_eq!(waiting.iter().filter(|w| **w).count(), 1 + 2 + 2);
         assert!(!waiting.last().unwrap());
+    }
+
+    /// The texts of "é日" (one token per byte) under each convention.
+    #[test]
+    fn each_split_convention_delivers_its_texts() {
+        let texts = |split| {
+            let (pieces, _) = reply(&ReplySpec { scripted: Some("é日"), split, ..spec("x") });
+            pieces.iter().map(|p| (p.text.as_deref().map(|t| t.to_bytes().to_vec()), p.waiting)).collect::<Vec<_>>()
+        };
+        let (e, r) = ("é".as_bytes(), "日".as_bytes());
+        let some = |b: &[u8], waiting| (Some(b.to_vec()), waiting);
+        assert_eq!(
+            texts(SplitChars::Repeat),
+            [some(&e[..1], true), some(e, false), some(&r[..1], true), some(&r[..2], true), some(r, false)]
+        );
+        assert_eq!(
+            texts(SplitChars::Empty),
+            [some(b"", true), some(e, false), some(b"", true), some(b"", true), some(r, false)]
+        );
+        assert_eq!(texts(SplitChars::Null), [(None, true), some(e, false), (None, true), (None, true), some(r, false)]);
+        let raw = texts(SplitChars::Raw);
+        assert!(raw.iter().all(|(_, waiting)| !waiting));
+        assert_eq!(raw.iter().filter_map(|(t, _)| t.clone()).collect::<Vec<_>>().concat(), "é日".as_bytes());
     }
 
     #[test]

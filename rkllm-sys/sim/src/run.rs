@@ -251,6 +251,7 @@ impl SimModel {
                 scripted: vision.as_deref().or_else(|| self.script.as_ref().and_then(|s| s.reply_for(&context))),
                 ignore_eos: self.params.ignore_eos_token == Some(true),
                 limit,
+                split: self.config.split_chars,
             });
             let spared = state.prompt_cache_hit(slot, &checked.ids);
             slots.push((checked, spared, SlotReply { pieces, next: 0, truncated }));
