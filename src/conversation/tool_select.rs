@@ -15,6 +15,9 @@
 //!   half of a tool list has, counts less than "image".
 //! * A tool the conversation has already called comes first: the model needs
 //!   its definition to read its own earlier call.
+//! * Then the tools the conversation names (a system prompt saying "use the
+//!   Bash tool", a user asking for `get_weather`): an agent's instructions
+//!   name its core tools, which matter more than any word match.
 //!
 //! Words are lowercased ASCII-alphanumeric runs of 3+ characters less a few
 //! English function words, with a plural `s`/`ies` folded.
@@ -74,24 +77,42 @@ pub fn rank(chat: &ChatInput) -> Vec<usize> {
     }
     let n = tools.len() as f64;
     let called: BTreeSet<&str> = chat.messages.iter().flat_map(|m| &m.tool_calls).map(|c| c.name.as_str()).collect();
-    let score = |i: usize| -> f64 {
-        if tool_name(&chat.tools[i]).is_some_and(|name| called.contains(name)) {
-            return f64::INFINITY;
-        }
-        tools[i]
+    let named = named_words(chat);
+    // (tier, score): called 2, named 1, others 0; then the word match.
+    let score = |i: usize| -> (u8, f64) {
+        let name = tool_name(&chat.tools[i]);
+        let tier = match name {
+            Some(name) if called.contains(name) => 2,
+            Some(name) if named.contains(name) => 1,
+            _ => 0,
+        };
+        let matched = tools[i]
             .iter()
             .filter_map(|(w, weight)| {
                 let q = query.get(w)?;
                 let rarity = (1.0 + n / with_word[w.as_str()] as f64).ln();
                 Some(weight * q * rarity)
             })
-            .sum()
+            .sum();
+        (tier, matched)
     };
-    let scores: Vec<f64> = (0..tools.len()).map(score).collect();
+    let scores: Vec<(u8, f64)> = (0..tools.len()).map(score).collect();
     let mut order: Vec<usize> = (0..tools.len()).collect();
     // A stable sort keeps the client's order among equal scores.
-    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]));
+    order.sort_by(|&a, &b| scores[b].0.cmp(&scores[a].0).then(scores[b].1.total_cmp(&scores[a].1)));
     order
+}
+
+/// Every identifier-like word of the conversation's messages, as written
+/// (`Bash`, `get_weather`): a tool's exact name among them names it.
+fn named_words(chat: &ChatInput) -> BTreeSet<&str> {
+    let identifier = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    chat.messages
+        .iter()
+        .filter_map(|m| m.content.as_deref())
+        .flat_map(|text| text.split(|c: char| !identifier(c)))
+        .filter(|w| !w.is_empty())
+        .collect()
 }
 
 fn tool_name(tool: &Value) -> Option<&str> {
@@ -217,6 +238,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(rank(&chat)[..2], [3, 2]);
+    }
+
+    #[test]
+    fn a_tool_the_conversation_names_comes_before_word_matches() {
+        let system = Message {
+            role: Role::System,
+            content: Some("Use search_memories to recall.".into()),
+            ..Default::default()
+        };
+        let chat = ChatInput { messages: vec![system, user("Draw an image")], tools: tools(), ..Default::default() };
+        assert_eq!(rank(&chat)[..2], [3, 2]);
+        // A word inside another is no name.
+        let system = Message { role: Role::System, content: Some("research_memories_x".into()), ..Default::default() };
+        let chat = ChatInput { messages: vec![system, user("Draw an image")], tools: tools(), ..Default::default() };
+        assert_eq!(rank(&chat)[0], 2);
     }
 
     #[test]

@@ -187,6 +187,9 @@ impl ChatCompletionRequest {
         images::attach(&mut v.job, &images, markers, model)?;
         let mut size = measure(&mut v.job, model, "messages");
         let room = tools_fit::reply_room(max_tokens, size.context, limit);
+        // Read before a selection: a call the model writes to a tool that was
+        // dropped (all of them, even) is still the client's tool call.
+        let tool_syntax = rendered.tool_syntax;
         let mut tools_dropped = 0;
         if policy.tools_overflow == ToolsOverflow::Select && tools_fit::needed(&chat, &size, room) {
             if let Some(selection) = tools_fit::select(model, &chat, size.context, room) {
@@ -206,11 +209,8 @@ impl ChatCompletionRequest {
         size.check(&v.job)?;
         v.checks = Checks { size, format, tools_dropped };
         v.job.enable_thinking = enable_thinking;
-        v.rules = ReplyRules {
-            reasoning: policy.reasoning,
-            starts_in_thinking: rendered.starts_in_thinking,
-            tool_syntax: rendered.tool_syntax,
-        };
+        v.rules =
+            ReplyRules { reasoning: policy.reasoning, starts_in_thinking: rendered.starts_in_thinking, tool_syntax };
         Ok(v)
     }
 

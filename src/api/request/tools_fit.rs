@@ -8,6 +8,14 @@
 //! tools are counted by the model's tokenizer; without one, by the prompt's
 //! bytes (a token is at least one byte), which always fits but keeps fewer.
 //!
+//! The kept set is packed, not a prefix of the ranking: each tool in turn is
+//! kept if it still fits, else skipped for the next one, so one huge
+//! description (Claude Code's 10k-token `Workflow`) cannot cost a chat its
+//! small core tools; a tool taking over a quarter of the tools' budget is
+//! considered only after the others. What a tool costs is measured once per
+//! request on a one-line chat (`Costs`), and the packed set's real prompt is
+//! rendered and counted: while it is over, the least relevant kept tool goes.
+//!
 //! The tools sit at the start of the prompt, so a follow-up reuses the
 //! conversation cache only if it gets the very same tools. Both halves of
 //! the choice are therefore kept steady over a conversation's turns:
@@ -22,8 +30,9 @@
 
 use super::size::PromptSize;
 use super::Loaded;
-use crate::conversation::{rank_tools, ChatInput, Rendered, Role, ToolChoice};
+use crate::conversation::{rank_tools, ChatInput, Message, Rendered, Role, ToolChoice};
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 /// The tools sent and those dropped, with the prompt rendered with the kept ones.
 pub struct Selection {
@@ -50,26 +59,118 @@ pub fn needed(chat: &ChatInput, size: &PromptSize, room: usize) -> bool {
 /// The tools' budget moves in steps of `context / BUDGET_STEPS` tokens.
 const BUDGET_STEPS: usize = 8;
 
+/// A tool whose own definition takes more than this share of the tools'
+/// budget is considered after the others (a tool the conversation called
+/// excepted): one huge description must not keep out a client's core tools.
+const HUGE_SHARE: usize = 4;
+
 /// The most relevant tools whose prompt leaves `room` for the reply, or
 /// `None` when not even the fewest allowed (none, or one when a call is
 /// required) leave it: then the request is refused as it stands.
 pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> Option<Selection> {
     let budget = context.checked_sub(room)?;
-    let order = rank_tools(&opening(chat));
     let fewest = usize::from(chat.tool_choice == ToolChoice::Required);
     let weight =
         |rendered: &Rendered| model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
+    let render = |tools: &[usize]| -> Option<(ChatInput, Rendered)> {
+        let mut subset = chat.clone();
+        subset.tools = tools.iter().map(|&i| chat.tools[i].clone()).collect();
+        if subset.tools.is_empty() {
+            subset.tool_choice = ToolChoice::None;
+        }
+        let rendered = model.prompter.render(&subset).ok()?;
+        Some((subset, rendered))
+    };
+    let base = weight(&render(&[])?.1);
+    let costs = Costs::of(chat, &|probe| model.prompter.render(probe).ok().map(|r| weight(&r)))?;
+    let order = rank_tools(&opening(chat));
     // What the conversation leaves for tools, rounded down to a step.
-    let mut bare = chat.clone();
-    (bare.tools, bare.tool_choice) = (Vec::new(), ToolChoice::None);
     let step = (context / BUDGET_STEPS).max(1);
-    let stepped = model.prompter.render(&bare).ok().and_then(|r| {
-        let base = weight(&r);
-        Some(budget - budget.checked_sub(base)? % step)
-    });
-    stepped
-        .and_then(|b| select_within(model, chat, &order, fewest, b, &weight))
-        .or_else(|| select_within(model, chat, &order, fewest, budget, &weight))
+    let stepped = budget.checked_sub(base).map(|left| budget - left % step);
+    let fits = |budget: usize| {
+        let mut keep = pack(&order, &costs, budget.checked_sub(base)?, &called(chat));
+        // The costs are estimates: the rendered prompt decides, and the
+        // least relevant kept tool goes until it fits.
+        loop {
+            if keep.len() < fewest {
+                return None;
+            }
+            let mut sorted = keep.clone();
+            // The client's order in the prompt: only the set is the ranking's.
+            sorted.sort_unstable();
+            let (subset, rendered) = render(&sorted)?;
+            if weight(&rendered) <= budget {
+                return Some((keep, subset, rendered));
+            }
+            keep.pop();
+        }
+    };
+    let (keep, chat_kept, rendered) = stepped.and_then(fits).or_else(|| fits(budget))?;
+    let dropped = order
+        .iter()
+        .filter(|i| !keep.contains(i))
+        .map(|&i| tool_name(&chat.tools[i]).unwrap_or_default().to_owned())
+        .collect();
+    Some(Selection { chat: chat_kept, rendered, kept: keep.len(), dropped })
+}
+
+/// What each tool adds to a prompt, measured on a one-line conversation:
+/// `header` once for the tools' section, `each[i]` per tool.
+struct Costs {
+    header: usize,
+    each: Vec<usize>,
+}
+
+impl Costs {
+    /// `weigh` renders a chat and counts it (`None`: it does not render).
+    fn of(chat: &ChatInput, weigh: &dyn Fn(&ChatInput) -> Option<usize>) -> Option<Costs> {
+        let probe = |tools: &[&Value]| {
+            let mut c = ChatInput {
+                messages: vec![Message { role: Role::User, content: Some("x".into()), ..Default::default() }],
+                ..chat.clone()
+            };
+            c.tools = tools.iter().map(|&t| t.clone()).collect();
+            c.tool_choice = if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto };
+            weigh(&c)
+        };
+        let none = probe(&[])?;
+        let alone: Vec<usize> =
+            chat.tools.iter().map(|t| Some(probe(&[t])?.saturating_sub(none))).collect::<Option<_>>()?;
+        // The section's own text: two tools cost less than each alone by it.
+        let header = match &chat.tools[..] {
+            [a, b, ..] => (alone[0] + alone[1]).saturating_sub(probe(&[a, b])?.saturating_sub(none)),
+            _ => 0,
+        };
+        let each = alone.iter().map(|a| a.saturating_sub(header)).collect();
+        Some(Costs { header, each })
+    }
+}
+
+/// The tools kept within `budget` (over the conversation's own prompt), in
+/// the ranking's order: each in turn if it still fits, else skipped for the
+/// next — never only a prefix of the ranking. Huge tools come last.
+fn pack(order: &[usize], costs: &Costs, budget: usize, called: &BTreeSet<usize>) -> Vec<usize> {
+    let huge = |i: usize| costs.each[i] > budget / HUGE_SHARE && !called.contains(&i);
+    let considered = order.iter().filter(|&&i| !huge(i)).chain(order.iter().filter(|&&i| huge(i)));
+    let mut used = costs.header;
+    let mut keep = Vec::new();
+    for &i in considered {
+        if used + costs.each[i] <= budget {
+            used += costs.each[i];
+            keep.push(i);
+        }
+    }
+    keep
+}
+
+/// The tools the conversation has called already.
+fn called(chat: &ChatInput) -> BTreeSet<usize> {
+    let names: BTreeSet<&str> = chat.messages.iter().flat_map(|m| &m.tool_calls).map(|c| c.name.as_str()).collect();
+    (0..chat.tools.len()).filter(|&i| tool_name(&chat.tools[i]).is_some_and(|n| names.contains(n))).collect()
+}
+
+fn tool_name(tool: &Value) -> Option<&str> {
+    tool.pointer("/function/name").and_then(Value::as_str)
 }
 
 /// The conversation as far as the ranking reads it: up to the first user
@@ -79,46 +180,4 @@ fn opening(chat: &ChatInput) -> ChatInput {
     let called = chat.messages[first_user..].iter().filter(|m| !m.tool_calls.is_empty()).cloned();
     let messages = chat.messages[..first_user].iter().cloned().chain(called).collect();
     ChatInput { messages, ..chat.clone() }
-}
-
-/// The first tools of `order` whose prompt weighs at most `budget`, as many as fit.
-fn select_within(
-    model: &Loaded,
-    chat: &ChatInput,
-    order: &[usize],
-    fewest: usize,
-    budget: usize,
-    weight: &dyn Fn(&Rendered) -> usize,
-) -> Option<Selection> {
-    let with_first = |k: usize| -> Option<(ChatInput, Rendered)> {
-        let mut keep: Vec<usize> = order[..k].to_vec();
-        // The client's order in the prompt: only the set is the ranking's.
-        keep.sort_unstable();
-        let mut subset = chat.clone();
-        subset.tools = keep.iter().map(|&i| chat.tools[i].clone()).collect();
-        if subset.tools.is_empty() {
-            subset.tool_choice = ToolChoice::None;
-        }
-        let rendered = model.prompter.render(&subset).ok()?;
-        (weight(&rendered) <= budget).then_some((subset, rendered))
-    };
-    // A prompt grows with each tool added: the largest k that fits, by bisection.
-    let mut best = (fewest, with_first(fewest)?);
-    let (mut lo, mut hi) = (fewest + 1, chat.tools.len());
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        match with_first(mid) {
-            Some(fit) => {
-                best = (mid, fit);
-                lo = mid + 1;
-            }
-            None => hi = mid,
-        }
-    }
-    let (kept, (chat_kept, rendered)) = best;
-    let dropped = order[kept..]
-        .iter()
-        .map(|&i| chat.tools[i].pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned())
-        .collect();
-    Some(Selection { chat: chat_kept, rendered, kept, dropped })
 }

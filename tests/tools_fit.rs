@@ -1,0 +1,97 @@
+//! Tools that do not fit the context are packed, not cut at a prefix of
+//! their ranking: a tool too big for what is left is skipped and the next
+//! one considered, so one huge description cannot cost a chat its small
+//! core tools; and a call the model writes to any tool the client offered,
+//! sent or dropped, comes back as a tool call, never as markup text.
+
+mod common;
+
+use common::{script, Daemon};
+use serde_json::{json, Value};
+
+fn function(name: &str, description: &str) -> Value {
+    json!({"type": "function", "function": {"name": name, "description": description,
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+}
+
+/// The case: a ~20 KB `weather_report` that ranks first and cannot
+/// fit a 4,096 context, and a small `get_weather`.
+fn weather_tools() -> Vec<Value> {
+    let huge = "Weather report for a city: temperature, wind, rain and more. ".repeat(330);
+    vec![function("weather_report", &huge), function("get_weather", "Get the current weather in a city.")]
+}
+
+const CALL: &str = "<tool_call>\n{\"name\": \"weather_report\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+
+fn start(record: &std::path::Path, script: &std::path::Path) -> Daemon {
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&record={}&script={}", record.display(), script.display());
+    Daemon::start(&["--model", &spec, "--model-id", "m", "--template", "chatml", "--conversation-cache", "off"])
+}
+
+fn last_prompt(record: &std::path::Path) -> String {
+    common::sim_records(record, "run").last().unwrap()["prompt"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_tool_that_does_not_fit_is_skipped_and_the_next_one_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let replies = script(&[("", "It is sunny.")]);
+    let d = start(&record, replies.path());
+    let body = json!({"model": "m", "tools": weather_tools(),
+                      "messages": [{"role": "user", "content": "What is the weather report in Paris?"}]});
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rkllmd-tools-dropped"], "1");
+    let reply: Value = r.json().await.unwrap();
+    assert_eq!(reply["timings"]["tools_dropped"], 1, "{reply}");
+    let prompt = last_prompt(&record);
+    assert!(prompt.contains("\"get_weather\""), "the small tool is sent: {prompt}");
+    assert!(!prompt.contains("\"weather_report\""), "the huge one is not");
+}
+
+/// Every tool dropped (a context too small for either), or the call made to
+/// the dropped one: the model's call is the client's tool call.
+#[tokio::test]
+async fn a_call_to_a_dropped_tool_is_a_tool_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let replies = script(&[("", CALL)]);
+    let d = start(&record, replies.path());
+    for stream in [false, true] {
+        let body = json!({"model": "m", "tools": weather_tools(), "stream": stream,
+                          "messages": [{"role": "user", "content": "What is the weather report in Paris?"}]});
+        let r = d.post("/v1/chat/completions", body).await;
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers()["x-rkllmd-tools-dropped"], "1");
+        let (finish, calls, content) = if stream {
+            let (events, _) = common::read_sse(r).await;
+            let chunks: Vec<Value> = events.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
+            let finish = chunks.iter().find_map(|c| c["choices"][0]["finish_reason"].as_str().map(str::to_owned));
+            let calls: Vec<Value> = chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["tool_calls"].as_array().cloned())
+                .flatten()
+                .collect();
+            let content: String =
+                chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect();
+            let named =
+                calls.iter().filter_map(|c| c["function"]["name"].as_str()).map(str::to_owned).collect::<Vec<_>>();
+            (finish.unwrap(), named, content)
+        } else {
+            let reply: Value = r.json().await.unwrap();
+            let message = &reply["choices"][0]["message"];
+            let named = message["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["function"]["name"].as_str().unwrap().to_owned())
+                .collect();
+            let content = message["content"].as_str().unwrap_or_default().to_owned();
+            (reply["choices"][0]["finish_reason"].as_str().unwrap().to_owned(), named, content)
+        };
+        assert_eq!(finish, "tool_calls", "stream {stream}");
+        assert_eq!(calls, ["weather_report"], "stream {stream}");
+        assert!(!content.contains("<tool_call>"), "stream {stream}: markup as text: {content}");
+    }
+}
