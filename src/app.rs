@@ -15,7 +15,7 @@ use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
     DiskTier, EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
-    ScheduleSettings, VisionSettings,
+    ScheduleSettings, VisionSettings, DEFAULT_MAX_CONTEXT_LEN,
 };
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -60,7 +60,8 @@ pub fn limits(config: &Config) -> Limits {
         first_token_base: Duration::from_secs(config.first_token_timeout_secs),
         first_token_per_kib: Duration::from_millis(config.first_token_timeout_ms_per_kib),
         request_timeout: Duration::from_secs(config.request_timeout_secs),
-        max_context_len: config.max_context_len,
+        max_context_len: config.max_context_len.unwrap_or(DEFAULT_MAX_CONTEXT_LEN),
+        context_from_model: config.max_context_len.is_none(),
     }
 }
 
@@ -260,7 +261,7 @@ pub fn embed_settings(config: &Config) -> EmbedSettings {
 fn table_spec(config: &Config, table: &ModelTable, npu: &Npu) -> ModelSpec {
     let mut engine = engine_settings(config, npu);
     if let Some(n) = table.max_context_len {
-        engine.limits.max_context_len = n;
+        (engine.limits.max_context_len, engine.limits.context_from_model) = (n, false);
     }
     if let Some(n) = table.max_new_tokens {
         engine.limits.max_new_tokens = n;

@@ -103,9 +103,9 @@ pub struct Config {
     /// Upper limit and default for generated tokens per request.
     #[arg(long, env = "RKLLMD_MAX_NEW_TOKENS", default_value_t = 2048)]
     pub max_new_tokens: u32,
-    /// Context length given to the runtime.
-    #[arg(long, env = "RKLLMD_MAX_CONTEXT_LEN", default_value_t = 4096)]
-    pub max_context_len: u32,
+    /// Context length given to the runtime. Default: the context the model was converted for (the runtime's max_context_limit at load; 4096 when it does not say).
+    #[arg(long, env = "RKLLMD_MAX_CONTEXT_LEN")]
+    pub max_context_len: Option<u32>,
     /// Timing profile of the simulated runtime (e.g. instant, qwen2.5-1.5b).
     #[arg(long, env = "RKLLMD_SIM_PROFILE", default_value = "qwen2.5-1.5b")]
     pub sim_profile: String,

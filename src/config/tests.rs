@@ -99,7 +99,7 @@ fn bad_values_are_refused() {
     for (text, needle) in [
         ("runtime_abi = \"1.1\"\n", "1.1"),
         ("max_new_tokens = 0\n", "max_new_tokens"),
-        ("max_new_tokens = 9000\n", "exceeds"),
+        ("max_new_tokens = 9000\nmax_context_len = 4096\n", "exceeds"),
         ("api_key = \"\"\n", "api_key"),
         ("[sampling]\ntop_p = 1.5\n", "top_p"),
         ("[sampling]\nmirostat = 3\n", "mirostat"),

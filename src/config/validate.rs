@@ -13,14 +13,16 @@ impl Config {
         if self.max_new_tokens == 0 {
             return invalid("max_new_tokens must be at least 1".into());
         }
-        if self.max_context_len == 0 || self.max_context_len > i32::MAX as u32 {
-            return invalid("max_context_len must be between 1 and 2^31-1".into());
-        }
-        if self.max_new_tokens > self.max_context_len {
-            return invalid(format!(
-                "max_new_tokens ({}) exceeds max_context_len ({})",
-                self.max_new_tokens, self.max_context_len
-            ));
+        if let Some(context) = self.max_context_len {
+            if context == 0 || context > i32::MAX as u32 {
+                return invalid("max_context_len must be between 1 and 2^31-1".into());
+            }
+            if self.max_new_tokens > context {
+                return invalid(format!(
+                    "max_new_tokens ({}) exceeds max_context_len ({context})",
+                    self.max_new_tokens
+                ));
+            }
         }
         if !(1..=8).contains(&self.batch) {
             return invalid(format!("batch must be between 1 and 8, got {}", self.batch));

@@ -106,10 +106,10 @@ fn toolkit(config: &Config, runtime: Option<&str>, init_log: &str, report: &mut 
         report.push(Check::ok(MODEL, format!("rkllm-toolkit {toolkit}")));
     }
     if let Some(limit) = field("max_context_limit:").and_then(|v| v.parse::<u32>().ok()) {
-        if config.max_context_len > limit {
+        if let Some(configured) = config.max_context_len.filter(|&c| c > limit) {
             report.push(Check::warn(
                 MODEL,
-                format!("max_context_len {} exceeds the model's max_context_limit {limit}", config.max_context_len),
+                format!("max_context_len {configured} exceeds the model's max_context_limit {limit}"),
                 &format!("set max_context_len = {limit} (or convert the model with a larger context)"),
             ));
         }
@@ -139,7 +139,7 @@ mod tests {
     use super::*;
 
     fn levels(init_log: &str, runtime: &str, max_context_len: u32) -> String {
-        let config = Config { max_context_len, ..Config::default() };
+        let config = Config { max_context_len: Some(max_context_len), ..Config::default() };
         let mut report = Report::default();
         toolkit(&config, Some(runtime), init_log, &mut report);
         report.render()

@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod context;
 mod conversations;
 mod forward;
 mod generation;
@@ -82,8 +83,16 @@ pub struct Limits {
     pub first_token_base: Duration,
     pub first_token_per_kib: Duration,
     pub request_timeout: Duration,
+    /// The context given to `rkllm_init`; with `context_from_model`, the
+    /// first init's, replaced at load by the context the model was
+    /// converted for (`context.rs`).
     pub max_context_len: u32,
+    pub context_from_model: bool,
 }
+
+/// The context the vendor's demos give `rkllm_init`, and the one a model is
+/// first initialised with when its own is to be read (`context.rs`).
+pub const DEFAULT_MAX_CONTEXT_LEN: u32 = 4096;
 
 impl Limits {
     /// Prefill time grows with the prompt, so the first-token allowance does too.
@@ -212,7 +221,7 @@ impl Engine {
             image_tags: vision.as_ref().map(|v| v.info().tags.clone()),
             ..InitConfig::new(model_path.clone())
         };
-        let model = Model::load(runtime.runtime.clone(), init)?;
+        let (model, limits) = context::load(&runtime.runtime, init, limits)?;
         if disable_runtime_template {
             wait_for(model.set_chat_template("", "", ""))?;
         }

@@ -9,6 +9,8 @@ pub struct InitFacts {
     pub driver_version: Option<String>,
     pub platform: Option<String>,
     pub npu_cores: Option<u32>,
+    /// The context the model was converted for (`max_context_limit`).
+    pub max_context_limit: Option<u32>,
     /// The runtime said it is the simulator.
     pub simulated: bool,
 }
@@ -19,6 +21,7 @@ impl InitFacts {
             driver_version: value(init_log, "rknpu driver version:"),
             platform: value(init_log, "platform:").or_else(|| value(init_log, "target_platform:")),
             npu_cores: value(init_log, "npu_core_num:").and_then(|n| n.parse().ok()),
+            max_context_limit: value(init_log, "max_context_limit:").and_then(|n| n.parse().ok()),
             simulated: value(init_log, "rkllm-runtime version:").is_some_and(|v| v.ends_with("(simulated)")),
         }
     }
@@ -45,6 +48,7 @@ mod tests {
         assert_eq!(f.driver_version.as_deref(), Some("0.9.8"));
         assert_eq!(f.platform.as_deref(), Some("RK3588"));
         assert_eq!(f.npu_cores, Some(3));
+        assert_eq!(f.max_context_limit, Some(4096));
         assert!(!f.simulated);
         assert!(InitFacts::parse("I rkllm: rkllm-runtime version: 1.3.0 (simulated), platform: RK3588\n").simulated);
         assert_eq!(InitFacts::parse("E rkllm: invalid rkllm model!\n"), InitFacts::default());

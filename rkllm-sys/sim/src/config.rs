@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 20] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -29,6 +29,7 @@ pub const KEYS: [&str; 19] = [
     "abort_lag",
     "reentrant_abort",
     "split_chars",
+    "context_limit",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -71,6 +72,8 @@ pub(crate) struct SimConfig {
     pub reentrant_abort_deadlocks: bool,
     /// How a character split over tokens is delivered.
     pub split_chars: SplitChars,
+    /// The context the model was converted for (else the profile's).
+    pub context_limit: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -133,6 +136,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => SplitChars::parse(v.trim())
                 .ok_or_else(|| invalid("split_chars", &v, "bytes, repeat, empty, null, raw or lost"))?,
         },
+        context_limit: optional(&value, "context_limit")?,
     })
 }
 

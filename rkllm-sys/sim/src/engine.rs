@@ -152,7 +152,7 @@ impl SimModel {
             config.script.as_deref().map(Script::load).transpose().map_err(|m| failed(&[&format!("E rkllm: {m}")]))?;
         log::line(&format!(
             "I rkllm: rkllm-toolkit version: simulated, max_context_limit: {}, npu_core_num: 3, target_platform: RK3588, model_dtype: W8A8",
-            params.max_context_len
+            config.context_limit.unwrap_or(config.profile.context_limit)
         ));
         // Load the tokenizer now, as the vendor runtime loads the model's: a
         // first run must not spend its time to first token building it.

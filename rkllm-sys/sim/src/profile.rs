@@ -19,7 +19,14 @@ pub struct Profile {
     /// Published memory use, MB (informational: `perf.memory_usage_mb`
     /// reports this process's real peak instead).
     pub memory_mb: f64,
+    /// The context the model was converted for, which init prints as
+    /// `max_context_limit` (`context_limit` in the path overrides it): 4096,
+    /// the toolkit's default and that of Rockchip's published models.
+    pub context_limit: u32,
 }
+
+/// The toolkit's default `max_context`, which Rockchip's published models use.
+const CONVERTED_CONTEXT: u32 = 4096;
 
 impl Profile {
     /// Prefill time for `tokens` prompt tokens, ms.
@@ -39,6 +46,7 @@ const fn published(name: &'static str, ttft_ms: f64, tokens_per_s: f64, memory_m
         per_token_ms: ttft_ms * PER_TOKEN_SHARE,
         decode_ms: 1000.0 / tokens_per_s,
         memory_mb,
+        context_limit: CONVERTED_CONTEXT,
     }
 }
 
@@ -47,7 +55,14 @@ pub const DEFAULT_PROFILE: &str = "qwen2.5-1.5b";
 
 /// Every profile: `instant` (no delays at all) and one per published model.
 pub const PROFILES: [Profile; 8] = [
-    Profile { name: "instant", base_ms: 0.0, per_token_ms: 0.0, decode_ms: 0.0, memory_mb: 0.0 },
+    Profile {
+        name: "instant",
+        base_ms: 0.0,
+        per_token_ms: 0.0,
+        decode_ms: 0.0,
+        memory_mb: 0.0,
+        context_limit: CONVERTED_CONTEXT,
+    },
     published("qwen2-0.5b", 146.0, 41.6, 670.0),
     published("qwen3-0.6b", 199.0, 32.9, 791.0),
     published("tinyllama-1.1b", 244.0, 24.4, 1090.0),

@@ -139,7 +139,8 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
     let statuses = registry.statuses();
     let status = statuses.iter().find(|s| s.spec.id == base.id).ok_or_else(|| ApiError::model_not_found(&req.model))?;
     let spec = &status.spec;
-    let limits = &spec.engine.limits;
+    // Once loaded, the context it is served with (the model's own, by default).
+    let limits = status.loaded.as_ref().map_or(&spec.engine.limits, |l| l.model.engine.limits());
     let mut parameters: Vec<String> =
         crate::sampling::named(&spec.engine.sampling_defaults()).iter().map(|(k, v)| format!("{k} {v}")).collect();
     parameters.push(format!("num_ctx {}\nnum_predict {}", limits.max_context_len, limits.max_new_tokens));
@@ -147,7 +148,7 @@ pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Sho
     let template = status.loaded.as_ref().map(|l| l.model.prompter.describe().origin).unwrap_or_default();
     let mut model_info = Map::new();
     model_info.insert("general.architecture".into(), json!("rkllm"));
-    model_info.insert("rkllm.context_length".into(), json!(spec.engine.limits.max_context_len));
+    model_info.insert("rkllm.context_length".into(), json!(limits.max_context_len));
     model_info.insert("rkllm.path".into(), json!(spec.path));
     Ok(Json(Show {
         modelfile: format!("FROM {}\n", spec.path),
