@@ -236,7 +236,9 @@ fn fixture() -> Value {
 async fn a_recorded_claude_code_turn_is_counted_as_run_and_streams_its_tool_call() {
     let call = "<tool_call>\n{\"name\": \"Bash\", \"arguments\": {\"command\": \"du -a . | sort -n | tail -5\", \"description\": \"List the largest files\"}}\n</tool_call>";
     let script = script(&[("Which files in this directory are the largest?", call)]);
-    let model = format!("sim:qwen2.5-1.5b?time_scale=0&script={}", script.path().display());
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let model = format!("sim:qwen2.5-1.5b?time_scale=0&script={}&record={}", script.path().display(), record.display());
     let d = Daemon::start(&["--model", &model, "--model-id", "test-model", "--max-context-len", "16384"]);
     let body = fixture();
     let (status, _, counted) = post(&d, "/v1/messages/count_tokens", body.clone()).await;
@@ -244,7 +246,8 @@ async fn a_recorded_claude_code_turn_is_counted_as_run_and_streams_its_tool_call
     let counted = counted["input_tokens"].as_i64().unwrap();
     assert!(counted > 3000, "a realistic first turn: {counted} tokens");
 
-    let r = d.post("/v1/messages", body).await;
+    // Claude Code posts to `/v1/messages?beta=true`.
+    let r = d.post("/v1/messages?beta=true", body).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-rkllmd-max-tokens-clamped"], "32000->2048");
     let (events, _) = read_sse(r).await;
@@ -269,6 +272,11 @@ async fn a_recorded_claude_code_turn_is_counted_as_run_and_streams_its_tool_call
     let usage = &delta["usage"];
     let prompt = usage["input_tokens"].as_i64().unwrap() + usage["cache_read_input_tokens"].as_i64().unwrap();
     assert_eq!(prompt, counted, "{usage}");
+    // The system message Claude Code puts after the user's stays there; its billing header is nowhere.
+    let ran = &prompts(&record)[0];
+    let (user, system) =
+        (ran.find("<|im_start|>user\n").unwrap(), ran.find("<|im_start|>system\nThe user's terminal").unwrap());
+    assert!(user < system && !ran.contains("x-anthropic-billing-header"), "{ran}");
 }
 
 #[tokio::test]

@@ -138,7 +138,7 @@ def test_errors_have_anthropics_shape(sdk):
 
 # Claude Code's first request, in the shape it sends to a model it does not
 # know as Claude's (issue 33): its billing header as the first system block,
-# a system message inside `messages`, adaptive thinking with an effort, and
+# a system message after the user's in `messages`, adaptive thinking with an effort, and
 # `max_tokens: 32000` above the server's limit.
 CLAUDE_CODE = dict(
     model=MODEL_ID,
@@ -147,7 +147,7 @@ CLAUDE_CODE = dict(
         {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.0.31; cc_entrypoint=cli; cch=7a3f1"},
         {"type": "text", "text": "You are a command-line agent.", "cache_control": {"type": "ephemeral"}},
     ],
-    messages=[{"role": "system", "content": "Keep code lines short."}, QUESTION],
+    messages=[QUESTION, {"role": "system", "content": "Keep code lines short."}],
     tools=TOOLS,
     thinking={"type": "adaptive"},
     metadata={"user_id": "user_0a1b_account__session_2c3d"},
