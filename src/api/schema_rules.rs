@@ -250,9 +250,11 @@ fn rules() -> Vec<(&'static str, Value)> {
             "InMessage",
             json!({"allOf": [
                 {"if": {"properties": {"role": {"const": "user"}}},
-                 "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block, tool_result]}))}}},
+                 "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block.clone(), tool_result]}))}}},
                 {"if": {"properties": {"role": {"const": "assistant"}}},
-                 "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block, tool_use, thinking, redacted]}))}}},
+                 "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block.clone(), tool_use, thinking, redacted]}))}}},
+                {"if": {"properties": {"role": {"const": "system"}}},
+                 "then": {"properties": {"content": text_or_blocks(text_block.clone())}}},
             ]}),
         ),
         // request/convert.rs `validate_tools` and `tool_choice`: function
@@ -365,7 +367,8 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // messages/convert.rs `text`, `tool_choice` and the thinking switch:
         // the system prompt is text or text blocks; `tool_choice` is one of
-        // four shapes; `thinking.type` enabled or disabled.
+        // four shapes; `thinking.type` enabled, disabled or adaptive;
+        // `output_config.effort` one of Anthropic's.
         (
             "Conversation",
             json!({
@@ -375,7 +378,11 @@ fn rules() -> Vec<(&'static str, Value)> {
                     "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
                     "thinking": {"oneOf": [
                         {"type": "null"},
-                        {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["enabled", "disabled"]}}},
+                        {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["enabled", "disabled", "adaptive"]}}},
+                    ]},
+                    "output_config": {"oneOf": [
+                        {"type": "null"},
+                        {"type": "object", "properties": {"effort": {"enum": [null, "low", "medium", "high", "max"]}}},
                     ]},
                     "tool_choice": {"oneOf": [
                         {"type": "null"},

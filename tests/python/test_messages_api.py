@@ -134,3 +134,59 @@ def test_errors_have_anthropics_shape(sdk):
     assert e.value.body["type"] == "error"
     assert e.value.body["error"]["type"] == "invalid_request_error"
     assert "no vision support" in e.value.body["error"]["message"]
+
+
+# Claude Code's first request, in the shape it sends to a model it does not
+# know as Claude's (issue 33): its billing header as the first system block,
+# a system message after the user's in `messages`, adaptive thinking with an effort, and
+# `max_tokens: 32000` above the server's limit.
+CLAUDE_CODE = dict(
+    model=MODEL_ID,
+    max_tokens=32000,
+    system=[
+        {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.0.31; cc_entrypoint=cli; cch=7a3f1"},
+        {"type": "text", "text": "You are a command-line agent.", "cache_control": {"type": "ephemeral"}},
+    ],
+    messages=[QUESTION, {"role": "system", "content": "Keep code lines short."}],
+    tools=TOOLS,
+    thinking={"type": "adaptive"},
+    metadata={"user_id": "user_0a1b_account__session_2c3d"},
+    extra_body={"output_config": {"effort": "medium"}},
+)
+
+
+def test_claude_codes_first_request_streams_a_tool_call(sdk):
+    # The SDK wants a stream for a 32,000-token reply, or a time-out of one's own.
+    raw = sdk.messages.with_raw_response.create(**CLAUDE_CODE, timeout=30)
+    assert raw.headers["x-rkllmd-max-tokens-clamped"] == "32000->2048"
+    m = raw.parse()
+    assert m.stop_reason == "tool_use" and m.timings["max_tokens_clamped"] == {"requested": 32000, "limit": 2048}
+
+    events = list(sdk.messages.create(**CLAUDE_CODE, stream=True))
+    kinds = [e.type for e in events]
+    assert (kinds[0], kinds[-2], kinds[-1]) == ("message_start", "message_delta", "message_stop"), kinds
+    (start,) = [e for e in events if e.type == "content_block_start"]
+    assert (start.content_block.type, start.content_block.name) == ("tool_use", "get_weather")
+    deltas = [e.delta for e in events if e.type == "content_block_delta"]
+    assert deltas and all(d.type == "input_json_delta" for d in deltas), deltas
+    assert json.loads("".join(d.partial_json for d in deltas)) == {"city": "Paris"}
+    assert kinds.index("content_block_stop") == len(kinds) - 3, kinds
+    assert events[-2].delta.stop_reason == "tool_use"
+    # The billing header is not part of the prompt: a request without it counts the same.
+    counted = sdk.messages.count_tokens(model=MODEL_ID, system=CLAUDE_CODE["system"][1:], messages=CLAUDE_CODE["messages"],
+                                        tools=TOOLS, thinking={"type": "adaptive"}).input_tokens
+    usage = events[-2].usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == counted
+
+
+def test_a_key_is_taken_as_x_api_key_or_bearer(start_daemon):
+    d = start_daemon(api_key="sekrit")
+    root = d.base_url.removesuffix("/v1")
+    ask = dict(model=MODEL_ID, max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+    for client in (anthropic.Anthropic(base_url=root, api_key="sekrit", max_retries=0),
+                   anthropic.Anthropic(base_url=root, auth_token="sekrit", max_retries=0)):
+        with client:
+            assert client.messages.create(**ask).stop_reason in ("end_turn", "max_tokens")
+    with anthropic.Anthropic(base_url=root, api_key="wrong", max_retries=0) as client:
+        with pytest.raises(anthropic.AuthenticationError):
+            client.messages.create(**ask)

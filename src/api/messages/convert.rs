@@ -6,9 +6,9 @@ use crate::api::error::ApiError;
 use crate::api::request::{self as chat, ChatCompletionRequest, ChatMessage, ChatRole, Common, StopSequences};
 use serde_json::{json, Value};
 
+/// `max_tokens` is left to the handler, which knows the model's limit (`ceiling.rs`).
 pub fn chat_request(req: &CreateMessage) -> Result<ChatCompletionRequest, ApiError> {
     let mut chat = conversation(&req.conversation)?;
-    chat.common.max_tokens = Some(req.max_tokens);
     chat.common.stream = req.stream;
     chat.common.stop = req.stop_sequences.clone().map(StopSequences::Many);
     chat.common.sampling = req.sampling;
@@ -18,8 +18,8 @@ pub fn chat_request(req: &CreateMessage) -> Result<ChatCompletionRequest, ApiErr
 /// The conversation alone (what `count_tokens` counts).
 pub fn conversation(c: &Conversation) -> Result<ChatCompletionRequest, ApiError> {
     let mut messages = Vec::new();
-    if let Some(system) = &c.system {
-        messages.push(message(ChatRole::System, text(system, "system")?));
+    if let Some(system) = system_text(c.system.as_ref(), "system")? {
+        messages.push(message(ChatRole::System, system));
     }
     for (i, m) in c.messages.iter().enumerate() {
         add_message(&mut messages, i, m.role, &m.content)?;
@@ -51,14 +51,7 @@ pub fn conversation(c: &Conversation) -> Result<ChatCompletionRequest, ApiError>
         })
         .transpose()?;
     let tool_choice = c.tool_choice.as_ref().map(tool_choice).transpose()?;
-    let enable_thinking = match c.thinking.as_ref().map(|t| t.get("type").and_then(Value::as_str)) {
-        None => None,
-        Some(Some("enabled")) => Some(true),
-        Some(Some("disabled")) => Some(false),
-        Some(_) => {
-            return Err(ApiError::invalid_value("thinking.type", "`thinking.type` must be enabled or disabled."))
-        }
-    };
+    let enable_thinking = thinking_switch(c)?;
     Ok(ChatCompletionRequest {
         messages,
         max_completion_tokens: None,
@@ -70,6 +63,64 @@ pub fn conversation(c: &Conversation) -> Result<ChatCompletionRequest, ApiError>
         response_format: None,
         common: Common { model: c.model.clone(), ..Default::default() },
     })
+}
+
+/// `output_config.effort`'s values, Anthropic's.
+const EFFORTS: [&str; 4] = ["low", "medium", "high", "max"];
+
+/// The runtime's one thinking switch, from `thinking` and `output_config.effort`:
+/// `enabled` and `disabled` say it; `adaptive` (the model decides, Anthropic's
+/// default effort `high`) and an effort alone turn it off only at `low`, the
+/// effort that asks for the fewest tokens — a board has no finer control.
+/// Neither given: the template's default, as on chat.
+fn thinking_switch(c: &Conversation) -> Result<Option<bool>, ApiError> {
+    let effort = match c.output_config.as_ref().and_then(|o| o.get("effort")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(e)) if EFFORTS.contains(&e.as_str()) => Some(e.as_str()),
+        Some(_) => {
+            return Err(ApiError::invalid_value(
+                "output_config.effort",
+                "`output_config.effort` must be low, medium, high or max.",
+            ))
+        }
+    };
+    let by_effort = effort.map(|e| e != "low");
+    match c.thinking.as_ref().map(|t| t.get("type").and_then(Value::as_str)) {
+        None => Ok(by_effort),
+        Some(Some("enabled")) => Ok(Some(true)),
+        Some(Some("disabled")) => Ok(Some(false)),
+        Some(Some("adaptive")) => Ok(Some(by_effort.unwrap_or(true))),
+        Some(_) => {
+            Err(ApiError::invalid_value("thinking.type", "`thinking.type` must be enabled, disabled or adaptive."))
+        }
+    }
+}
+
+/// A system block that is client metadata, not instruction: Claude Code's
+/// first one, `x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;
+/// cch=…`, differs per conversation. Left out of the prompt, it is out of
+/// every cache key too: the caches match the rendered prompt's tokens.
+fn client_metadata(block: &Block) -> bool {
+    const PREFIXES: [&str; 1] = ["x-anthropic-billing-header:"];
+    let text = block.0.get("text").and_then(Value::as_str).unwrap_or_default().trim_start();
+    block.0.get("type").and_then(Value::as_str) == Some("text") && PREFIXES.iter().any(|p| text.starts_with(p))
+}
+
+/// A system prompt's text, its client metadata left out; `None` when it
+/// holds nothing else (no system message is made of it).
+fn system_text(content: Option<&Content>, param: &str) -> Result<Option<String>, ApiError> {
+    match content {
+        None => Ok(None),
+        Some(Content::Text(t)) => Ok(Some(t.clone())),
+        Some(Content::Blocks(blocks)) => {
+            let (mut out, mut instruction) = (String::new(), blocks.is_empty());
+            for (j, b) in blocks.iter().enumerate().filter(|(_, b)| !client_metadata(b)) {
+                out.push_str(block_text(b, &format!("{param}[{j}]"))?);
+                instruction = true;
+            }
+            Ok(instruction.then_some(out))
+        }
+    }
 }
 
 fn message(role: ChatRole, text: String) -> ChatMessage {
@@ -98,30 +149,34 @@ fn text(content: &Content, param: &str) -> Result<String, ApiError> {
         Content::Blocks(blocks) => {
             let mut out = String::new();
             for (j, b) in blocks.iter().enumerate() {
-                let param = format!("{param}[{j}]");
-                match b.0.get("type").and_then(Value::as_str) {
-                    Some("text") => out.push_str(field(b, "text", &param)?),
-                    other => {
-                        return Err(ApiError::invalid_value(
-                            &format!("{param}.type"),
-                            format!(
-                                "Blocks of type `{}` are not supported here; text blocks are.",
-                                other.unwrap_or("")
-                            ),
-                        ))
-                    }
-                }
+                out.push_str(block_text(b, &format!("{param}[{j}]"))?);
             }
             Ok(out)
         }
     }
 }
 
+/// A text block's text (other blocks are refused).
+fn block_text<'a>(b: &'a Block, param: &str) -> Result<&'a str, ApiError> {
+    match b.0.get("type").and_then(Value::as_str) {
+        Some("text") => field(b, "text", param),
+        other => Err(ApiError::invalid_value(
+            &format!("{param}.type"),
+            format!("Blocks of type `{}` are not supported here; text blocks are.", other.unwrap_or("")),
+        )),
+    }
+}
+
 /// One message's blocks onto chat messages: a user turn's `tool_result`s
 /// become tool messages (before its text), an assistant turn's `tool_use`s
-/// its tool calls and its `thinking` its reasoning.
+/// its tool calls and its `thinking` its reasoning; a system message's text
+/// a system message (placed by `system.rs`).
 fn add_message(out: &mut Vec<ChatMessage>, i: usize, role: Role, content: &Content) -> Result<(), ApiError> {
     let param = format!("messages[{i}].content");
+    if role == Role::System {
+        out.extend(system_text(Some(content), &param)?.map(|t| message(ChatRole::System, t)));
+        return Ok(());
+    }
     let blocks = match content {
         Content::Text(t) => {
             let role = if role == Role::User { ChatRole::User } else { ChatRole::Assistant };
@@ -171,15 +226,15 @@ fn add_message(out: &mut Vec<ChatMessage>, i: usize, role: Role, content: &Conte
             }
         }
     }
-    match role {
-        Role::User if texts.is_empty() && out.last().is_some_and(|m| m.role == ChatRole::Tool) => {}
-        Role::User => out.push(message(ChatRole::User, texts)),
-        Role::Assistant => out.push(ChatMessage {
+    if role == Role::Assistant {
+        out.push(ChatMessage {
             content: (!texts.is_empty() || calls.is_empty()).then_some(chat::Content::Text(texts)),
             tool_calls: (!calls.is_empty()).then_some(calls),
             reasoning_content: thinking,
             ..message(ChatRole::Assistant, String::new())
-        }),
+        });
+    } else if !texts.is_empty() || out.last().is_none_or(|m| m.role != ChatRole::Tool) {
+        out.push(message(ChatRole::User, texts));
     }
     Ok(())
 }

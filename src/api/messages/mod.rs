@@ -4,8 +4,10 @@
 //! stream, written as a message or as the Messages API's events. Errors
 //! have Anthropic's shape and the daemon's one status table.
 
+mod ceiling;
 mod convert;
 mod reply;
+mod system;
 pub(super) mod wire;
 
 use super::error::ApiError;
@@ -82,12 +84,19 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response, AnthropicError> {
     let req: CreateMessage = super::extract::parse_named(&body, Some(&counting)).map_err(AnthropicError)?;
-    let chat = convert::chat_request(&req)?;
+    let mut chat = convert::chat_request(&req)?;
     let (model, place) = state.lease_queued(&req.conversation.model, None).await?;
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     let (policy, job_id) = (state.settings.chat_policy(), id.clone());
-    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
-    let head = reply::Head { id: id.clone(), model: model.served_id() };
+    let (v, clamped) = prepare(&model, move |model| {
+        let (max_tokens, clamped) = ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
+        chat.common.max_tokens = Some(max_tokens);
+        system::place(&mut chat, &model.prompter);
+        let v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
+        Ok((v, clamped))
+    })
+    .await?;
+    let head = reply::Head { id: id.clone(), model: model.served_id(), clamped };
     let wait = head_wait(&v, state.settings.head_wait);
     let s = submit(&state, model, place, v, &id, &counting, wait).await;
     let mut response = if s.streamed {
@@ -96,6 +105,9 @@ pub async fn create(
         reply::collect(s.pieces?, head).await
     };
     tools_dropped_header(&mut response, s.tools_dropped);
+    if let Some(clamped) = clamped {
+        clamped.header(&mut response);
+    }
     Ok(response)
 }
 
@@ -120,7 +132,12 @@ pub async fn count_tokens(State(state): State<AppState>, body: Bytes) -> Result<
     let chat = convert::conversation(&req.conversation)?;
     let model = state.lease(&req.conversation.model, None).await?;
     let id = model.served_id();
-    let counted = prepare(&model, move |model| chat.count_tokens(model)).await?;
+    let counted = prepare(&model, move |model| {
+        let mut chat = chat;
+        system::place(&mut chat, &model.prompter);
+        chat.count_tokens(model)
+    })
+    .await?;
     let input_tokens = counted.ok_or_else(|| {
         ApiError::not_supported(format!(
             "The model `{id}` has no tokenizer.json to count with: put the one from its Hugging Face repository next to the .rkllm file or set `tokenizer`."

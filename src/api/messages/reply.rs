@@ -3,6 +3,7 @@
 //! started, filled and stopped, `message_delta` with the stop reason and
 //! usage, `message_stop`.
 
+use super::ceiling::Clamped;
 use super::AnthropicError;
 use crate::api::reply::{Piece, Summary};
 use crate::conversation::{CallDelta, Delta, Reply};
@@ -16,6 +17,17 @@ use std::time::Duration;
 pub struct Head {
     pub id: String,
     pub model: String,
+    /// `max_tokens` lowered to the server's limit, said in `timings`.
+    pub clamped: Option<Clamped>,
+}
+
+/// The run's `timings`, with the clamp of `max_tokens` when one was made.
+fn timings(s: &Summary, head: &Head) -> Value {
+    let mut timings = serde_json::to_value(&s.timings).unwrap_or_default();
+    if let Some(clamped) = head.clamped {
+        clamped.add_to_timings(&mut timings);
+    }
+    timings
 }
 
 /// `stop_reason` and `stop_sequence`: `end_turn` (the model ended),
@@ -65,7 +77,7 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, head: Head) -> Response 
                 let (stop_reason, stop_sequence) = stop(&summary);
                 let body = json!({"id": head.id, "type": "message", "role": "assistant", "model": head.model,
                     "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                    "usage": usage(&summary), "timings": summary.timings});
+                    "usage": usage(&summary), "timings": timings(&summary, &head)});
                 return axum::Json(body).into_response();
             }
         }
@@ -175,7 +187,7 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, head: Head, ke
                     }
                     let (stop_reason, stop_sequence) = stop(&summary);
                     let delta = json!({"stop_reason": stop_reason, "stop_sequence": stop_sequence});
-                    yield event("message_delta", json!({"delta": delta, "usage": usage(&summary), "timings": summary.timings}));
+                    yield event("message_delta", json!({"delta": delta, "usage": usage(&summary), "timings": timings(&summary, &head)}));
                     yield event("message_stop", json!({}));
                 }
             }

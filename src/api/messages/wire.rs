@@ -10,6 +10,10 @@ use utoipa::ToSchema;
 pub enum Role {
     User,
     Assistant,
+    /// Not Anthropic's, but what Claude Code sends inside `messages` to a
+    /// model it does not know as Claude's: text for the system prompt
+    /// (`messages/system.rs` says where it goes).
+    System,
 }
 
 /// A content block (`text`, `tool_use`, `tool_result`, `thinking`, …): an object.
@@ -57,9 +61,14 @@ pub struct Conversation {
     /// `tools` (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Map<String, Value>>,
-    /// `{"type": "enabled", "budget_tokens"}` or `{"type": "disabled"}`: the thinking switch.
+    /// `{"type": "enabled", "budget_tokens"}`, `{"type": "disabled"}` or
+    /// `{"type": "adaptive"}` (as `output_config.effort` says): the thinking switch.
     #[schema(value_type = Option<Object>)]
     pub thinking: Option<Map<String, Value>>,
+    /// `{"effort": "low" | "medium" | "high" | "max"}`: with `thinking`
+    /// adaptive or absent, `low` turns thinking off and the others on.
+    #[schema(value_type = Option<Object>)]
+    pub output_config: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
