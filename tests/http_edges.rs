@@ -15,24 +15,8 @@ fn addr(d: &Daemon) -> String {
     d.url.trim_start_matches("http://").to_owned()
 }
 
-/// Sends raw bytes, reads until the server closes (at most `wait`); returns
-/// what came back.
 fn raw(d: &Daemon, bytes: &[u8], wait: Duration) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr(d)).unwrap();
-    s.set_read_timeout(Some(wait)).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
-
-/// The status and JSON body of a raw HTTP/1.1 response.
-fn parse(response: &[u8]) -> (u16, Value) {
-    let text = String::from_utf8_lossy(response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {text:?}"));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
-    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {body:?}")))
+    raw_at(&addr(d), bytes, wait)
 }
 
 #[tokio::test]
