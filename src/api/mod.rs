@@ -239,13 +239,15 @@ pub fn router(state: AppState) -> Router {
 /// the two OpenAI ones Ollama serves and VS Code Copilot calls there
 /// (`/v1/chat/completions`, `/v1/models`), under that listener's own key
 /// (`ollama_api_key`; `None`: no key), for clients that cannot send one.
+/// `GET /` answers as Ollama's does, for clients that probe it.
 pub fn ollama_router(state: AppState, key: Option<&str>) -> Router {
     let mut counted = metrics::CountedRoutes::default();
     let (api, _) = ollama::routes(&mut counted)
         .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
         .routes(routes!(models::list))
         .split_for_parts();
-    guarded(api, Router::new(), counted, auth::Key::new(key), state)
+    let public = Router::new().route("/", axum::routing::get(|| async { "Ollama is running" }));
+    guarded(api, public, counted, auth::Key::new(key), state)
 }
 
 /// A listener's routes behind what guards every one: `key` on the API

@@ -337,6 +337,7 @@ def test_home_assistant_without_a_key_on_the_ollama_address_of_a_keyed_daemon(st
 
     # What VS Code Copilot reads there: a version it accepts (>= 0.6.4), the OpenAI chat and models.
     with httpx.Client(base_url=address, timeout=30) as http:
+        assert http.get("/").text == "Ollama is running", "as Ollama answers a probe"
         v = http.get("/api/version").json()
         assert tuple(int(x) for x in v["version"].split(".")) >= (0, 6, 4), v
         assert v["rkllmd_version"] and v["rkllmd_version"] != v["version"], v
