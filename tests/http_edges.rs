@@ -415,3 +415,22 @@ async fn the_document_states_each_models_own_bounds() {
     assert_eq!(model_bound(&doc, "ChatCompletionRequest", "vl", "messages"), None);
     assert_eq!(model_bound(&doc, "OllamaChatRequest", "vl", "messages"), None);
 }
+
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_closes_the_connection_and_says_so() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--api-key", "k"]);
+    // The head announces a body that never comes: the 401 goes out before any of it is read.
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+    let response = raw(&d, head.as_bytes(), Duration::from_secs(10));
+    let (status, body) = parse(&response);
+    assert_eq!((status, &body["error"]["code"]), (401, &json!("invalid_api_key")), "{body}");
+    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    assert!(text.contains("connection: close"), "{text}");
+    // A request whose body was read whole keeps the connection, even when refused (here: no `model`).
+    let key = "Authorization: Bearer k\r\nHost: 127.0.0.1";
+    let whole = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\n{key}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}GET /health HTTP/1.1\r\n{key}\r\nConnection: close\r\n\r\n"
+    );
+    let both = String::from_utf8_lossy(&raw(&d, whole.as_bytes(), Duration::from_secs(10))).into_owned();
+    assert!(both.starts_with("HTTP/1.1 400") && both.contains("HTTP/1.1 200"), "{both}");
+}
