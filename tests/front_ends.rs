@@ -4,7 +4,9 @@
 //! never skips it). One board is killed (SIGKILL) under load; then: no
 //! request sent after the kill fails, a stream cut by the kill ends in an
 //! error the client sees, HAProxy takes the dead board out within its
-//! health-check window, and a board's 429 is retried on another.
+//! health-check window, and a board's 429 is retried on another. Each
+//! shipped example's DNS name reaches the boards: refused without the
+//! `allowed_hosts` the example names, served with it (or with the key).
 
 mod common;
 use common::*;
