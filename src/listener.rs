@@ -10,16 +10,20 @@
 //!   are served on up to [`PROBE_CONNECTIONS`] more connections): a service
 //!   manager or load balancer must not take a busy daemon for a dead one;
 //! - the OpenAI error envelope on the error responses hyper writes by itself
-//!   when a request cannot be parsed ([`EnvelopeIo`]).
+//!   when a request cannot be parsed ([`EnvelopeIo`]);
+//! - `Connection: close` on an HTTP/1 response given before the request's
+//!   body was read (a refusal), since hyper will not read the rest to
+//!   reuse the connection.
 //!
 //! Graceful shutdown: once `shutdown` completes, no more connections are
 //! accepted, idle ones are closed and busy ones finish their response.
 
 use crate::api::error::ApiError;
 use axum::body::{Body, Bytes};
-use axum::http::{header, HeaderValue, Request, StatusCode};
+use axum::http::{header, HeaderValue, Request, StatusCode, Version};
 use axum::response::IntoResponse;
 use axum::Router;
+use http_body::Body as _;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -125,12 +129,14 @@ struct BodyLimits {
     total: Duration,
 }
 
-/// Which body time-out fired (`TimedOut::NONE`: neither).
-struct TimedOut;
-impl TimedOut {
-    const NONE: u8 = 0;
+/// How far a request body was read: not to its end (`UNREAD`), to its
+/// end (`WHOLE`), or until a time-out fired (`IDLE`, `TOTAL`).
+struct BodyState;
+impl BodyState {
+    const UNREAD: u8 = 0;
     const IDLE: u8 = 1;
     const TOTAL: u8 = 2;
+    const WHOLE: u8 = 3;
 }
 
 /// One request through the router, its body under the time-outs.
@@ -139,15 +145,24 @@ async fn handle(
     req: Request<Incoming>,
     limits: BodyLimits,
 ) -> Result<axum::response::Response, Infallible> {
-    let timed_out = Arc::new(AtomicU8::new(TimedOut::NONE));
+    let empty = req.body().is_end_stream();
+    let http1 = req.version() < Version::HTTP_2;
+    let state = Arc::new(AtomicU8::new(if empty { BodyState::WHOLE } else { BodyState::UNREAD }));
     let req = req.map(|body| {
-        Body::new(TimedBody { inner: body, limits, idle_timer: None, deadline: None, timed_out: timed_out.clone() })
+        Body::new(TimedBody { inner: body, limits, idle_timer: None, deadline: None, state: state.clone() })
     });
-    let response = app.oneshot(req).await?;
+    let mut response = app.oneshot(req).await?;
     // Whatever the handler made of the failed read, the cause is the client's slowness.
-    let error = match timed_out.load(Ordering::SeqCst) {
-        TimedOut::IDLE => ApiError::body_timeout(limits.idle.as_secs()),
-        TimedOut::TOTAL => ApiError::body_too_slow(limits.total.as_secs()),
+    let error = match state.load(Ordering::SeqCst) {
+        BodyState::IDLE => ApiError::body_timeout(limits.idle.as_secs()),
+        BodyState::TOTAL => ApiError::body_too_slow(limits.total.as_secs()),
+        BodyState::UNREAD if http1 => {
+            // Refused before its body was read (a missing key, a foreign Host, a body too large):
+            // hyper closes such a connection, and a client that sent its next request on it
+            // meanwhile sees it closed without an answer. Said, the client opens a new one.
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Ok(response);
+        }
         _ => return Ok(response),
     };
     let mut response = error.into_response();
@@ -163,7 +178,7 @@ struct TimedBody {
     limits: BodyLimits,
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    timed_out: Arc<AtomicU8>,
+    state: Arc<AtomicU8>,
 }
 
 impl http_body::Body for TimedBody {
@@ -176,17 +191,20 @@ impl http_body::Body for TimedBody {
         // First, so that a body trickling in cannot keep it from firing.
         let deadline = this.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(total)));
         if deadline.as_mut().poll(cx).is_ready() {
-            this.timed_out.store(TimedOut::TOTAL, Ordering::SeqCst);
+            this.state.store(BodyState::TOTAL, Ordering::SeqCst);
             return Poll::Ready(Some(Err(format!("the body took over {} s", total.as_secs()).into())));
         }
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
             this.idle_timer = None;
+            if frame.is_none() || this.inner.is_end_stream() {
+                this.state.store(BodyState::WHOLE, Ordering::SeqCst);
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let idle = this.limits.idle;
         let timer = this.idle_timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
         ready!(timer.as_mut().poll(cx));
-        this.timed_out.store(TimedOut::IDLE, Ordering::SeqCst);
+        this.state.store(BodyState::IDLE, Ordering::SeqCst);
         Poll::Ready(Some(Err(format!("no body data for {} s", idle.as_secs()).into())))
     }
 

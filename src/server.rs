@@ -45,10 +45,32 @@ pub async fn serve(config: Config) -> Result<(), String> {
     if let Some(addr) = config.metrics_addr {
         api::serve_metrics_separately(&state, addr).await?;
     }
+    let ollama = match config.ollama_listen {
+        Some(at) => Some(bind_ollama(at, &state, config.ollama_api_key.as_deref()).await?),
+        None => None,
+    };
     let grace = Duration::from_secs(config.shutdown_grace_secs);
-    let shutdown = shutdown_signal(state.clone(), notify.clone(), grace);
+    // Every listener stops accepting at the signal.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn({
+        let signal = shutdown_signal(state.clone(), notify.clone(), grace);
+        async move {
+            signal.await;
+            let _ = stop.send(true);
+        }
+    });
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
     // Connections, time-outs, the connection cap and protocol errors live in crate::listener.
-    let server = tokio::spawn(crate::listener::serve(listener, router, app::listener_settings(&config), shutdown));
+    let settings = app::listener_settings(&config);
+    let ollama = ollama.map(|(listener, router)| {
+        tokio::spawn(crate::listener::serve(listener, router, settings.clone(), until_stopped()))
+    });
+    let server = tokio::spawn(crate::listener::serve(listener, router, settings, until_stopped()));
 
     let registry = app::registry(&config).map_err(|e| e.to_string())?;
     tokio::spawn(registry.clone().reap());
@@ -80,8 +102,30 @@ pub async fn serve(config: Config) -> Result<(), String> {
     }
 
     server.await.map_err(|e| e.to_string())?;
+    if let Some(ollama) = ollama {
+        ollama.await.map_err(|e| e.to_string())?;
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds `ollama_listen`: the Ollama clients' address, with its own key
+/// (`api::ollama_router`). Its line is logged before the main listener's
+/// "listening on", which says the daemon is ready.
+async fn bind_ollama(
+    at: std::net::SocketAddr,
+    state: &AppState,
+    key: Option<&str>,
+) -> Result<(tokio::net::TcpListener, axum::Router), String> {
+    let listener = tokio::net::TcpListener::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen for Ollama clients on {at} (ollama_listen): {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let keyed = if key.is_some() { "ollama_api_key" } else { "no key" };
+    tracing::info!(
+        "Ollama clients' address: http://{bound} (Ollama routes, /v1/chat/completions, /v1/models; {keyed})"
+    );
+    Ok((listener, api::ollama_router(state.clone(), key)))
 }
 
 /// Repeats `EXTEND_TIMEOUT_USEC` (and a status with the time spent) until

@@ -4,7 +4,9 @@
 //! never skips it). One board is killed (SIGKILL) under load; then: no
 //! request sent after the kill fails, a stream cut by the kill ends in an
 //! error the client sees, HAProxy takes the dead board out within its
-//! health-check window, and a board's 429 is retried on another.
+//! health-check window, and a board's 429 is retried on another. Each
+//! shipped example's DNS name reaches the boards: refused without the
+//! `allowed_hosts` the example names, served with it (or with the key).
 
 mod common;
 use common::*;
@@ -354,4 +356,84 @@ async fn the_affinity_configs_keep_each_conversation_on_one_board() {
         let used: std::collections::BTreeSet<&String> = first.iter().collect();
         assert!(used.len() >= 2, "{file}: 8 conversations all on {used:?}");
     }
+}
+
+/// The names a shipped example tells the boards to answer to: its
+/// `allowed_hosts = [...]` line.
+fn allowed_hosts(file: &str) -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/").to_owned() + file;
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = text.lines().find_map(|l| l.split_once("allowed_hosts = ")).map(|(_, list)| list);
+    let list = line.and_then(|l| l.get(..=l.find(']')?)).unwrap_or_else(|| panic!("{file} sets no allowed_hosts"));
+    let value: toml::Table = toml::from_str(&format!("hosts = {list}")).unwrap();
+    let hosts: Vec<&str> = value["hosts"].as_array().unwrap().iter().filter_map(|h| h.as_str()).collect();
+    assert!(!hosts.is_empty(), "{file}: {list}");
+    hosts.join(",")
+}
+
+/// A chat sent through `url` under the Host name `host` (with `key`, if
+/// any): the status and the error code, if any.
+async fn chat_as(url: &str, host: &str, key: Option<&str>) -> (u16, String) {
+    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hello"}]});
+    let mut request =
+        reqwest::Client::new().post(format!("{url}/v1/chat/completions")).header("host", host).json(&body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let r = request.send().await.unwrap();
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    (status, body["error"]["code"].as_str().unwrap_or("").to_owned())
+}
+
+const NAMED: [&str; 4] = ["--model", "sim:instant?reply_tokens=4", "--queue-depth", "2"];
+
+#[tokio::test]
+async fn every_shipped_example_serves_the_dns_name_it_is_reached_by() {
+    // Each proxy config, and the Host its clients send: nginx's server_name,
+    // and HAProxy under the name litellm.yaml's api_base gives it.
+    let litellm = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/examples/litellm.yaml")).unwrap();
+    let api_base = litellm.lines().find_map(|l| l.trim().strip_prefix("api_base: http://")).unwrap();
+    let through_haproxy = api_base.split('/').next().unwrap().to_owned();
+    let cases = [
+        ("nginx.conf", "nginx.conf", "llm.example.lan"),
+        ("nginx-affinity.conf", "nginx-affinity.conf", "llm.example.lan"),
+        ("haproxy.cfg", "haproxy.cfg", through_haproxy.as_str()),
+        ("haproxy-affinity.cfg", "haproxy-affinity.cfg", through_haproxy.as_str()),
+        ("litellm.yaml", "haproxy.cfg", through_haproxy.as_str()),
+    ];
+    for (example, proxy_config, host) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |boards: &[Daemon]| {
+            if proxy_config.starts_with("nginx") {
+                nginx_with(proxy_config, dir.path(), boards)
+            } else {
+                haproxy_with(proxy_config, dir.path(), boards)
+            }
+        };
+        // The name reaches the boards: without the example's setting they refuse it.
+        let plain = boards_of(&NAMED);
+        let proxy = start(&plain);
+        assert_eq!(chat_as(&proxy.url, host, None).await, (403, "host_not_allowed".into()), "{example}");
+        drop(proxy);
+        let boards = boards_of(&[&NAMED[..], &["--allowed-hosts", &allowed_hosts(example)]].concat());
+        let proxy = start(&boards);
+        for _ in 0..3 {
+            assert_eq!(chat_as(&proxy.url, host, None).await.0, 200, "{example} under {host}:\n{}", proxy.log());
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_kubernetes_service_name_is_served_with_the_configmaps_setting_or_the_key() {
+    // service.yaml: Service `rkllmd` in namespace `llm`, port 8080.
+    let host = "rkllmd.llm:8080";
+    let named = Daemon::start(
+        &[&NAMED[..], &["--model-id", "m", "--allowed-hosts", &allowed_hosts("k8s/configmap.yaml")]].concat(),
+    );
+    assert_eq!(chat_as(&named.url, host, None).await.0, 200);
+    // daemonset.yaml gives the boards a key: a request with it passes under any name.
+    let keyed = Daemon::start(&[&NAMED[..], &["--model-id", "m", "--api-key", "change-me"]].concat());
+    assert_eq!(chat_as(&keyed.url, host, Some("change-me")).await.0, 200);
+    assert_eq!(chat_as(&keyed.url, host, None).await, (403, "host_not_allowed".into()));
 }

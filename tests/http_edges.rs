@@ -15,24 +15,8 @@ fn addr(d: &Daemon) -> String {
     d.url.trim_start_matches("http://").to_owned()
 }
 
-/// Sends raw bytes, reads until the server closes (at most `wait`); returns
-/// what came back.
 fn raw(d: &Daemon, bytes: &[u8], wait: Duration) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr(d)).unwrap();
-    s.set_read_timeout(Some(wait)).unwrap();
-    s.write_all(bytes).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
-
-/// The status and JSON body of a raw HTTP/1.1 response.
-fn parse(response: &[u8]) -> (u16, Value) {
-    let text = String::from_utf8_lossy(response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {text:?}"));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
-    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {body:?}")))
+    raw_at(&addr(d), bytes, wait)
 }
 
 #[tokio::test]
@@ -430,4 +414,23 @@ async fn the_document_states_each_models_own_bounds() {
     let (_, doc) = vl.get_json("/openapi.json").await;
     assert_eq!(model_bound(&doc, "ChatCompletionRequest", "vl", "messages"), None);
     assert_eq!(model_bound(&doc, "OllamaChatRequest", "vl", "messages"), None);
+}
+
+#[tokio::test]
+async fn a_refusal_before_the_body_is_read_closes_the_connection_and_says_so() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--api-key", "k"]);
+    // The head announces a body that never comes: the 401 goes out before any of it is read.
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n";
+    let response = raw(&d, head.as_bytes(), Duration::from_secs(10));
+    let (status, body) = parse(&response);
+    assert_eq!((status, &body["error"]["code"]), (401, &json!("invalid_api_key")), "{body}");
+    let text = String::from_utf8_lossy(&response).to_ascii_lowercase();
+    assert!(text.contains("connection: close"), "{text}");
+    // A request whose body was read whole keeps the connection, even when refused (here: no `model`).
+    let key = "Authorization: Bearer k\r\nHost: 127.0.0.1";
+    let whole = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\n{key}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}GET /health HTTP/1.1\r\n{key}\r\nConnection: close\r\n\r\n"
+    );
+    let both = String::from_utf8_lossy(&raw(&d, whole.as_bytes(), Duration::from_secs(10))).into_owned();
+    assert!(both.starts_with("HTTP/1.1 400") && both.contains("HTTP/1.1 200"), "{both}");
 }

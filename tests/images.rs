@@ -316,6 +316,20 @@ async fn http_image_urls_are_fetched_only_from_hosts_the_operator_lists() {
     let (status, reply) = chat(&public, with_images(std::slice::from_ref(&red))).await;
     assert_eq!((status, &reply["error"]["code"]), (400, &json!("image_url_not_allowed")), "{reply}");
     assert!(reply["error"]["message"].as_str().unwrap().contains("not a public address"), "{reply}");
+    // IPv6 literals that carry a private IPv4 address: refused before any connection is made.
+    for host in [
+        "[64:ff9b::a9fe:a9fe]",
+        "[64:ff9b:1::a9fe:a9fe]",
+        "[2002:a9fe:a9fe::]",
+        "[::127.0.0.1]",
+        "[::ffff:169.254.169.254]",
+        "[2001:0:a9fe:a9fe::f7f7:f7f7]",
+        "[2001:0:808:808::f5ff:fffe]",
+    ] {
+        let url = format!("http://{host}/latest/meta-data");
+        let (status, reply) = chat(&public, with_images(std::slice::from_ref(&url))).await;
+        assert_eq!((status, &reply["error"]["code"]), (400, &json!("image_url_not_allowed")), "{url}: {reply}");
+    }
     let off = Daemon::start(&base);
     let (status, reply) = chat(&off, with_images(&[red])).await;
     assert_eq!((status, &reply["error"]["code"]), (400, &json!("invalid_image")), "{reply}");

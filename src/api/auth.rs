@@ -1,23 +1,42 @@
-//! Optional API-key authentication for `/v1/*`: `Authorization: Bearer KEY`
-//! (the OpenAI SDKs) or `x-api-key: KEY` (Anthropic-style clients, proxies).
+//! Optional API-key authentication for `/v1/*` and `/api/*`:
+//! `Authorization: Bearer KEY` (the OpenAI SDKs) or `x-api-key: KEY`
+//! (Anthropic-style clients, proxies). Each listener has its own key: the
+//! main one `api_key`, the Ollama clients' one `ollama_api_key`.
 
 use super::error::ApiError;
-use super::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 /// The second header a key may come in.
 pub const API_KEY_HEADER: &str = "x-api-key";
 
-pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    if let Some(key) = &state.settings.api_key {
-        if !given_keys(req.headers()).any(|given| matches(given, key)) {
-            return Err(ApiError::unauthorized());
-        }
+/// The key one listener requires; `None`: none.
+#[derive(Debug, Clone, Default)]
+pub struct Key(Option<Arc<str>>);
+
+impl Key {
+    pub fn new(key: Option<&str>) -> Key {
+        Key(key.map(Arc::from))
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Whether a request with these headers carries the key (it is set and one of them matches).
+    pub fn carried_by(&self, headers: &HeaderMap) -> bool {
+        self.0.as_deref().is_some_and(|key| given_keys(headers).any(|given| matches(given, key)))
+    }
+}
+
+pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Result<Response, ApiError> {
+    if key.is_set() && !key.carried_by(req.headers()) {
+        return Err(ApiError::unauthorized());
     }
     Ok(next.run(req).await)
 }

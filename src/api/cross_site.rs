@@ -9,36 +9,52 @@
 //!   rebinding attack needs a name of its own), a name without a dot (the
 //!   machine's, a container's: a public DNS name has one), a
 //!   `.localhost`/`.local`/`.internal` name, or one of `allowed_hosts`
-//!   (`*`: any);
+//!   (`*`: any). A request that carries the listener's API key skips this
+//!   check: a rebinding page cannot know the key, so a keyed daemon behind
+//!   a proxy with a DNS name serves its clients without `allowed_hosts`,
+//!   while what it serves without the key (health, docs, metrics) stays
+//!   out of such a page's reach (docs/reliability.md, "Browsers");
 //! - an `Origin`, which browsers send with every cross-origin request and
 //!   with same-origin POSTs, must be the server's own (`http(s)://` + the
 //!   `Host`), or one of `cors_origins` (`*`: any).
 //!
 //! Clients that are not browsers send no `Origin` and an address or a
-//! configured name as `Host`, and pass.
+//! configured name as `Host`, and pass. Before both, the `Host` itself is
+//! held to RFC 9112: more than one, or one that is not `name[:port]` with a
+//! numeric port, is 400 (a lenient parse would check one name and let a
+//! proxy or the application read another).
 
+use super::auth::Key;
 use super::error::ApiError;
 use super::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
 use axum::middleware::Next;
 use axum::response::Response;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 
 /// Name suffixes that only resolve on this machine or the local network.
 const LOCAL_SUFFIXES: [&str; 3] = [".localhost", ".local", ".internal"];
 
-pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> Result<Response, ApiError> {
-    let settings = &state.settings;
-    // HTTP/2 carries the authority in the URI, HTTP/1.1 in the header.
-    let host = req.uri().authority().map(|a| a.as_str()).or_else(|| req.headers().get(HOST)?.to_str().ok());
-    if let Some(host) = host {
+/// What the checks need on one listener: the daemon's settings and the
+/// listener's own key.
+#[derive(Clone)]
+pub struct Guard {
+    pub state: AppState,
+    pub key: Key,
+}
+
+pub async fn check(State(guard): State<Guard>, req: Request, next: Next) -> Result<Response, ApiError> {
+    let settings = &guard.state.settings;
+    let host = host(&req)?;
+    if let Some(host) = host.filter(|_| !guard.key.carried_by(req.headers())) {
         if !host_allowed(host, &settings.allowed_hosts) {
+            let or_key = if guard.key.is_set() { ", or send the API key" } else { "" };
             return Err(ApiError::cross_site(
                 "host_not_allowed",
                 format!(
                     "This server does not answer to the host name `{host}` (DNS rebinding protection): \
-                     add it to `allowed_hosts` (--allowed-hosts) to use it."
+                     add it to `allowed_hosts` (--allowed-hosts, RKLLMD_ALLOWED_HOSTS) to use it{or_key}."
                 ),
             ));
         }
@@ -56,6 +72,53 @@ pub async fn check(State(state): State<AppState>, req: Request, next: Next) -> R
         }
     }
     Ok(next.run(req).await)
+}
+
+/// The host the request names: HTTP/2's `:authority` (or an absolute
+/// request target's), else the one `Host` header; 400 when it breaks RFC
+/// 9112 (section 3.2: a request with more than one `Host`, or an invalid
+/// one, gets 400).
+fn host(req: &Request) -> Result<Option<&str>, ApiError> {
+    let mut headers = req.headers().get_all(HOST).iter();
+    let header = headers.next();
+    if headers.next().is_some() {
+        return Err(ApiError::invalid_host("more than one Host header"));
+    }
+    let host = match (req.uri().authority(), header) {
+        (Some(authority), _) => authority.as_str(),
+        (None, Some(value)) => value.to_str().map_err(|_| ApiError::invalid_host("not visible ASCII"))?,
+        (None, None) => return Ok(None),
+    };
+    host_syntax(host).map_err(ApiError::invalid_host)?;
+    Ok(Some(host))
+}
+
+/// RFC 3986's `host [ ":" port ]`: an IPv6 address in brackets or a name
+/// (letters, digits and `-._~%!$&'()*+,;=`), and a port of digits (empty
+/// allowed, as `port = *DIGIT` says) that fits a port number.
+fn host_syntax(host: &str) -> Result<(), &'static str> {
+    let port = match host.strip_prefix('[') {
+        Some(rest) => {
+            let (address, after) = rest.split_once(']').ok_or("an IPv6 address without its `]`")?;
+            address.parse::<Ipv6Addr>().map_err(|_| "not an IPv6 address in the brackets")?;
+            match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':').ok_or("text after the `]`")?),
+            }
+        }
+        None => {
+            let (name, port) = host.split_once(':').map_or((host, None), |(n, p)| (n, Some(p)));
+            if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b)) {
+                return Err("the name has a character a host name cannot have");
+            }
+            port
+        }
+    };
+    match port {
+        Some(p) if !p.bytes().all(|b| b.is_ascii_digit()) => Err("the port is not a number"),
+        Some(p) if !p.is_empty() && p.parse::<u16>().is_err() => Err("the port is over 65535"),
+        _ => Ok(()),
+    }
 }
 
 fn host_allowed(host: &str, allowed: &[String]) -> bool {
@@ -111,5 +174,26 @@ mod tests {
         assert!(!origin_allowed("http://evil.example", Some("127.0.0.1:8080"), none));
         assert!(!origin_allowed("null", Some("127.0.0.1:8080"), none));
         assert!(origin_allowed("http://webui.local", Some("x"), &["http://webui.local".into()]));
+    }
+
+    #[test]
+    fn host_syntax_is_rfc_3986() {
+        for ok in ["127.0.0.1", "127.0.0.1:8080", "[::1]", "[::1]:8080", "llm.example.lan", "rkllmd.llm:8080", "h:"] {
+            assert_eq!(host_syntax(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1:abc",
+            "localhost:1:evil.example",
+            "localhost:99999",
+            "[::1]x",
+            "[::1",
+            "[evil.example]:80",
+            "a b",
+            "evil.example/x",
+            "user@evil.example",
+            "localhost:-1",
+        ] {
+            assert!(host_syntax(bad).is_err(), "{bad}");
+        }
     }
 }

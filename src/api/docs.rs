@@ -169,8 +169,10 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
             if api && settings.api_key {
                 add("401", "Missing or wrong API key");
             }
-            // Any route: a browser request from a foreign web origin or under a foreign host name.
+            // Any route: a browser request from a foreign web origin or under a foreign host name,
+            // and a malformed Host (`api::cross_site`).
             add("403", "A foreign Origin (cors_origins) or Host (allowed_hosts)");
+            add("400", "Invalid request (on every route: more than one Host, or one with a port that is not a number)");
             if api {
                 add(
                     "503",

@@ -111,6 +111,16 @@ impl ApiError {
         Self::new(StatusCode::FORBIDDEN, "invalid_request_error", message).code(code)
     }
 
+    /// A `Host` that breaks RFC 9112: two of them, or one that is no
+    /// `host[:port]` (`cross_site.rs`).
+    pub fn invalid_host(why: &str) -> Self {
+        Self::bad_request(
+            None,
+            format!("The request's Host is invalid ({why}); send one Host header, `name[:port]` with a numeric port."),
+        )
+        .code("invalid_host")
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,

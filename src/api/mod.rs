@@ -228,15 +228,44 @@ pub fn router(state: AppState) -> Router {
     let doc_settings =
         docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
     docs::complete(&mut openapi, &doc_settings);
+    let public = public
+        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))
+        .merge(metrics::main_routes(&state));
+    let key = auth::Key::new(state.settings.api_key.as_deref());
+    guarded(api, public, counted, key, state)
+}
 
-    let api = api.layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_key));
+/// The Ollama clients' listener (`ollama_listen`): the Ollama routes and
+/// the two OpenAI ones Ollama serves and VS Code Copilot calls there
+/// (`/v1/chat/completions`, `/v1/models`), under that listener's own key
+/// (`ollama_api_key`; `None`: no key), for clients that cannot send one.
+/// `GET /` answers as Ollama's does, for clients that probe it.
+pub fn ollama_router(state: AppState, key: Option<&str>) -> Router {
+    let mut counted = metrics::CountedRoutes::default();
+    let (api, _) = ollama::routes(&mut counted)
+        .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
+        .routes(routes!(models::list))
+        .split_for_parts();
+    let public = Router::new().route("/", axum::routing::get(|| async { "Ollama is running" }));
+    guarded(api, public, counted, auth::Key::new(key), state)
+}
+
+/// A listener's routes behind what guards every one: `key` on the API
+/// routes (not on `public`), request counting, the body limit, CORS, the
+/// Host and Origin checks, Ollama's error shape and the instance header.
+fn guarded(
+    api: Router<AppState>,
+    public: Router<AppState>,
+    counted: metrics::CountedRoutes,
+    key: auth::Key,
+    state: AppState,
+) -> Router {
+    let api = api.layer(axum::middleware::from_fn_with_state(key.clone(), auth::require_key));
     let counter = metrics::Counter::new(counted, state.clone());
     let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
     let mut app = Router::new()
         .merge(api)
         .merge(public)
-        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))
-        .merge(metrics::main_routes(&state))
         .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
@@ -246,7 +275,8 @@ pub fn router(state: AppState) -> Router {
     }
     // A foreign origin's preflight is refused too (outside CORS); the
     // instance header is on every response, the refusals included.
-    app.layer(axum::middleware::from_fn_with_state(state.clone(), cross_site::check))
+    let guard = cross_site::Guard { state: state.clone(), key };
+    app.layer(axum::middleware::from_fn_with_state(guard, cross_site::check))
         .layer(axum::middleware::from_fn(ollama::error_shape))
         .layer(axum::middleware::from_fn(instance_header))
         .with_state(state)

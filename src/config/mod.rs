@@ -217,6 +217,13 @@ pub struct Config {
     #[arg(long, env = "RKLLMD_METRICS_ADDR", value_parser = parse_socket)]
     #[serde(deserialize_with = "socket_from_toml")]
     pub metrics_addr: Option<SocketAddr>,
+    /// A second address serving Ollama's clients (e.g. 127.0.0.1:11434, Ollama's port): the Ollama routes, /v1/chat/completions and /v1/models, under ollama_api_key instead of api_key (default: off).
+    #[arg(long, env = "RKLLMD_OLLAMA_LISTEN", value_parser = parse_socket)]
+    #[serde(deserialize_with = "socket_from_toml")]
+    pub ollama_listen: Option<SocketAddr>,
+    /// The key ollama_listen requires (`Authorization: Bearer KEY`); unset (the default): none, for clients that cannot send one (VS Code Copilot, Home Assistant).
+    #[arg(long, env = "RKLLMD_OLLAMA_API_KEY", hide_env_values = true)]
+    pub ollama_api_key: Option<String>,
     /// This daemon's name in the X-Rkllmd-Instance response header, the request log and `timings.instance` (default: the host name).
     #[arg(long, env = "RKLLMD_INSTANCE")]
     pub instance: Option<String>,
@@ -344,8 +351,10 @@ impl Config {
     /// The effective configuration as TOML, API key masked.
     pub fn to_toml(&self) -> String {
         let mut shown = self.clone();
-        if shown.api_key.is_some() {
-            shown.api_key = Some("<set>".into());
+        for key in [&mut shown.api_key, &mut shown.ollama_api_key] {
+            if key.is_some() {
+                *key = Some("<set>".into());
+            }
         }
         let rendered = toml::Value::try_from(&shown).map(|mut v| {
             f32_decimals(&mut v, false);

@@ -101,6 +101,9 @@ fn bad_values_are_refused() {
         ("max_new_tokens = 0\n", "max_new_tokens"),
         ("max_new_tokens = 9000\nmax_context_len = 4096\n", "exceeds"),
         ("api_key = \"\"\n", "api_key"),
+        ("ollama_listen = \"127.0.0.1:11434\"\nollama_api_key = \"\"\n", "ollama_api_key is empty"),
+        ("ollama_api_key = \"k\"\n", "ollama_listen, which is not set"),
+        ("ollama_listen = \"localhost:11434\"\n", "give e.g. 127.0.0.1"),
         ("[sampling]\ntop_p = 1.5\n", "top_p"),
         ("[sampling]\nmirostat = 3\n", "mirostat"),
     ] {
@@ -136,4 +139,16 @@ fn a_host_name_is_refused_with_the_addresses_to_give() {
     let file = write("metrics_addr = \"127.0.0.1:9090\"\n");
     let c = assemble(&["--config", file.path().to_str().unwrap()]).unwrap();
     assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9090))));
+}
+
+#[test]
+fn the_ollama_address_and_its_key_are_read_and_the_key_is_masked() {
+    let file =
+        write("api_key = \"main-secret\"\nollama_listen = \"127.0.0.1:11434\"\nollama_api_key = \"ollama-secret\"\n");
+    let c = assemble(&["--config", file.path().to_str().unwrap()]).unwrap();
+    assert_eq!(c.ollama_listen, Some(SocketAddr::from(([127, 0, 0, 1], 11434))));
+    assert_eq!(c.ollama_api_key.as_deref(), Some("ollama-secret"));
+    let shown = c.to_toml();
+    assert!(shown.contains("ollama_api_key = \"<set>\"") && !shown.contains("secret"), "{shown}");
+    assert_eq!(Config::default().ollama_listen, None, "off by default");
 }

@@ -61,6 +61,12 @@ impl Config {
         if self.api_key.as_deref() == Some("") {
             return invalid("api_key is empty; remove it to disable authentication".into());
         }
+        if self.ollama_api_key.as_deref() == Some("") {
+            return invalid("ollama_api_key is empty; remove it to serve ollama_listen without a key".into());
+        }
+        if self.ollama_api_key.is_some() && self.ollama_listen.is_none() {
+            return invalid("ollama_api_key is the key of ollama_listen, which is not set".into());
+        }
         self.check_adapters().map_err(ConfigError::Invalid)?;
         // The ranges a request's sampling fields are held to.
         self.sampling.check().map_err(|e| ConfigError::Invalid(format!("[sampling]: {e}")))

@@ -6,14 +6,16 @@
 //! system's CA store for the host's name); a host listed by name or
 //! address is fetched whatever it resolves to (the operator trusts it); `*`
 //! allows any other host whose every address is public (no loopback,
-//! private, link-local, shared, multicast or unspecified address). The
+//! private, link-local, shared, multicast or unspecified address; an IPv6
+//! address that carries an IPv4 one, as NAT64, 6to4, Teredo and the
+//! IPv4-mapped and -compatible forms do, is judged by that one). The
 //! connection goes to the address that was checked (no second lookup a
 //! rebinding DNS server could answer differently), redirects are not
 //! followed, and the body is bounded by `max_image_bytes` and the whole
 //! fetch by a time-out.
 
 use crate::error_text::chain;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 /// Where image URLs may be fetched from.
@@ -125,32 +127,62 @@ impl UrlFetch {
 
 /// An address anyone on the internet could reach: none of the loopback,
 /// private, shared (CGNAT), link-local, multicast, broadcast, documentation
-/// or unspecified ranges.
+/// or unspecified ranges. An IPv6 address that carries an IPv4 address
+/// ([`embedded_v4`]) is public only if each address it may lead to is.
 fn is_public(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || v4.is_unspecified()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)))
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                // NAT64's local-use prefix (RFC 8215) is not globally
+                // reachable, and where it carries the IPv4 address depends
+                // on a prefix length only the operator's translator knows.
+                || s[..3] == [0x64, 0xff9b, 1])
+                && embedded_v4(v6).into_iter().all(is_public_v4)
         }
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => is_public(IpAddr::V4(v4)),
-            None => {
-                let first = v6.segments()[0];
-                !(v6.is_loopback()
-                    || v6.is_unspecified()
-                    || v6.is_multicast()
-                    || (first & 0xfe00) == 0xfc00
-                    || (first & 0xffc0) == 0xfe80)
-            }
-        },
+    }
+}
+
+fn is_public_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    !(v4.is_loopback()
+        || v4.is_private()
+        || v4.is_link_local()
+        || v4.is_multicast()
+        || v4.is_broadcast()
+        || v4.is_unspecified()
+        || v4.is_documentation()
+        || a == 0
+        || (a == 100 && (64..128).contains(&b)))
+}
+
+/// The IPv4 addresses a connection to `v6` may reach: a translator or
+/// tunnel on the way (NAT64, 6to4, Teredo) or the host's own stack
+/// (IPv4-mapped, IPv4-compatible) turns these forms into IPv4 traffic, so
+/// `64:ff9b::a9fe:a9fe` is 169.254.169.254 as far as SSRF goes. (NAT64's
+/// local-use prefix is refused whole in [`is_public`].)
+fn embedded_v4(v6: Ipv6Addr) -> Vec<Ipv4Addr> {
+    let o = v6.octets();
+    let at = |i: [usize; 4]| Ipv4Addr::new(o[i[0]], o[i[1]], o[i[2]], o[i[3]]);
+    let s = v6.segments();
+    match s[0] {
+        // NAT64's well-known prefix (RFC 6052): the last 32 bits.
+        0x0064 if s[1] == 0xff9b && s[2..6] == [0; 4] => vec![at([12, 13, 14, 15])],
+        // 6to4 (RFC 3056): bits 16-47.
+        0x2002 => vec![at([2, 3, 4, 5])],
+        // Teredo (RFC 4380): the server in bits 32-63, the client's
+        // address inverted in the last 32 bits.
+        0x2001 if s[1] == 0 => {
+            let client = Ipv4Addr::from(!u32::from(at([12, 13, 14, 15])));
+            vec![at([4, 5, 6, 7]), client]
+        }
+        // IPv4-mapped `::ffff:a.b.c.d` and IPv4-compatible `::a.b.c.d`.
+        _ => v6.to_ipv4().into_iter().collect(),
     }
 }
 
@@ -177,6 +209,39 @@ mod tests {
         }
         for public in ["93.184.216.34", "1.1.1.1", "100.128.0.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
             assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    /// Each IPv6 form that carries an IPv4 address, with a private and a
+    /// public IPv4 address in it (169.254.169.254 = a9fe:a9fe, 127.0.0.1 =
+    /// 7f00:1, 10.0.0.1 = a00:1, 8.8.8.8 = 808:808, 1.1.1.1 = 101:101).
+    #[test]
+    fn ipv6_forms_that_carry_an_ipv4_address_are_judged_by_it() {
+        let cases = [
+            // NAT64, well-known prefix.
+            ("64:ff9b::a9fe:a9fe", "64:ff9b::808:808"),
+            ("64:ff9b::7f00:1", "64:ff9b::101:101"),
+            // 6to4.
+            ("2002:a9fe:a9fe::", "2002:808:808::1"),
+            ("2002:a00:1:1::1", "2002:101:101:1::1"),
+            // IPv4-compatible and IPv4-mapped.
+            ("::127.0.0.1", "::8.8.8.8"),
+            ("::169.254.169.254", "::1.1.1.1"),
+            ("::ffff:169.254.169.254", "::ffff:1.1.1.1"),
+            // Teredo: the server's address, then the client's (inverted: 10.0.0.1 = f5ff:fffe).
+            ("2001:0:a9fe:a9fe::f7f7:f7f7", "2001:0:808:808::f7f7:f7f7"),
+            ("2001:0:808:808::f5ff:fffe", "2001:0:808:808::fefe:fefe"),
+        ];
+        for (private, public) in cases {
+            assert!(!is_public(private.parse().unwrap()), "{private}");
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+        // NAT64's local-use prefix: not public whatever it carries, at
+        // each prefix length (/96, /64, /56, /48) an operator may give it.
+        for local_use in
+            ["64:ff9b:1::a9fe:a9fe", "64:ff9b:1::808:808", "64:ff9b:1:0:8:808:800:0", "64:ff9b:1:808:8:800::"]
+        {
+            assert!(!is_public(local_use.parse().unwrap()), "{local_use}");
         }
     }
 

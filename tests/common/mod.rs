@@ -248,6 +248,27 @@ pub fn assert_config_errors(cases: &[&[&str]]) {
     }
 }
 
+/// Sends raw bytes to `addr` (`host:port`), reads until the server closes
+/// (at most `wait`); returns what came back.
+pub fn raw_at(addr: &str, bytes: &[u8], wait: Duration) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+/// The status and JSON body of a raw HTTP/1.1 response.
+pub fn parse(response: &[u8]) -> (u16, serde_json::Value) {
+    let text = String::from_utf8_lossy(response);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no response head: {text:?}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    assert!(head.to_ascii_lowercase().contains("content-type: application/json"), "{head}");
+    (status, serde_json::from_str(body).unwrap_or_else(|e| panic!("body not JSON ({e}): {body:?}")))
+}
+
 /// The Python suite's virtualenv (`.venv`, git-ignored), created on first
 /// use and brought up to date when tests/python/requirements.txt changes (a
 /// copy of the one installed is kept in the venv). Installing needs PyPI:

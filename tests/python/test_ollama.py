@@ -8,6 +8,7 @@ models directory served through `dlopen` of the simulator's cdylib.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import httpx
 import ollama
 import pytest
 
-from conftest import daemon_binary
+from conftest import MODEL_ID, daemon_binary
 
 A_TOKENS, B_TOKENS = 5, 3
 
@@ -267,3 +268,93 @@ def test_models_dir_through_dlopen_evicts_the_least_recently_used(start_daemon, 
     calls = [json.loads(line)["call"] for line in record.read_text().splitlines()]
     assert calls.count("init") == 3
     assert calls.count("destroy") == 2, "every unloaded model was destroyed"
+
+
+# Home Assistant's Ollama integration: a system prompt, its intent tools, keep_alive "-1s" and
+# options {"num_ctx": 8192} on every chat, streamed; the tool's result goes back as a `tool` message.
+HA_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "area": {"type": "string"}, "domain": {"type": "array", "items": {"type": "string"}}},
+                "required": [],
+            },
+        },
+    }
+    for name, description in [("HassTurnOn", "Turns on/opens a device or entity"), ("HassTurnOff", "Turns off/closes a device or entity")]
+]
+HA_CALL = '<tool_call>\n{"name": "HassTurnOn", "arguments": {"name": "kitchen light"}}\n</tool_call>'
+HA_RESULT = "Turned on the kitchen light"
+HA_ANSWER = "The kitchen light is on."
+HA_MESSAGES = [
+    {"role": "system", "content": "You are a voice assistant for Home Assistant. Answer in plain text."},
+    {"role": "user", "content": "turn on the kitchen light"},
+]
+_OLLAMA_ADDRESS = re.compile(r"Ollama clients' address: (http://[0-9.]+:[0-9]+)")
+
+
+def ollama_address(d) -> str:
+    """The `--ollama-listen` address, from its log line (before the main "listening on")."""
+    m = _OLLAMA_ADDRESS.search(d.output())
+    assert m, d.output()
+    return m.group(1)
+
+
+def test_home_assistant_without_a_key_on_the_ollama_address_of_a_keyed_daemon(start_daemon, tmp_path):
+    script = tmp_path / "script.json"
+    # First match wins: the follow-up's prompt holds both texts.
+    script.write_text(json.dumps([{"match": HA_RESULT, "reply": HA_ANSWER}, {"match": "kitchen light", "reply": HA_CALL}]))
+    d = start_daemon(model=f"sim:instant?script={script}", api_key="secret", extra_args=("--ollama-listen", "127.0.0.1:0"))
+    address = ollama_address(d)
+    assert address != d.url
+
+    # The main address wants the key on every API route, Ollama's too.
+    with pytest.raises(ollama.ResponseError) as e:
+        ollama.Client(host=d.url, timeout=30).list()
+    assert e.value.status_code == 401
+    assert ollama.Client(host=d.url, timeout=30, headers={"Authorization": "Bearer secret"}).list().models
+
+    # The Ollama address: no key. Home Assistant lists the models when it is set up.
+    c = ollama.Client(host=address, timeout=30)
+    assert [m.model for m in c.list().models] == [MODEL_ID]
+    common = dict(model=MODEL_ID, tools=HA_TOOLS, keep_alive="-1s", options={"num_ctx": 8192})
+    whole = c.chat(messages=HA_MESSAGES, stream=False, **common)
+    (call,) = whole.message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("HassTurnOn", {"name": "kitchen light"})
+    follow_up = [
+        *HA_MESSAGES,
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "HassTurnOn", "arguments": {"name": "kitchen light"}}}]},
+        {"role": "tool", "content": json.dumps({"success": True, "result": HA_RESULT})},
+    ]
+    parts = list(c.chat(messages=follow_up, stream=True, **common))
+    assert "".join(p.message.content for p in parts) == HA_ANSWER, "the tool's result reached the prompt"
+    assert parts[-1].done and parts[-1].done_reason == "stop"
+    assert [m.expires_at for m in c.ps().models] == [None], "keep_alive -1s: kept loaded"
+
+    # What VS Code Copilot reads there: a version it accepts (>= 0.6.4), the OpenAI chat and models.
+    with httpx.Client(base_url=address, timeout=30) as http:
+        assert http.get("/").text == "Ollama is running", "as Ollama answers a probe"
+        v = http.get("/api/version").json()
+        assert tuple(int(x) for x in v["version"].split(".")) >= (0, 6, 4), v
+        assert v["rkllmd_version"] and v["rkllmd_version"] != v["version"], v
+        chat = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+        assert http.post("/v1/chat/completions", json=chat).status_code == 200
+        assert [m["id"] for m in http.get("/v1/models").json()["data"]] == [MODEL_ID]
+        # Only those: the rest of the API stays behind the key on the main address.
+        assert http.post("/v1/completions", json={"model": MODEL_ID, "prompt": "hi"}).status_code == 404
+    with httpx.Client(base_url=d.url, timeout=30) as http:
+        assert http.post("/v1/chat/completions", json=chat).status_code == 401
+        assert http.get("/api/version").status_code == 401
+
+
+def test_the_ollama_address_takes_a_key_of_its_own(start_daemon):
+    d = start_daemon(api_key="main", extra_args=("--ollama-listen", "127.0.0.1:0", "--ollama-api-key", "ollama"))
+    address = ollama_address(d)
+    with pytest.raises(ollama.ResponseError) as e:
+        ollama.Client(host=address, timeout=30, headers={"Authorization": "Bearer main"}).list()
+    assert e.value.status_code == 401, "the main key does not open the Ollama address"
+    assert ollama.Client(host=address, timeout=30, headers={"Authorization": "Bearer ollama"}).list().models

@@ -12,11 +12,19 @@ use serde_json::{json, Map};
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The daemon's version (Ollama clients check that a server answers here).
+/// The Ollama version `/api/version` reports. Clients read it as Ollama's
+/// and gate on it (VS Code Copilot refuses a server below 0.6.4), so it is
+/// an Ollama release, not rkllmd's 0.x: 0.12.0, whose API covers what is
+/// served here (chat with tools and `think`, embed, show with
+/// `capabilities`), a release clients of 2025-26 accept. rkllmd's own
+/// version is beside it, in `rkllmd_version`, which Ollama clients ignore.
+pub const OLLAMA_VERSION: &str = "0.12.0";
+
+/// The Ollama version clients check, and rkllmd's own.
 #[utoipa::path(get, path = "/api/version",
     operation_id = "ollama_version", tag = "ollama", responses((status = 200, description = "The version", body = Version)))]
 pub async fn version() -> Json<Version> {
-    Json(Version { version: env!("CARGO_PKG_VERSION") })
+    Json(Version { version: OLLAMA_VERSION, rkllmd_version: env!("CARGO_PKG_VERSION") })
 }
 
 fn rfc3339(t: SystemTime) -> String {

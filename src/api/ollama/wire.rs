@@ -317,7 +317,10 @@ impl NamesModel for LegacyEmbedRequest {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(as = OllamaVersion)]
 pub struct Version {
+    /// The Ollama version whose API this server stands in for (clients compare it).
     pub version: &'static str,
+    /// rkllmd's own version.
+    pub rkllmd_version: &'static str,
 }
 
 /// Every error, as Ollama sends it (clients match on the text).
