@@ -3,7 +3,8 @@
 //! `apply_patch` tool, `web_search`, `reasoning.summary`, `include`,
 //! `store: false`, streamed) replayed over HTTP, then the tool loop it runs
 //! — the whole input resent each turn, tool outputs as items — with the
-//! names of namespaced and custom tools mapped both ways.
+//! names of namespaced and custom tools mapped both ways; and a request
+//! Codex CLI 0.171.0 sent (exec_0.171.0_say_hi.json), replayed as captured.
 
 mod common;
 use common::*;
@@ -17,11 +18,15 @@ const SPAWNED: &str = "agent-42 started";
 const PATCH: &str = "*** Begin Patch\n*** Update File: README.md\n@@\n-helo\n+hello\n*** End Patch\n";
 const PATCHED: &str = "Success. Updated the following files: M README.md";
 
-fn fixture() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/codex/first_turn.json");
+fn load(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/codex/{name}", env!("CARGO_MANIFEST_DIR"));
     let mut body: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     body["model"] = json!("m");
     body
+}
+
+fn fixture() -> Value {
+    load("first_turn.json")
 }
 
 /// The fixture with its last user message replaced.
@@ -141,6 +146,26 @@ async fn codex_first_request_and_its_tool_loop() {
     let done = completed(&ev);
     assert_eq!(done["output"][0]["content"][0]["text"], ANSWER);
     assert_eq!(done["usage"]["input_tokens_details"]["cached_tokens"], prompt1 + reply1, "the whole first turn reused");
+}
+
+/// What Codex CLI 0.171.0 sent for `codex exec "say hi"` (captured on
+/// loopback): served, `web_search` left out, its namespace's tools in the
+/// prompt under their joined names (the script answers only if the prompt
+/// holds one), `client_metadata` and `reasoning.summary` named as ignored.
+#[tokio::test]
+async fn a_captured_codex_request_is_served_as_sent() {
+    let script = script(&[("multi_agent_v1__spawn_agent", "hi"), ("", "the namespace was not in the prompt")]);
+    let spec = format!("sim:instant?script={}", script.path().display());
+    // Every tool of it fits 32k (at 16k the tool selection leaves some out).
+    let d = Daemon::start(&["--backend", "sim", "--model", &spec, "--model-id", "m", "--max-context-len", "32768"]);
+    let r = d.post("/v1/responses", load("exec_0.171.0_say_hi.json")).await;
+    assert_eq!(r.headers()["x-rkllmd-tools-unsupported"], "web_search");
+    let ignored = r.headers()["x-rkllmd-ignored-params"].to_str().unwrap().to_owned();
+    assert!(ignored.contains("client_metadata") && ignored.contains("reasoning.summary"), "{ignored}");
+    let ev = events(r).await;
+    let done = completed(&ev);
+    assert_eq!(done["output"][0]["content"][0]["text"], "hi");
+    assert_eq!(done["timings"]["tools_dropped"], 0);
 }
 
 /// A namespaced tool's call comes back as `{namespace, name}` and a custom
