@@ -271,4 +271,7 @@ async fn max_output_tokens_above_the_servers_limit_is_a_ceiling() {
     assert_eq!(b["incomplete_details"]["reason"], "max_output_tokens");
     let r = d.post("/v1/responses", json!({"model": "m", "input": "Hello", "max_output_tokens": 8})).await;
     assert!(r.headers().get("x-rkllmd-max-tokens-clamped").is_none());
+    let r = d.post("/v1/responses", json!({"model": "m", "input": "Hello", "max_output_tokens": 0})).await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["param"], "max_output_tokens");
 }

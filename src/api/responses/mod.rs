@@ -62,7 +62,13 @@ pub async fn create(
     }
     let (v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
         Ok(v) => Ok((v, tools)),
-        Err(e) => Err(tools.rename(e)),
+        Err(mut e) => {
+            // Chat's field names, as this request calls them.
+            if e.body.param.as_deref() == Some("max_tokens") {
+                e.body.param = Some("max_output_tokens".into());
+            }
+            Err(tools.rename(e))
+        }
     })
     .await?;
     let mut echo = serde_json::Map::new();
