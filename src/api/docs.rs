@@ -247,7 +247,9 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
         .map(|&(name, lo, hi)| ("SamplingFields", name, (lo, hi)))
         .chain([("Common", "max_tokens", tokens), ("Common", "n", (1.0, 1.0))])
         .chain([("ChatCompletionRequest", "max_completion_tokens", tokens)])
-        .chain([("CreateMessage", "max_tokens", tokens), ("CreateResponse", "max_output_tokens", tokens)])
+        .chain([("CreateMessage", "max_tokens", tokens)])
+        // A ceiling above `max_new_tokens` (responses/mod.rs): any count from 1.
+        .chain([("CreateResponse", "max_output_tokens", (1.0, f64::from(u32::MAX)))])
         // Any count the server can hold exactly (JSON numbers are f64).
         .chain([("RerankRequest", "top_n", (0.0, 9_007_199_254_740_991.0))]);
     for (schema, field, (lo, hi)) in fields {

@@ -62,11 +62,7 @@ pub async fn respond(
     };
     response.headers_mut().insert(TEMPLATE_MODE, template_mode);
     tools_dropped_header(&mut response, tools_dropped);
-    if !ignored.is_empty() {
-        if let Ok(value) = HeaderValue::from_str(&ignored) {
-            response.headers_mut().insert(IGNORED_PARAMS, value);
-        }
-    }
+    ignored_params_header(&mut response, &ignored);
     Ok(response)
 }
 
@@ -162,6 +158,17 @@ async fn hold_head(
 pub fn tools_dropped_header(response: &mut Response, dropped: usize) {
     if dropped > 0 {
         response.headers_mut().insert(TOOLS_DROPPED, HeaderValue::from(dropped));
+    }
+}
+
+/// Names the request fields that were not applied (comma-separated), when any were.
+pub fn ignored_params_header(response: &mut Response, ignored: &str) {
+    if ignored.is_empty() {
+        return;
+    }
+    // A field name that is not visible ASCII cannot be a header's: none is set.
+    if let Ok(value) = HeaderValue::from_str(ignored) {
+        response.headers_mut().insert(IGNORED_PARAMS, value);
     }
 }
 

@@ -158,9 +158,14 @@ fn given(field: &str) -> Value {
 
 /// A `tool_choice` matching `choice` needs at least one tool.
 fn needs_tools(choice: Value) -> Value {
+    needs_offered(choice, json!({"type": "array", "minItems": 1}))
+}
+
+/// A `tool_choice` matching `choice` needs `tools` as `offered` states.
+fn needs_offered(choice: Value, offered: Value) -> Value {
     json!({
         "if": {"required": ["tool_choice"], "properties": {"tool_choice": choice}},
-        "then": {"required": ["tools"], "properties": {"tools": {"type": "array", "minItems": 1}}},
+        "then": {"required": ["tools"], "properties": {"tools": offered}},
     })
 }
 
@@ -199,6 +204,20 @@ fn rules() -> Vec<(&'static str, Value)> {
             "properties": {"name": tool_name, "description": {"type": "string"}, "parameters": any_object()},
         }},
     }});
+    // A Responses tool the model can call: a function (its type absent or
+    // null) or a custom tool, named as a chat function; only a function's
+    // `parameters` are read.
+    let callable = json!({"anyOf": [
+        {"not": {"required": ["type"]}},
+        {"properties": {"type": {"enum": ["function", "custom", null]}}},
+    ]});
+    let callable_tool = json!({"allOf": [
+        {"if": callable.clone(), "then": {"required": ["name"], "properties": {
+            "name": tool_name.clone(), "description": {"type": ["string", "null"]},
+        }}},
+        {"if": {"anyOf": [{"not": {"required": ["type"]}}, {"properties": {"type": {"enum": ["function", null]}}}]},
+         "then": {"properties": {"parameters": {"oneOf": [{"type": "null"}, any_object()]}}}},
+    ]});
     // A Responses input's text part.
     let text_part = json!({
         "type": "object", "required": ["type", "text"],
@@ -311,27 +330,40 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // ollama/embed.rs: several inputs, none empty (one empty input only loads the model).
         ("OllamaEmbedInput", json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}}}]})),
-        // responses/convert.rs `tool` and `tool_choice`: the same, flat.
+        // responses/tools.rs `convert` and `choice`: function and custom tools
+        // (a tool without a type is a function) as on chat, flat; a namespace
+        // holds such tools; any other type is left out, whatever it holds.
+        // `tool_choice` `required` or naming a tool needs one the model can call.
         (
             "CreateResponse",
             json!({
                 "properties": {
                     "tools": {"type": ["array", "null"], "items": {
-                        "type": "object", "required": ["type", "name"],
-                        "properties": {
-                            "type": {"const": "function"}, "name": tool_name,
-                            "description": {"type": ["string", "null"]}, "parameters": {"oneOf": [{"type": "null"}, any_object()]},
-                        },
+                        "type": "object",
+                        "allOf": [callable_tool.clone(), {
+                            "if": {"required": ["type"], "properties": {"type": {"const": "namespace"}}},
+                            "then": {"required": ["name", "tools"], "properties": {
+                                "name": tool_name,
+                                "tools": {"type": "array", "items": {"type": "object", "allOf": [callable_tool]}},
+                            }},
+                        }],
                     }},
                     "tool_choice": {"oneOf": [
                         {"type": "null"},
                         {"enum": ["none", "auto", "required"]},
-                        {"type": "object", "required": ["type", "name"],
-                         "properties": {"type": {"const": "function"}, "name": {"type": "string"}}},
+                        {"type": "object", "required": ["type", "name"], "properties": {
+                            "type": {"enum": ["function", "custom"]}, "name": {"type": "string"},
+                            "namespace": {"type": ["string", "null"]},
+                        }},
                     ]},
                 },
                 "allOf": [
-                    needs_tools(json!({"anyOf": [{"const": "required"}, {"type": "object"}]})),
+                    needs_offered(json!({"anyOf": [{"const": "required"}, {"type": "object"}]}), json!({
+                        "type": "array", "contains": {"type": "object", "anyOf": [callable.clone(), {
+                            "required": ["type", "tools"],
+                            "properties": {"type": {"const": "namespace"}, "tools": {"type": "array", "contains": callable}},
+                        }]},
+                    })),
                     // `chat_request`: without `instructions`, `input` holds an item that is not reasoning.
                     {"if": {"properties": {"instructions": {"type": "null"}}},
                      "then": {"properties": {"input": {"anyOf": [
@@ -351,7 +383,8 @@ fn rules() -> Vec<(&'static str, Value)> {
         (
             "InputItem",
             json!({"allOf": [
-                {"properties": {"type": {"enum": ["message", "function_call", "function_call_output", "reasoning"]}}},
+                {"properties": {"type": {"enum": ["message", "function_call", "function_call_output",
+                    "custom_tool_call", "custom_tool_call_output", "reasoning"]}}},
                 {"if": {"properties": {"type": {"const": "message"}}},
                  "then": {"required": ["role", "content"], "properties": {
                      "role": {"enum": ["user", "assistant", "system", "developer"]},
@@ -359,8 +392,13 @@ fn rules() -> Vec<(&'static str, Value)> {
                  }}},
                 {"if": {"required": ["type"], "properties": {"type": {"const": "function_call"}}},
                  "then": {"required": ["call_id", "name", "arguments"],
-                          "properties": {"call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"}}}},
-                {"if": {"required": ["type"], "properties": {"type": {"const": "function_call_output"}}},
+                          "properties": {"call_id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string"},
+                                         "namespace": {"type": ["string", "null"]}}}},
+                {"if": {"required": ["type"], "properties": {"type": {"const": "custom_tool_call"}}},
+                 "then": {"required": ["call_id", "name", "input"],
+                          "properties": {"call_id": {"type": "string"}, "name": {"type": "string"}, "input": {"type": "string"},
+                                         "namespace": {"type": ["string", "null"]}}}},
+                {"if": {"required": ["type"], "properties": {"type": {"enum": ["function_call_output", "custom_tool_call_output"]}}},
                  "then": {"required": ["call_id", "output"],
                           "properties": {"call_id": {"type": "string"}, "output": text_or_blocks(text_part)}}},
             ]}),

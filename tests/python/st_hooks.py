@@ -46,10 +46,10 @@ def filter_body(ctx, body):
 
 @schemathesis.hook
 def map_case(ctx, case):
-    """Holds a generated valid body to the two tool rules JSON Schema cannot
+    """Holds a generated valid body to the tool rules JSON Schema cannot
     state, which the document says in words and the server refuses (400):
-    each function name once, and a `tool_choice` naming a function of
-    `tools`. A generator draws short names that repeat and a `tool_choice`
+    each function name once (a Responses namespace's joined to it), and a
+    `tool_choice` naming a function of `tools`. A generator draws short names that repeat and a `tool_choice`
     name that matches nothing; without this, schemathesis would take each
     such body for a valid one refused. Invalid bodies are left as drawn."""
     meta = getattr(case, "meta", None)
@@ -67,20 +67,50 @@ def named(item):
     return item["function"] if isinstance(item.get("function"), dict) else item
 
 
+def callable_tool(tool):
+    """A tool the model can call: every chat, Ollama and Messages tool; of
+    the Responses API's, a function (its `type` absent or null) or a custom
+    tool, not a built-in one (`web_search`, …), which the server leaves out."""
+    return isinstance(tool, dict) and tool.get("type") in (None, "function", "custom")
+
+
+def callables(tools):
+    """(name holder, namespace) of each tool the model sees, a Responses
+    namespace's tools included: the model sees those as `NAMESPACE__NAME`,
+    which must still be a function name (at most 64 characters), so both
+    parts are cut short enough here."""
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "namespace" and isinstance(tool.get("tools"), list):
+            if isinstance(tool.get("name"), str):
+                tool["name"] = tool["name"][:20]
+            for inner in tool["tools"]:
+                if callable_tool(inner) and isinstance(inner.get("name"), str):
+                    inner["name"] = inner["name"][:40]
+                    yield inner, tool.get("name")
+        elif callable_tool(tool):
+            yield named(tool), None
+
+
 def keep_tool_rules(body):
-    names = []
-    for i, tool in enumerate(body.get("tools") if isinstance(body.get("tools"), list) else []):
-        holder = named(tool)
+    seen, first = [], None
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else []
+    for i, (holder, namespace) in enumerate(callables(tools)):
         name = holder.get("name") if holder is not None else None
         if not isinstance(name, str):
             continue
+        flat = lambda n: f"{namespace}__{n}" if namespace else n
         k = 0
-        while name in names:
+        while flat(name) in seen:
             # Still 1 to 64 of `A-Z a-z 0-9 _ -`.
-            name, k = f"{holder['name'][:50]}_{i}_{k}", k + 1
+            name, k = f"{holder['name'][:30]}_{i}_{k}", k + 1
         holder["name"] = name
-        names.append(name)
+        seen.append(flat(name))
+        first = first or (name, namespace)
     choice = named(body.get("tool_choice"))
     kind = body["tool_choice"].get("type") if choice is not None else None
-    if kind in ("function", "tool") and names and choice.get("name") not in names:
-        choice["name"] = names[0]
+    if kind in ("function", "tool", "custom") and first is not None:
+        namespace = choice.get("namespace")
+        if (f"{namespace}__{choice.get('name')}" if namespace else choice.get("name")) not in seen:
+            choice["name"] = first[0]
+            if "namespace" in choice or first[1]:
+                choice["namespace"] = first[1]

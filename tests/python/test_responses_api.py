@@ -1,8 +1,10 @@
 """OpenAI's Responses API (`/v1/responses`) through the official SDK's
 `responses.create` and `responses.stream`: text, reasoning items, a tool round
-trip (function_call -> function_call_output -> answer), the token limit, and
-the stateless server's refusal of `previous_response_id`. The simulated
-runtime replies from a script keyed on prompt text."""
+trip (function_call -> function_call_output -> answer), the token limit, the
+stateless server's refusal of `previous_response_id`, and Codex CLI's tool
+loop (streamed, `store: false`, the whole input resent each turn, built-in
+and namespaced tools beside its shell tool). The simulated runtime replies
+from a script keyed on prompt text."""
 
 from __future__ import annotations
 
@@ -24,7 +26,31 @@ TOOLS = [
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOL_RESULT = "22 degrees and sunny"
 ANSWER = "It is 22 degrees and sunny in Paris."
+SHELL_TOOLS = [
+    {
+        "type": "function",
+        "name": "shell",
+        "description": "Runs a shell command and returns its output.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "array", "items": {"type": "string"}}, "workdir": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+    {"type": "web_search"},
+    {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "Helper agents.",
+        "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object", "properties": {}}}],
+    },
+]
+SHELL_CALL = '<tool_call>\n{"name": "shell", "arguments": {"command": ["ls", "-a"]}}\n</tool_call>'
+LISTING = "Cargo.toml\nsrc\ntests"
+SHELL_ANSWER = "The repository has Cargo.toml, src and tests."
 SCRIPT = [
+    {"match": LISTING, "reply": SHELL_ANSWER},
+    {"match": "List the files", "reply": SHELL_CALL},
     {"match": TOOL_RESULT, "reply": ANSWER},
     {"match": "weather in Paris", "reply": CALL},
     {"match": "add two and two", "reply": "<think>Two plus two is four.</think>\n\nFour."},
@@ -110,9 +136,45 @@ def test_previous_response_id_is_refused(sdk):
     with pytest.raises(openai.BadRequestError) as e:
         sdk.responses.create(model=MODEL_ID, input="Hello", previous_response_id="resp_123")
     assert e.value.body["param"] == "previous_response_id"
-    with pytest.raises(openai.BadRequestError) as e:
-        sdk.responses.create(model=MODEL_ID, input="Hello", tools=[{"type": "web_search"}])
-    assert e.value.body["param"] == "tools[0].type"
+
+
+def test_codex_tool_loop_streamed_with_the_whole_input_resent(sdk):
+    """As Codex CLI runs its shell tool: streamed, `store: false`, its own
+    fields (`include`, `reasoning.summary`, `prompt_cache_key`,
+    `parallel_tool_calls`) and a built-in tool that is left out, not refused;
+    the second turn resends everything and reuses the first from the cache."""
+    codex = dict(
+        model=MODEL_ID,
+        instructions="You are a coding agent. Use the shell tool to inspect the workspace.",
+        tools=SHELL_TOOLS,
+        store=False,
+        include=["reasoning.encrypted_content"],
+        reasoning={"effort": "medium", "summary": "auto"},
+        parallel_tool_calls=False,
+        prompt_cache_key="codex-session-1",
+        stream=True,
+    )
+    history = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List the files, please."}]}]
+    events = list(sdk.responses.create(input=history, **codex))
+    kinds = [e.type for e in events]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert kinds[:3] == ["response.created", "response.in_progress", "response.output_item.added"], kinds
+    assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    first = events[-1].response
+    (call,) = first.output
+    assert (call.type, call.name, json.loads(call.arguments)) == ("function_call", "shell", {"command": ["ls", "-a"]})
+
+    history += [call.model_dump(exclude_none=True), {"type": "function_call_output", "call_id": call.call_id, "output": LISTING}]
+    events = list(sdk.responses.create(input=history, **codex))
+    kinds = [e.type for e in events]
+    for kind in ("response.content_part.added", "response.output_text.done", "response.content_part.done"):
+        assert kind in kinds, kinds
+    final = events[-1].response
+    assert events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == SHELL_ANSWER
+    assert final.output_text == SHELL_ANSWER
+    reused = final.usage.input_tokens_details.cached_tokens
+    assert reused == first.usage.input_tokens + first.usage.output_tokens, (reused, first.usage)
 
 
 def test_input_of_reasoning_items_alone_is_refused_naming_input(sdk):

@@ -139,7 +139,7 @@ pub struct ChatCompletionRequest {
     /// Extension: reaches the chat template and the runtime's `enable_thinking`.
     pub enable_thinking: Option<bool>,
     /// OpenAI's reasoning switch: `none` or `minimal` turns thinking off,
-    /// `low`, `medium` or `high` on (the runtime has no finer control);
+    /// `low`, `medium`, `high` or `xhigh` on (the runtime has no finer control);
     /// `enable_thinking` and `chat_template_kwargs.enable_thinking` win over it.
     pub reasoning_effort: Option<ReasoningEffort>,
     /// Extension: extra variables for the chat template (e.g. `{"enable_thinking": false}`).
@@ -171,6 +171,8 @@ pub enum ReasoningEffort {
     Low,
     Medium,
     High,
+    /// OpenAI's newest level (Codex CLI sends it): on, as `high`.
+    Xhigh,
 }
 
 impl ReasoningEffort {

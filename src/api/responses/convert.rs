@@ -1,12 +1,15 @@
 //! A Responses request → the chat request it means, validated by the same
 //! code as `/v1/chat/completions` (`api::request`).
 
+use super::tools::{self, custom_arguments, Names, Tools};
 use super::wire::{CreateResponse, Input};
 use crate::api::error::ApiError;
 use crate::api::request::{ChatCompletionRequest, ChatMessage, ChatRole, Common, Content};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-pub fn chat_request(req: &CreateResponse) -> Result<ChatCompletionRequest, ApiError> {
+/// The chat request, and the client's tools as it took them (the names
+/// the model sees, the tools it does not).
+pub fn chat_request(req: &CreateResponse) -> Result<(ChatCompletionRequest, Tools), ApiError> {
     if req.previous_response_id.is_some() {
         return Err(ApiError::invalid_value(
             "previous_response_id",
@@ -35,28 +38,51 @@ pub fn chat_request(req: &CreateResponse) -> Result<ChatCompletionRequest, ApiEr
             "`input` holds no message: send a message, function_call or function_call_output item (a reasoning item belongs to the assistant turn after it), or `instructions`.",
         ));
     }
-    let tools =
-        req.tools.as_ref().map(|tools| tools.iter().enumerate().map(|(i, t)| tool(i, t)).collect()).transpose()?;
-    let tool_choice = req.tool_choice.as_ref().map(tool_choice);
+    let mut tools = req.tools.as_deref().map(tools::convert).transpose()?.unwrap_or_default();
+    let functions = std::mem::take(&mut tools.chat);
+    let tool_choice = req.tool_choice.as_ref().map(tools::choice);
     let response_format = req.text.as_ref().and_then(|t| t.get("format")).map(format).transpose()?;
-    Ok(ChatCompletionRequest {
+    let chat = ChatCompletionRequest {
         messages,
         max_completion_tokens: None,
         enable_thinking: None,
         reasoning_effort: req.reasoning.as_ref().and_then(|r| r.effort),
         chat_template_kwargs: None,
-        tools,
+        // Only built-in tools sent: as if none were (`tool_choice` `auto` then offers nothing).
+        tools: (!functions.is_empty()).then_some(functions),
         tool_choice,
         response_format,
         common: Common {
             model: req.model.clone(),
             stream: req.stream,
             max_tokens: req.max_output_tokens,
+            prompt_cache_key: req.prompt_cache_key.clone(),
             sampling: req.sampling,
             extra: req.extra.clone(),
             ..Default::default()
         },
-    })
+    };
+    Ok((chat, tools))
+}
+
+/// The request's fields that change nothing here, for `x-rkllmd-ignored-params`:
+/// the unknown ones (`include`, `parallel_tool_calls`, `metadata`, …; `store`
+/// only when true: nothing is stored), `reasoning.summary` (no summaries
+/// are written) and `text.verbosity`.
+pub fn ignored(req: &CreateResponse) -> Vec<String> {
+    let mut ignored: Vec<String> = req
+        .extra
+        .iter()
+        .filter(|(k, v)| !(k.as_str() == "store" && **v != json!(true)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    if req.reasoning.as_ref().is_some_and(|r| r.summary.is_some()) {
+        ignored.push("reasoning.summary".into());
+    }
+    if req.text.as_ref().is_some_and(|t| t.get("verbosity").is_some_and(|v| !v.is_null())) {
+        ignored.push("text.verbosity".into());
+    }
+    ignored
 }
 
 fn message(role: ChatRole, text: String) -> ChatMessage {
@@ -107,9 +133,19 @@ fn add_item(messages: &mut Vec<ChatMessage>, i: usize, item: &Value) -> Result<(
             m.reasoning_content = pending.and_then(|p| p.reasoning_content);
             messages.push(m);
         }
-        "function_call" => {
+        kind @ ("function_call" | "custom_tool_call") => {
+            let namespace = match item.get("namespace") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(ns)) => Some(ns.as_str()),
+                Some(_) => return Err(bad(format!("{param}.namespace"), "`namespace` must be a string.")),
+            };
+            let name = Names::flat(namespace, &text_field(item, "name", &param)?);
+            let arguments = match kind {
+                "function_call" => text_field(item, "arguments", &param)?,
+                _ => custom_arguments(&text_field(item, "input", &param)?),
+            };
             let call = json!({"id": text_field(item, "call_id", &param)?, "type": "function",
-                "function": {"name": text_field(item, "name", &param)?, "arguments": text_field(item, "arguments", &param)?}});
+                "function": {"name": name, "arguments": arguments}});
             match messages.last_mut() {
                 Some(m) if m.role == ChatRole::Assistant => m.tool_calls.get_or_insert_with(Vec::new).push(call),
                 _ => messages.push(ChatMessage {
@@ -119,7 +155,7 @@ fn add_item(messages: &mut Vec<ChatMessage>, i: usize, item: &Value) -> Result<(
                 }),
             }
         }
-        "function_call_output" => {
+        "function_call_output" | "custom_tool_call_output" => {
             let output = match item.get("output") {
                 Some(Value::String(s)) => s.clone(),
                 Some(parts @ Value::Array(_)) => content(Some(parts), &param)?,
@@ -142,7 +178,7 @@ fn add_item(messages: &mut Vec<ChatMessage>, i: usize, item: &Value) -> Result<(
         other => {
             return Err(bad(
                 format!("{param}.type"),
-                &format!("Input items of type `{other}` are not supported: message, function_call, function_call_output and reasoning are."),
+                &format!("Input items of type `{other}` are not supported: message, function_call, function_call_output, custom_tool_call, custom_tool_call_output and reasoning are."),
             ))
         }
     }
@@ -179,32 +215,6 @@ fn content(value: Option<&Value>, param: &str) -> Result<String, ApiError> {
             Ok(text)
         }
         _ => Err(bad(format!("{param}.content"), "`content` must be a string or an array of text parts.")),
-    }
-}
-
-/// `{"type": "function", "name", …}` → chat's `{"type": "function", "function": {…}}`.
-fn tool(i: usize, t: &Value) -> Result<Value, ApiError> {
-    if t.get("type").and_then(Value::as_str) != Some("function") {
-        return Err(bad(
-            format!("tools[{i}].type"),
-            "Only `function` tools are supported (no built-in tools such as web search run here).",
-        ));
-    }
-    let mut function = Map::new();
-    // A null field is an absent one (chat's tools take only text and objects).
-    for key in ["name", "description", "parameters"] {
-        if let Some(v) = t.get(key).filter(|v| !v.is_null()) {
-            function.insert(key.into(), v.clone());
-        }
-    }
-    Ok(json!({"type": "function", "function": function}))
-}
-
-/// `{"type": "function", "name"}` → chat's `{"type": "function", "function": {"name"}}`; strings as they are.
-fn tool_choice(choice: &Value) -> Value {
-    match (choice.get("type").and_then(Value::as_str), choice.get("name")) {
-        (Some("function"), Some(name)) => json!({"type": "function", "function": {"name": name}}),
-        _ => choice.clone(),
     }
 }
 

@@ -5,19 +5,26 @@
 
 mod convert;
 mod reply;
+mod tools;
 pub(super) mod wire;
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{head_wait, submit, tools_dropped_header};
+use super::respond::{head_wait, ignored_params_header, submit, tools_dropped_header};
 use super::AppState;
 use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
 use axum::Extension;
 use serde_json::json;
 pub use wire::CreateResponse;
+
+/// Tools left out of the prompt for their type (docs/api.md, "Responses API").
+const TOOLS_UNSUPPORTED: HeaderName = HeaderName::from_static("x-rkllmd-tools-unsupported");
+/// `max_output_tokens` lowered to what the server produces (`ASKED->LIMIT`).
+const MAX_TOKENS_CLAMPED: HeaderName = HeaderName::from_static("x-rkllmd-max-tokens-clamped");
 
 /// Creates a model response (`stream: true` for the Responses API's server-sent events).
 #[utoipa::path(
@@ -39,12 +46,31 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<CreateResponse>,
 ) -> Result<Response, ApiError> {
-    let chat = convert::chat_request(&req)?;
+    let (mut chat, tools) = convert::chat_request(&req)?;
     let (model, place) = state.lease_queued(&req.model, None).await?;
     let id = format!("resp_{}", uuid::Uuid::new_v4().simple());
+    if !tools.unsupported.is_empty() {
+        tracing::warn!(%id, tools = %tools.unsupported.join(","), "tools of types that cannot run here were left out of the prompt");
+    }
     let policy = state.settings.chat_policy();
     let job_id = id.clone();
-    let v = prepare(&model, move |model| chat.validate(&job_id, model, policy)).await?;
+    // A ceiling, as OpenAI's own limit is: the most the server produces, not a refusal.
+    let limit = model.engine.limits().max_new_tokens;
+    let clamped = chat.common.max_tokens.filter(|&asked| asked > limit).map(|asked| format!("{asked}->{limit}"));
+    if clamped.is_some() {
+        chat.common.max_tokens = Some(limit);
+    }
+    let (v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
+        Ok(v) => Ok((v, tools)),
+        Err(mut e) => {
+            // Chat's field names, as this request calls them.
+            if e.body.param.as_deref() == Some("max_tokens") {
+                e.body.param = Some("max_output_tokens".into());
+            }
+            Err(tools.rename(e))
+        }
+    })
+    .await?;
     let mut echo = serde_json::Map::new();
     echo.insert("instructions".into(), json!(req.instructions));
     echo.insert("max_output_tokens".into(), json!(req.max_output_tokens));
@@ -52,7 +78,17 @@ pub async fn create(
     echo.insert("tool_choice".into(), req.tool_choice.clone().unwrap_or(json!("auto")));
     echo.insert("temperature".into(), json!(req.sampling.temperature));
     echo.insert("top_p".into(), json!(req.sampling.top_p));
-    let head = reply::Head { id: id.clone(), created_at: super::unix_now(), model: model.served_id(), echo };
+    // Accepted, not applied (the model decides how many calls it makes): echoed as sent.
+    echo.insert("parallel_tool_calls".into(), req.extra.get("parallel_tool_calls").cloned().unwrap_or(json!(true)));
+    let head = reply::Head {
+        id: id.clone(),
+        created_at: super::unix_now(),
+        model: model.served_id(),
+        echo,
+        names: tools.names,
+        unsupported: tools.unsupported.len(),
+    };
+    let ignored = convert::ignored(&req);
     let wait = head_wait(&v, state.settings.head_wait);
     let s = submit(&state, model, place, v, &id, &counting, wait).await;
     let mut response = if s.streamed {
@@ -61,5 +97,13 @@ pub async fn create(
         reply::collect(s.pieces?, head).await?
     };
     tools_dropped_header(&mut response, s.tools_dropped);
+    let ignored = s.ignored.split(',').filter(|p| !p.is_empty()).map(str::to_owned).chain(ignored);
+    ignored_params_header(&mut response, &ignored.collect::<Vec<_>>().join(","));
+    let headers = response.headers_mut();
+    for (name, value) in [(TOOLS_UNSUPPORTED, Some(tools.unsupported.join(","))), (MAX_TOKENS_CLAMPED, clamped)] {
+        if let Some(value) = value.filter(|v| !v.is_empty()).and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert(name, value);
+        }
+    }
     Ok(response)
 }

@@ -2,6 +2,7 @@
 //! object, or as its server-sent events: `response.created`, output items
 //! opened and closed around their deltas, then `response.completed`.
 
+use super::tools::{custom_input, Names};
 use crate::api::error::ApiError;
 use crate::api::reply::{Piece, Summary};
 use crate::conversation::{CallDelta, Delta, Reply};
@@ -19,6 +20,10 @@ pub struct Head {
     pub model: String,
     /// The request's fields a response echoes (`instructions`, `tools`, …).
     pub echo: serde_json::Map<String, Value>,
+    /// Who the tools the model calls are to the client.
+    pub names: Names,
+    /// Tools left out of the prompt for their type (`timings.tools_unsupported`).
+    pub unsupported: usize,
 }
 
 fn item_id(prefix: &str) -> String {
@@ -38,6 +43,7 @@ impl Head {
             o["usage"] = json!({"input_tokens": s.usage.prompt_tokens, "input_tokens_details": {"cached_tokens": cached},
                 "output_tokens": s.usage.completion_tokens, "total_tokens": s.usage.total_tokens});
             o["timings"] = json!(s.timings);
+            o["timings"]["tools_unsupported"] = json!(self.unsupported);
             if s.finish_reason == "length" {
                 o["status"] = json!("incomplete");
                 o["incomplete_details"] = json!({"reason": "max_output_tokens"});
@@ -60,8 +66,20 @@ fn text_part(text: &str) -> Value {
     json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
 }
 
-fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
-    json!({"type": "function_call", "id": id, "call_id": call_id, "name": name, "arguments": arguments, "status": status})
+/// A call as the client knows the tool: a `function_call` (with its
+/// `namespace` when it has one) or a `custom_tool_call` with its text.
+fn call_item(names: &Names, id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
+    let origin = names.origin(name);
+    let mut item = if origin.custom {
+        let input = if status == "in_progress" { String::new() } else { custom_input(arguments) };
+        json!({"type": "custom_tool_call", "id": id, "call_id": call_id, "name": origin.name, "input": input, "status": status})
+    } else {
+        json!({"type": "function_call", "id": id, "call_id": call_id, "name": origin.name, "arguments": arguments, "status": status})
+    };
+    if let Some(namespace) = origin.namespace {
+        item["namespace"] = json!(namespace);
+    }
+    item
 }
 
 /// The whole reply as one response object.
@@ -82,7 +100,7 @@ pub async fn collect(pieces: impl Stream<Item = Piece>, head: Head) -> Result<Re
                     output.push(message_item(&item_id("msg"), &reply.content, "completed"));
                 }
                 for c in &reply.calls {
-                    output.push(call_item(&item_id("fc"), &c.id, &c.name, &c.arguments, "completed"));
+                    output.push(call_item(&head.names, &item_id("fc"), &c.id, &c.name, &c.arguments, "completed"));
                 }
                 return Ok(axum::Json(head.object("completed", output, Some(&summary))).into_response());
             }
@@ -104,6 +122,7 @@ struct Events {
     seq: u64,
     output: Vec<Value>,
     open: Open,
+    names: Names,
 }
 
 impl Events {
@@ -136,9 +155,18 @@ impl Events {
                 message_item(&id, &text, "completed")
             }
             Open::Call { id, call_id, name, arguments } => {
-                let e = json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments});
-                out.push(self.event("response.function_call_arguments.done", e));
-                call_item(&id, &call_id, &name, &arguments, "completed")
+                let item = call_item(&self.names, &id, &call_id, &name, &arguments, "completed");
+                if let Some(input) = item.get("input").and_then(Value::as_str) {
+                    // A custom tool's text is known once its arguments end: one delta, whole.
+                    let e = json!({"item_id": id, "output_index": index, "delta": input});
+                    out.push(self.event("response.custom_tool_call_input.delta", e));
+                    let e = json!({"item_id": id, "output_index": index, "input": input});
+                    out.push(self.event("response.custom_tool_call_input.done", e));
+                } else {
+                    let e = json!({"item_id": id, "output_index": index, "name": item["name"], "arguments": arguments});
+                    out.push(self.event("response.function_call_arguments.done", e));
+                }
+                item
             }
         };
         out.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
@@ -194,13 +222,16 @@ impl Events {
             if let Some(head) = head {
                 self.close(&mut out);
                 let id = item_id("fc");
-                let item = call_item(&id, &head.id, &head.name, "", "in_progress");
+                let item = call_item(&self.names, &id, &head.id, &head.name, "", "in_progress");
                 out.push(self.event("response.output_item.added", json!({"output_index": self.index(), "item": item})));
                 self.open = Open::Call { id, call_id: head.id, name: head.name, arguments: String::new() };
             }
             let index = self.index();
-            if let (Open::Call { id, arguments: all, .. }, false) = (&mut self.open, arguments.is_empty()) {
+            if let (Open::Call { id, name, arguments: all, .. }, false) = (&mut self.open, arguments.is_empty()) {
                 all.push_str(&arguments);
+                if self.names.is_custom(name) {
+                    continue;
+                }
                 let e = json!({"item_id": id.clone(), "output_index": index, "delta": arguments});
                 let e = self.event("response.function_call_arguments.delta", e);
                 out.push(e);
@@ -214,7 +245,7 @@ impl Events {
 pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, head: Head, keepalive: Duration) -> Response {
     let events = async_stream::stream! {
         let mut pieces = std::pin::pin!(pieces);
-        let mut ev = Events { seq: 0, output: Vec::new(), open: Open::None };
+        let mut ev = Events { seq: 0, output: Vec::new(), open: Open::None, names: head.names.clone() };
         let created = head.object("in_progress", Vec::new(), None);
         yield ev.event("response.created", json!({"response": created.clone()}));
         yield ev.event("response.in_progress", json!({"response": created}));

@@ -22,8 +22,11 @@ pub struct InputItem(pub Map<String, Value>);
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ReasoningOptions {
-    /// `none`/`minimal`: thinking off; `low`, `medium`, `high`: on.
+    /// `none`/`minimal`: thinking off; `low`, `medium`, `high`, `xhigh`: on.
     pub effort: Option<crate::api::request::ReasoningEffort>,
+    /// Accepted and ignored (reported in `x-rkllmd-ignored-params`): no
+    /// summary is written; the reasoning item carries the model's own text.
+    pub summary: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -35,24 +38,31 @@ pub struct CreateResponse {
     pub max_output_tokens: Option<u32>,
     #[serde(default)]
     pub stream: Option<bool>,
-    /// Function tools: `{"type": "function", "name", "description"?, "parameters"?}`, each
-    /// name once (a rule JSON Schema cannot state).
+    /// Function tools: `{"type": "function", "name", "description"?, "parameters"?}`;
+    /// `custom` tools (`{"type": "custom", "name", "description"?, "format"?}`: one text
+    /// input); `namespace` tools (`{"type": "namespace", "name", "tools": [function or custom
+    /// tools]}`), whose tools the model sees as `NAMESPACE__NAME`, at most 64 characters. Each
+    /// name once, a namespace's joined to its own (rules JSON Schema cannot state). Tools of
+    /// other types (`web_search`, `file_search`, …) cannot run here: left out and reported.
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// `none`, `auto`, `required` or `{"type": "function", "name"}` naming a function of
-    /// `tools` (a rule JSON Schema cannot state).
+    /// `none`, `auto`, `required` or `{"type": "function" | "custom", "name", "namespace"?}`
+    /// naming a tool of `tools` (a rule JSON Schema cannot state).
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
     pub reasoning: Option<ReasoningOptions>,
-    /// `{"format": {"type": "text" | "json_object" | "json_schema", …}}`.
+    /// `{"format": {"type": "text" | "json_object" | "json_schema", …}}`; `verbosity` is ignored.
     #[schema(value_type = Option<crate::api::request::AnyObject>)]
     pub text: Option<Map<String, Value>>,
+    /// Names the conversation, as on chat: a hint for the conversation cache (at most 256 bytes).
+    pub prompt_cache_key: Option<String>,
     /// Refused unless null: responses are not stored (docs/api.md).
     #[schema(schema_with = null_only)]
     pub previous_response_id: Option<String>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
-    /// Anything else (`store`, `metadata`, `user`, …) is accepted and ignored.
+    /// Anything else (`store`, `include`, `parallel_tool_calls`, `metadata`, …) is accepted,
+    /// ignored and named in `x-rkllmd-ignored-params` (`store: false` is what is done anyway).
     #[serde(flatten)]
     #[schema(ignore)]
     pub extra: Map<String, Value>,
