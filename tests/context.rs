@@ -75,3 +75,41 @@ async fn a_model_converted_for_the_default_is_loaded_once() {
         common::sim_records(&record, "init")[1..].iter().map(|r| r["max_context_len"].clone()).collect();
     assert_eq!(contexts, [4096, 16_384]);
 }
+
+/// A prompt that cannot fit is refused in the words each client family
+/// reads as "context too long" (agents compact once on it), with the numbers.
+#[tokio::test]
+async fn a_prompt_that_does_not_fit_is_refused_in_each_familys_words() {
+    let d = Daemon::start(&["--model", "sim:instant?reply_tokens=4", "--model-id", "m"]);
+    let text = "word ".repeat(5000);
+    let number = |text: &str, after: &str| -> u64 {
+        let rest = &text[text.find(after).unwrap_or_else(|| panic!("{after:?} in {text}")) + after.len()..];
+        rest.split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+    };
+
+    let r =
+        d.post("/v1/chat/completions", json!({"model": "m", "messages": [{"role": "user", "content": text}]})).await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "context_length_exceeded", "{body}");
+
+    let r = d
+        .post("/v1/messages", json!({"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}))
+        .await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("prompt is too long: "), "{message}");
+    assert!(number(message, "prompt is too long: ") > 5000, "{message}");
+    assert_eq!(number(message, " tokens > "), 4096, "{message}");
+
+    let r = d
+        .post("/api/chat", json!({"model": "m", "stream": false, "messages": [{"role": "user", "content": text}]}))
+        .await;
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"].as_str().unwrap();
+    assert!(message.starts_with("the input length exceeds the context length ("), "{message}");
+    assert_eq!(number(message, " tokens > "), 4096, "{message}");
+}

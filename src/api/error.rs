@@ -27,13 +27,25 @@ pub struct ErrorBody {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// A prompt longer than the context, in numbers (`context_length_exceeded`):
+    /// what each client family's own wording of it states. Not sent as such.
+    #[serde(skip)]
+    pub overflow: Option<Overflow>,
+}
+
+/// A prompt that does not fit: its tokens (the reply's reserve included,
+/// or the least the prompt can be without a tokenizer) against the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Overflow {
+    pub tokens: usize,
+    pub context: usize,
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
-            body: ErrorBody { message: message.into(), kind, param: None, code: None },
+            body: ErrorBody { message: message.into(), kind, param: None, code: None, overflow: None },
             retry_after: None,
         }
     }

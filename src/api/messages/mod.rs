@@ -43,7 +43,15 @@ impl AnthropicError {
             s if s.is_client_error() => "invalid_request_error",
             _ => "api_error",
         };
-        ErrorResponse { kind: "error", error: ErrorDetail { kind, message: self.0.body.message.clone() } }
+        // Anthropic's own words for a prompt that does not fit, which agents
+        // (Claude Code) read to compact the conversation once, numbers first.
+        let message = match self.0.body.overflow {
+            Some(o) => {
+                format!("prompt is too long: {} tokens > {} maximum. {}", o.tokens, o.context, self.0.body.message)
+            }
+            None => self.0.body.message.clone(),
+        };
+        ErrorResponse { kind: "error", error: ErrorDetail { kind, message } }
     }
 }
 

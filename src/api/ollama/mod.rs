@@ -37,9 +37,17 @@ use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
 
 /// An error in Ollama's words: `{"error": "…"}`, its text what clients match on.
 fn error_body(status: StatusCode, said: &ErrorBody) -> ErrorReply {
-    let error = match said.code {
-        Some("model_not_found") if status == StatusCode::NOT_FOUND => {
+    let error = match (said.code, said.overflow) {
+        (Some("model_not_found"), _) if status == StatusCode::NOT_FOUND => {
             format!("model '{}' not found", said.message.split('`').nth(1).unwrap_or_default())
+        }
+        // Ollama's words for a prompt that does not fit (its runner's, with
+        // `truncate: false`), the numbers after them.
+        (_, Some(o)) => {
+            format!(
+                "the input length exceeds the context length ({} tokens > {}). {}",
+                o.tokens, o.context, said.message
+            )
         }
         _ => said.message.clone(),
     };

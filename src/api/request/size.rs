@@ -12,7 +12,7 @@
 //!   of one character, which some vocabularies merge, could beat it).
 
 use super::Job;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, Overflow};
 
 /// The most bytes one token of a prompt stands for, on average, in any
 /// vocabulary the daemon is likely to serve (see the module docs).
@@ -50,6 +50,7 @@ pub fn refuse_unfittable(param: &str, bytes: usize, context: usize) -> Result<()
     );
     let mut e = ApiError::bad_request(Some(param), message);
     e.body.code = Some("context_length_exceeded");
+    e.body.overflow = Some(Overflow { tokens: fewest_tokens(bytes), context });
     Err(e)
 }
 
@@ -127,7 +128,7 @@ impl PromptSize {
                 "This model's maximum context length is {context} tokens. However, your {param} resulted in {at_least}{n} tokens{basis}, leaving no room for a reply. Please reduce the length of the {param}."
             ),
         };
-        Err(self.error(message))
+        Err(self.error(message, self.known_tokens() + completion))
     }
 
     /// The runtime refused the prompt before its first token, and the
@@ -147,13 +148,15 @@ impl PromptSize {
             group(self.context),
             self.param,
             self.param
-        ))
+        ), self.known_tokens())
     }
 
-    fn error(&self, message: String) -> ApiError {
+    /// The refusal, `tokens` what the request came to against the context.
+    fn error(&self, message: String, tokens: usize) -> ApiError {
         let mut e =
             ApiError::bad_request(Some(self.param), format!("{message}{}{}", self.images_share(), self.tools_share()));
         e.body.code = Some("context_length_exceeded");
+        e.body.overflow = Some(Overflow { tokens, context: self.context });
         e
     }
 
