@@ -37,8 +37,16 @@ pub struct ErrorBody {
 /// or the least the prompt can be without a tokenizer) against the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Overflow {
-    pub tokens: usize,
-    pub context: usize,
+    pub tokens: u32,
+    pub context: u32,
+}
+
+impl Overflow {
+    /// `u32` keeps `ApiError` small: a context is far below 2³².
+    pub fn new(tokens: usize, context: usize) -> Overflow {
+        let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Overflow { tokens: cap(tokens), context: cap(context) }
+    }
 }
 
 impl ApiError {

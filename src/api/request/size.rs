@@ -50,7 +50,7 @@ pub fn refuse_unfittable(param: &str, bytes: usize, context: usize) -> Result<()
     );
     let mut e = ApiError::bad_request(Some(param), message);
     e.body.code = Some("context_length_exceeded");
-    e.body.overflow = Some(Overflow { tokens: fewest_tokens(bytes), context });
+    e.body.overflow = Some(Overflow::new(fewest_tokens(bytes), context));
     Err(e)
 }
 
@@ -156,7 +156,7 @@ impl PromptSize {
         let mut e =
             ApiError::bad_request(Some(self.param), format!("{message}{}{}", self.images_share(), self.tools_share()));
         e.body.code = Some("context_length_exceeded");
-        e.body.overflow = Some(Overflow { tokens, context: self.context });
+        e.body.overflow = Some(Overflow::new(tokens, self.context));
         e
     }
 
