@@ -95,3 +95,26 @@ async fn a_call_to_a_dropped_tool_is_a_tool_call() {
         assert!(!content.contains("<tool_call>"), "stream {stream}: markup as text: {content}");
     }
 }
+
+/// A tool the conversation names — even in a system message after the first
+/// user turn, where Claude Code names Bash, Read and Edit — goes before one
+/// the client merely listed first.
+#[tokio::test]
+async fn a_tool_named_by_the_instructions_is_kept_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let replies = script(&[("", "Hello.")]);
+    let d = start(&record, replies.path());
+    let padding = "It takes a city and answers with many details about it. ".repeat(120);
+    let tools = [function("alpha_tool", &padding), function("get_weather", &padding)];
+    let body = json!({"model": "m", "tools": tools, "messages": [
+        {"role": "user", "content": "Hello there"},
+        {"role": "system", "content": "When asked about the sky, call get_weather."}
+    ]});
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rkllmd-tools-dropped"], "1", "only one of the two fits");
+    let prompt = last_prompt(&record);
+    assert!(prompt.contains("\"get_weather\""), "the named tool is sent: {prompt}");
+    assert!(!prompt.contains("\"alpha_tool\""), "the merely listed one is not");
+}

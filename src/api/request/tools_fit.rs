@@ -174,10 +174,13 @@ fn tool_name(tool: &Value) -> Option<&str> {
 }
 
 /// The conversation as far as the ranking reads it: up to the first user
-/// turn, and the assistant turns that called tools (a called tool stays).
+/// turn, the system messages after it (instructions, resent every turn:
+/// Claude Code names its Bash, Read and Edit tools in one after the first
+/// user turn), and the assistant turns that called tools (a called tool stays).
 fn opening(chat: &ChatInput) -> ChatInput {
     let first_user = chat.messages.iter().position(|m| m.role == Role::User).map_or(0, |i| i + 1);
-    let called = chat.messages[first_user..].iter().filter(|m| !m.tool_calls.is_empty()).cloned();
+    let called =
+        chat.messages[first_user..].iter().filter(|m| !m.tool_calls.is_empty() || m.role == Role::System).cloned();
     let messages = chat.messages[..first_user].iter().cloned().chain(called).collect();
     ChatInput { messages, ..chat.clone() }
 }
