@@ -67,8 +67,19 @@ async fn each_bad_image_is_a_400_and_the_daemon_keeps_serving() {
     let mut cut = png(64, 64, [1, 2, 3]);
     cut.truncate(cut.len() - 20);
     let zeros = data_url(&vec![0u8; 150_000]);
+    // JPEGs cut to half their length, decoded whole (600×400) and at a DCT scale (900×800).
+    let cut_jpeg = |w: u32, h: u32| {
+        let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb([(x * 7 + y) as u8, (y * 3) as u8, (x ^ y) as u8]));
+        let mut out = std::io::Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        let mut jpeg = out.into_inner();
+        jpeg.truncate(jpeg.len() / 2);
+        data_url(&jpeg)
+    };
     let cases: Vec<(Value, &str, &str)> = vec![
         (with_images(&[data_url(&cut)]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&[cut_jpeg(600, 400)]), "invalid_image", "messages[0].content[0].image_url"),
+        (with_images(&[cut_jpeg(900, 800)]), "invalid_image", "messages[0].content[0].image_url"),
         (with_images(&["data:image/png;base64,@@@@".into()]), "invalid_image", "messages[0].content[0].image_url"),
         (with_images(&[data_url(b"plain text, not an image")]), "invalid_image", "messages[0].content[0].image_url"),
         (with_images(&["https://example.com/cat.png".into()]), "invalid_image", "messages[0].content[0].image_url"),
@@ -496,4 +507,22 @@ async fn a_follow_up_that_resends_an_image_prefills_only_its_new_text() {
     }
     assert_eq!((on[2].1, on[2].3.as_deref()), (0, Some("image")), "a new image runs whole: {:?}", on[2]);
     assert!(off.iter().all(|t| t.1 == 0), "{off:?}");
+}
+
+/// Large PNGs are decoded row by row and shrunk as they go (src/vision/png_rows.rs),
+/// within the daemon's decoding budget: several at once are each answered, with
+/// their colour. (Their memory is measured in docs/reliability.md, "Images".)
+#[tokio::test]
+async fn large_pngs_at_once_are_each_answered() {
+    let d = Daemon::start(&[ID[0], ID[1], "--model", VL, "--max-image-bytes", "8000000"]);
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::RgbaImage::from_pixel(3000, 3000, image::Rgba([0, 0, 255, 255]))
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    let blue = data_url(&out.into_inner());
+    let requests = (0..4).map(|_| chat(&d, with_images(std::slice::from_ref(&blue))));
+    for (status, reply) in futures_util::future::join_all(requests).await {
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(content(&reply), "I see 1 image: image 1 is #0000ff (392x392).");
+    }
 }

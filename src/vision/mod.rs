@@ -4,9 +4,12 @@
 //! one image into what the encoder takes (`preprocess`).
 //! Pure CPU work: the api runs it on the blocking pool (`api::request::prepare`).
 
+mod budget;
 mod fetch;
+mod png_rows;
 mod preprocess;
 
+pub use budget::DECODE_BUDGET;
 pub use fetch::{FetchError, UrlFetch};
 pub use preprocess::preprocess;
 
@@ -39,7 +42,7 @@ pub struct Prepared {
     /// the embedding cache (two encodings of the same picture share it).
     pub hash: u128,
     /// The decoded image's size, after EXIF orientation (a large JPEG's at
-    /// the DCT scale it was decoded at).
+    /// the DCT scale it was decoded at, a large PNG's shrunk as it was).
     pub source: (u32, u32),
 }
 

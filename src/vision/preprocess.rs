@@ -5,7 +5,7 @@
 //! Unlike the demo (`cv::imread`), the EXIF orientation is applied: phones
 //! store portraits sideways, and a model shown them so reads them wrong.
 
-use super::{content_hash, ImageError, ImageLimits, Prepared};
+use super::{budget, content_hash, png_rows, ImageError, ImageLimits, Prepared};
 use image::{ImageDecoder, ImageFormat, ImageReader};
 use std::io::Cursor;
 
@@ -42,13 +42,37 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
             limits.max_pixels
         )));
     }
+    if reader_format == ImageFormat::Jpeg && !jpeg_is_whole(bytes) {
+        // Decoders fill a cut JPEG's missing blocks with grey and say nothing.
+        return Err(ImageError::Invalid(
+            "The image cannot be decoded: the JPEG data ends before its end marker.".into(),
+        ));
+    }
     let side = width.max(height);
-    let scaled =
-        (reader_format == ImageFormat::Jpeg && w.max(h) >= 2 * side).then(|| jpeg_scaled(bytes, side)).flatten();
+    // What the decode allocates at its peak, held in the daemon's budget.
+    let whole = decoder.total_bytes().saturating_add(u64::from(w) * u64::from(h) * 3);
+    let (peak, png_scaled) = match (reader_format, png_rows::scaled_bytes(w, h, side)) {
+        (ImageFormat::Png, Some(scaled)) => (scaled, true),
+        (ImageFormat::Jpeg, _) if w.max(h) >= 2 * side => (jpeg_scaled_bytes(w, h, side), false),
+        _ => (whole, false),
+    };
+    let mut held = budget::hold(peak)?;
+    let orientation = decoder.orientation().map_err(invalid)?;
+    let scaled = if png_scaled {
+        png_rows::png_scaled(bytes, side).transpose()?.map(|rgb| (image::DynamicImage::ImageRgb8(rgb), orientation))
+    } else if reader_format == ImageFormat::Jpeg && w.max(h) >= 2 * side {
+        jpeg_scaled(bytes, side)
+    } else {
+        None
+    };
     let (mut decoded, orientation) = match scaled {
         Some(scaled) => scaled,
         None => {
-            let orientation = decoder.orientation().map_err(invalid)?;
+            // A scaled path that did not apply decodes whole: hold that.
+            if peak < whole {
+                drop(held);
+                held = budget::hold(whole)?;
+            }
             (image::DynamicImage::from_decoder(decoder).map_err(invalid)?, orientation)
         }
     };
@@ -59,7 +83,23 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
         return Err(ImageError::Invalid("The image has no pixels.".into()));
     }
     let pixels = pad_and_resize(rgb.as_raw(), source.0 as usize, source.1 as usize, width as usize, height as usize);
+    drop(held);
     Ok(Prepared { hash: content_hash(&pixels), pixels, source })
+}
+
+/// Whether a JPEG's entropy-coded data reaches its end marker (EOI, `FF D9`):
+/// after the first scan's start (SOS, `FF DA`) an `FF` byte is stuffed (`FF
+/// 00`) or a restart marker, so `FF D9` there is the end, and a file cut
+/// short has none.
+fn jpeg_is_whole(bytes: &[u8]) -> bool {
+    let marker = |m: [u8; 2]| bytes.windows(2).position(|w| w == m);
+    marker([0xFF, 0xDA]).is_some_and(|sos| bytes[sos..].windows(2).any(|w| w == [0xFF, 0xD9]))
+}
+
+/// What [`jpeg_scaled`] allocates: the image at the DCT scale chosen, and its RGB copy.
+fn jpeg_scaled_bytes(w: u32, h: u32, side: u32) -> u64 {
+    let scale = [8, 4, 2].into_iter().find(|s| w.max(h) / s >= side).unwrap_or(1);
+    u64::from(w.div_ceil(scale)) * u64::from(h.div_ceil(scale)) * 3 * 2
 }
 
 /// A JPEG at least twice the encoder's side, decoded at the smallest DCT
@@ -142,7 +182,7 @@ mod tests {
     #[test]
     fn a_wide_image_is_centred_between_grey_bands() {
         let p = preprocess(&png(40, 20, [255, 0, 0]), 10, 10, &LIMITS).unwrap();
-        assert_eq!(p.source, (40, 20));
+        assert_eq!(p.source, (10, 5), "shrunk by 4 as it was decoded (png_rows.rs)");
         assert_eq!(p.pixels.len(), 10 * 10 * 3);
         let px = |x: usize, y: usize| &p.pixels[(y * 10 + x) * 3..(y * 10 + x) * 3 + 3];
         assert_eq!(px(5, 0), &[128, 128, 128], "top band");
