@@ -83,12 +83,15 @@ async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
         r.unwrap().json::<Value>().await.unwrap()
     });
     d.wait_generating().await;
-    let mut probed_while_running = 0;
+    let generating = Instant::now();
+    // Probes that found the run going once the allowance had passed: what
+    // the test is about, however many a busy machine manages before.
+    let mut probed_past_the_allowance = 0;
     while !request.is_finished() {
         let (code, h) = health(&d).await;
         assert_eq!((code, h["status"].as_str()), (200, Some("ok")), "after {:?}: {h}", started.elapsed());
-        if h["queue"]["running"].as_u64() == Some(1) {
-            probed_while_running += 1;
+        if h["queue"]["running"].as_u64() == Some(1) && generating.elapsed() > allowance {
+            probed_past_the_allowance += 1;
         }
         // Pacing the probes, not waiting for an event: the loop ends with the run.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -96,5 +99,5 @@ async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
     let reply = request.await.unwrap();
     assert_eq!(reply["usage"]["completion_tokens"], 80, "{reply}");
     assert!(started.elapsed() > allowance + allowance / 2, "the run outlasted the allowance: {:?}", started.elapsed());
-    assert!(probed_while_running >= 10, "probed throughout the run: {probed_while_running}");
+    assert!(probed_past_the_allowance >= 1, "no probe found the run going past the allowance");
 }
