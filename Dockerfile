@@ -20,7 +20,7 @@
 
 # The build runs on the build machine's own architecture and cross-compiles
 # for the target's (as .ci/run does with Debian's cross gcc): no emulation.
-FROM --platform=$BUILDPLATFORM rust:1-bookworm AS build
+FROM --platform=$BUILDPLATFORM docker.io/library/rust:1-bookworm AS build
 ARG TARGETARCH
 RUN set -eu; \
     case "$TARGETARCH" in \
@@ -41,7 +41,7 @@ RUN set -eu; \
     install -D -m 0644 -t /out/usr/share/rkllmd/swagger-ui assets/swagger-ui/*.gz assets/swagger-ui/LICENSE \
         assets/swagger-ui/NOTICE assets/swagger-ui/swagger-ui-bundle.js.LICENSE.txt
 
-FROM debian:bookworm-slim
+FROM docker.io/library/debian:bookworm-slim
 # CA certificates: `rkllmd pull` and /api/pull verify the Hub's TLS
 # certificate against the system's store.
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates \

@@ -72,3 +72,54 @@ async fn the_health_check_passes_only_while_the_daemon_is_ready() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     assert!(!health_check(closed), "nothing listening");
 }
+
+/// Every base image is named in full (registry, path, tag): buildah and
+/// podman with Debian's default `registries.conf` refuse short names.
+#[test]
+fn base_images_are_fully_qualified() {
+    let text = dockerfile();
+    let images: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("FROM "))
+        .map(|l| l.split_whitespace().find(|w| !w.starts_with("--")).unwrap())
+        .collect();
+    assert_eq!(images.len(), 2, "{images:?}");
+    for image in images {
+        let (registry, rest) = image.split_once('/').unwrap_or_default();
+        assert!(registry.contains('.'), "{image}: the registry's host first");
+        assert!(rest.contains('/') && rest.contains(':'), "{image}: its path and a tag");
+    }
+}
+
+/// What the build stage reads from the build context exists in the
+/// repository and is not left out of the context by `.dockerignore`.
+#[test]
+fn the_build_stages_inputs_are_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = dockerfile().replace("\\\n", " ");
+    // `install … -t DIR FILES…` of the build stage: the files it takes from the context.
+    let sources: Vec<&str> = text
+        .split_whitespace()
+        .filter(|w| w.starts_with("assets/"))
+        .chain(["Cargo.toml", "Cargo.lock", "src/main.rs", "rkllm-sys/Cargo.toml", "rknn-sys/Cargo.toml"])
+        .collect();
+    assert!(sources.iter().any(|s| s.starts_with("assets/")), "the Swagger UI files: {sources:?}");
+    for source in &sources {
+        let found = match source.strip_suffix("*.gz") {
+            Some(dir) => std::fs::read_dir(root.join(dir))
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "gz"))
+                .count(),
+            None => usize::from(root.join(source).is_file()),
+        };
+        assert!(found > 0, "{source} is not in the repository");
+    }
+    let ignored = std::fs::read_to_string(root.join(".dockerignore")).unwrap();
+    for pattern in ignored.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let pattern = pattern.trim_end_matches('/');
+        assert!(
+            sources.iter().all(|s| !s.starts_with(pattern)),
+            ".dockerignore's {pattern} leaves out one of {sources:?}"
+        );
+    }
+}
