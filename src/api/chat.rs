@@ -38,6 +38,11 @@ pub async fn create(
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("chatcmpl", &model);
     let (id, policy) = (meta.id.clone(), state.settings.chat_policy());
+    let clamped = req.clamp_max_tokens(model.engine.limits().max_new_tokens);
     let validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
-    respond(&state, model, place, validated, Shape::Chat, meta, &counting).await
+    let mut response = respond(&state, model, place, validated, Shape::Chat, meta, &counting).await?;
+    if let Some(clamped) = clamped {
+        clamped.header(&mut response);
+    }
+    Ok(response)
 }

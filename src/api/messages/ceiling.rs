@@ -3,6 +3,8 @@
 //! (`max_new_tokens`) the request is served with that, and the reply says so
 //! (the header `x-rkllmd-max-tokens-clamped: 32000->2048` and
 //! `timings.max_tokens_clamped`). 0 is still refused, as on chat.
+//! `/v1/chat/completions` reads its `max_tokens` the same way (the header
+//! only): opencode asks for 32,000 too.
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;

@@ -4,7 +4,7 @@
 //! stream, written as a message or as the Messages API's events. Errors
 //! have Anthropic's shape and the daemon's one status table.
 
-mod ceiling;
+pub(super) mod ceiling;
 mod convert;
 mod reply;
 mod system;

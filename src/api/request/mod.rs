@@ -13,6 +13,7 @@ pub use size::{refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN};
 pub use wire::*;
 
 use super::error::ApiError;
+use super::messages::ceiling::{clamp, Clamped};
 use super::structured::ResponseFormat;
 use super::Loaded;
 use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice, ToolsOverflow};
@@ -160,6 +161,25 @@ pub struct ChatPolicy {
 }
 
 impl ChatCompletionRequest {
+    /// `max_tokens` (or `max_completion_tokens`) above what the server produces
+    /// is a ceiling, as the Responses and Messages front ends read it: agents
+    /// ask for their own maximum whatever the model (opencode 32,000), and
+    /// the reply is served with the server's `max_new_tokens`. Two values
+    /// that differ are left for `validate` to refuse.
+    pub(super) fn clamp_max_tokens(&mut self, limit: u32) -> Option<Clamped> {
+        let asked = match (self.common.max_tokens, self.max_completion_tokens) {
+            (Some(a), Some(b)) if a != b => return None,
+            (a, b) => a.or(b)?,
+        };
+        let (served, clamped) = clamp(asked, limit);
+        for field in [&mut self.common.max_tokens, &mut self.max_completion_tokens] {
+            if field.is_some() {
+                *field = Some(served);
+            }
+        }
+        clamped
+    }
+
     pub fn validate(&self, id: &str, model: &Loaded, policy: ChatPolicy) -> Result<Validated, ApiError> {
         let max_tokens = match (self.common.max_tokens, self.max_completion_tokens) {
             (Some(a), Some(b)) if a != b => {
