@@ -7,7 +7,8 @@
 //! to the serialised document (`schema_rules`), and the served models' own
 //! bounds each time it is served (`doc_models`).
 
-use super::request::MAX_STOPS;
+use super::embeddings::MAX_INPUTS;
+use super::request::{MAX_STOPS, MAX_TOOLS};
 use super::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -18,7 +19,7 @@ use axum::Router;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use utoipa::openapi::schema::{ArrayItems, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{Array, ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
@@ -259,13 +260,27 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
             array.min_items = Some(1);
         }
     }
+    // The counts refused right after parsing: documents
+    // (`embeddings::check_count`), tools (`request::size`).
+    for (schema, field, max) in [
+        ("RerankRequest", "documents", MAX_INPUTS),
+        // The Messages API's, in what `/v1/messages` and `count_tokens` share.
+        ("Conversation", "tools", MAX_TOOLS),
+    ] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+            array.max_items = Some(max);
+        }
+    }
     // An embedding's input: no empty string, array, or string or array in
-    // one; token ids within the runtime's range.
+    // one; token ids within the runtime's range; at most MAX_INPUTS inputs.
     if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut("EmbeddingInput") {
         for item in one_of.items.iter_mut() {
             if let RefOr::T(schema) = item {
                 non_empty(schema);
                 if let Schema::Array(array) = schema {
+                    if !of_ids(array) {
+                        array.max_items = Some(MAX_INPUTS);
+                    }
                     if let ArrayItems::RefOrSchema(inner) = &mut array.items {
                         if let RefOr::T(inner) = inner.as_mut() {
                             non_empty(inner);
@@ -302,6 +317,12 @@ fn non_empty(schema: &mut Schema) {
         Schema::Array(array) => array.min_items = Some(1),
         _ => {}
     }
+}
+
+/// Whether an array holds token ids (one input), not inputs.
+fn of_ids(array: &Array) -> bool {
+    let ArrayItems::RefOrSchema(inner) = &array.items else { return false };
+    matches!(inner.as_ref(), RefOr::T(Schema::Object(id)) if id.schema_type == SchemaType::Type(Type::Integer))
 }
 
 /// A token id, or an array of them (nested one level): 0 to the runtime's

@@ -20,7 +20,7 @@
 //!
 //! The price: up to one step of the context left unused by tools.
 
-use super::size::PromptSize;
+use super::size::{self, PromptSize};
 use super::Loaded;
 use crate::conversation::{rank_tools, ChatInput, Rendered, Role, ToolChoice};
 use serde_json::Value;
@@ -57,8 +57,15 @@ pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> 
     let budget = context.checked_sub(room)?;
     let order = rank_tools(&opening(chat));
     let fewest = usize::from(chat.tool_choice == ToolChoice::Required);
-    let weight =
-        |rendered: &Rendered| model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
+    // A prompt too long to tokenize weighs at least its fewest tokens, which
+    // is more than any budget: it is not tokenized.
+    let weight = |rendered: &Rendered| {
+        let bytes = rendered.prompt.len();
+        if size::too_long_to_tokenize(bytes, context) {
+            return size::fewest_tokens(bytes);
+        }
+        model.prompter.tokenize(&rendered.prompt).map_or(bytes, |ids| ids.len())
+    };
     // What the conversation leaves for tools, rounded down to a step.
     let mut bare = chat.clone();
     (bare.tools, bare.tool_choice) = (Vec::new(), ToolChoice::None);
