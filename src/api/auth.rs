@@ -1,5 +1,8 @@
-//! Optional API-key authentication for `/v1/*`: `Authorization: Bearer KEY`
-//! (the OpenAI SDKs) or `x-api-key: KEY` (Anthropic-style clients, proxies).
+//! Optional API-key authentication for every API route (`api_routes` in
+//! `api/mod.rs`: `/v1/*`, Ollama's `/api/*`, `/tokenize`, `/detokenize`,
+//! `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
+//! `x-api-key: KEY` (Anthropic-style clients, proxies). `/`, `/health`,
+//! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` stay public.
 
 use super::error::ApiError;
 use super::AppState;
