@@ -186,7 +186,6 @@ pub fn api_settings(config: &Config) -> api::Settings {
         reasoning: config.reasoning,
         tools_overflow: config.tools_overflow,
         metrics_on_main_listener: config.metrics_addr.is_none(),
-        max_new_tokens: config.max_new_tokens,
         allow_pull: config.allow_pull,
         docs_dir: config.docs_dir.clone(),
     }

@@ -46,9 +46,8 @@ async fn an_8_mb_input_is_refused_before_tokenizing_on_every_endpoint() {
         let status = r.status().as_u16();
         let e: serde_json::Value = r.json().await.unwrap();
         let took = started.elapsed();
-        let message = e["error"]["message"].as_str().or(e["error"].as_str()).unwrap_or_default();
         assert_eq!(status, 400, "{path}: {e}");
-        assert!(message.contains("8,000,000 bytes") && message.contains("before tokenizing"), "{path}: {e}");
+        assert!(message(&e).contains("8,000,000 bytes") && message(&e).contains("before tokenizing"), "{path}: {e}");
         if !param.is_empty() {
             assert_eq!(
                 (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
@@ -68,4 +67,118 @@ async fn an_8_mb_input_is_refused_before_tokenizing_on_every_endpoint() {
     assert_eq!(v["prompt_eval_count"], 4096, "{}", v["prompt_eval_count"]);
     let grown_mib = (peak_rss_kib(&d) - before) / 1024;
     assert!(grown_mib <= 48, "peak RSS grew by {grown_mib} MiB");
+}
+
+/// An error's message in any of the three shapes: OpenAI's, Anthropic's, Ollama's.
+fn message(e: &serde_json::Value) -> &str {
+    e["error"]["message"].as_str().or(e["error"].as_str()).unwrap_or_default()
+}
+
+async fn post_bytes(d: &Daemon, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let body = serde_json::to_vec(body).unwrap();
+    assert!(body.len() < 8 * 1024 * 1024, "{path}: under the body limit");
+    let r = d.client().post(format!("{}{path}", d.url)).header("content-type", "application/json").body(body);
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn the_tokenizer_routes_count_tokens_ollama_chat_and_tool_lists_are_refused_by_size() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    for (path, body) in [
+        ("/v1/embeddings", json!({"model": "m", "input": "warm up"})),
+        ("/tokenize", json!({"model": "m", "content": "warm up"})),
+        ("/v1/messages/count_tokens", json!({"model": "m", "messages": [{"role": "user", "content": "warm up"}]})),
+    ] {
+        assert_eq!(d.post(path, body).await.status().as_u16(), 200, "{path}");
+    }
+    let text = "word ".repeat(1_600_000);
+    let tool = |description: &str| json!({"type": "function", "function": {"name": "f", "description": description}});
+    let user = json!([{"role": "user", "content": "hi"}]);
+    // (path, body, the field named: `param` where the shape has one, else in the message)
+    let cases = [
+        ("/tokenize", json!({"model": "m", "content": text}), "content"),
+        (
+            "/v1/messages/count_tokens",
+            json!({"model": "m", "messages": [{"role": "user", "content": text}]}),
+            "messages",
+        ),
+        (
+            "/api/chat",
+            json!({"model": "m", "messages": [{"role": "user", "content": text}], "stream": false}),
+            "messages",
+        ),
+        ("/v1/chat/completions", json!({"model": "m", "messages": user, "tools": [tool(&text)]}), "tools[0]"),
+        ("/api/chat", json!({"model": "m", "messages": user, "tools": [tool(&text)], "stream": false}), "tools[0]"),
+        (
+            "/v1/messages/count_tokens",
+            json!({"model": "m", "messages": user, "tools": [{"name": "f", "description": text, "input_schema": {"type": "object"}}]}),
+            "tools[0]",
+        ),
+    ];
+    drop(text);
+    let before = peak_rss_kib(&d);
+    for (path, body, field) in cases {
+        let (status, e) = post_bytes(&d, path, &body).await;
+        drop(body);
+        assert_eq!(status, 400, "{path}: {e}");
+        // Counted by its bytes, never tokenized (the message says so).
+        assert!(message(&e).contains("bytes, at least") && message(&e).contains("before tokenizing"), "{path}: {e}");
+        assert!(message(&e).contains(&format!("your {field} came to")), "{path}: {e}");
+        if let Some(param) = e["error"]["param"].as_str() {
+            assert_eq!((param, e["error"]["code"].as_str()), (field, Some("context_length_exceeded")), "{path}: {e}");
+        }
+    }
+    // Counts: more tool definitions than OpenAI allows, more ids than a text `/tokenize` takes gives.
+    let tools: Vec<_> = (0..8500).map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}})).collect();
+    let (status, e) =
+        post_bytes(&d, "/v1/chat/completions", &json!({"model": "m", "messages": user, "tools": tools})).await;
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("tools")), "{e}");
+    assert!(message(&e).contains("`tools` has 8,500 definitions; at most 128"), "{e}");
+    let (status, e) = post_bytes(&d, "/detokenize", &json!({"model": "m", "tokens": vec![1; 1_000_000]})).await;
+    assert_eq!((status, e["error"]["param"].as_str()), (400, Some("tokens")), "{e}");
+    assert!(message(&e).contains("`tokens` has 1000000 ids; this model turns at most 131072"), "{e}");
+    let grown_mib = (peak_rss_kib(&d) - before) / 1024;
+    assert!(grown_mib <= 48, "peak RSS grew by {grown_mib} MiB");
+    // And it keeps serving.
+    let r = d.post("/tokenize", json!({"model": "m", "content": "still here"})).await;
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn too_many_documents_and_inputs_are_refused_by_count_before_the_model_loads() {
+    // Models of a config file load on demand: one still unloaded after the
+    // refusals was refused before anything of the request was prepared.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    std::fs::write(
+        &config,
+        "[[models]]\nid = \"m\"\npath = \"sim:instant\"\n[[models]]\nid = \"b\"\npath = \"sim:instant\"\n",
+    )
+    .unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap()]);
+    let before = peak_rss_kib(&d);
+    let rerank = |n: usize| json!({"model": "m", "query": "q", "documents": vec!["d"; n]});
+    let cases = [
+        ("/v1/rerank", rerank(20_000), "documents", 20_000),
+        ("/rerank", rerank(1_500_000), "documents", 1_500_000),
+        ("/v1/embeddings", json!({"model": "m", "input": vec!["a"; 1_500_000]}), "input", 1_500_000),
+        ("/v1/embeddings", json!({"model": "m", "input": vec![[1]; 1_000_000]}), "input", 1_000_000),
+        ("/api/embed", json!({"model": "m", "input": vec!["a"; 1_500_000]}), "input", 1_500_000),
+    ];
+    for (path, body, param, n) in cases {
+        let (status, e) = post_bytes(&d, path, &body).await;
+        drop(body);
+        assert_eq!(status, 400, "{path}: {e}");
+        assert!(message(&e).contains(&format!("`{param}` has {n} items; at most 2048")), "{path}: {e}");
+        if path.starts_with("/v1/") {
+            assert_eq!(e["error"]["param"].as_str(), Some(param), "{path}: {e}");
+        }
+    }
+    let (_, model) = d.get_json("/v1/models/m").await;
+    assert_eq!(model["state"], "unloaded", "{model}");
+    // Parsing 1.5 million strings still holds them (~230 MiB in a debug
+    // build); preparing them took GBs (1.5 million rerank prompts).
+    let grown_mib = (peak_rss_kib(&d) - before) / 1024;
+    assert!(grown_mib <= 384, "peak RSS grew by {grown_mib} MiB");
 }

@@ -129,6 +129,17 @@ async fn api_key_guards_the_api_but_not_health() {
     assert_eq!(r.status(), 200);
     assert_eq!(d.client().get(format!("{}/health", d.url)).send().await.unwrap().status(), 200);
     assert_eq!(d.client().get(format!("{}/v1/models", d.url)).send().await.unwrap().status(), 401);
+    // Exactly what docs/api.md ("Authentication") says the key guards, and what stays public.
+    for path in ["/api/tags", "/api/version", "/tokenize", "/detokenize", "/rerank", "/v1/system"] {
+        let method = if path.starts_with("/api/") || path == "/v1/system" { "GET" } else { "POST" };
+        let req = d.client().request(method.parse().unwrap(), format!("{}{path}", d.url));
+        let r = req.json(&json!({"model": "m"})).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{method} {path}");
+    }
+    for (path, status) in [("/metrics", 200), ("/health/ready", 200), ("/openapi.json", 200), ("/no-such-route", 404)] {
+        let r = d.client().get(format!("{}{path}", d.url)).send().await.unwrap();
+        assert_eq!(r.status(), status, "{path}");
+    }
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! The shipped front-end configs (docs/examples/haproxy.cfg, nginx.conf)
 //! in front of three daemons on loopback, with HAProxy and nginx from
-//! Debian's packages (`.ci/run` installs them; a missing one fails the test,
-//! never skips it). One board is killed (SIGKILL) under load; then: no
+//! Debian's packages (installed by the test itself when missing and run as
+//! root, `common::provision`; otherwise it fails saying what to install,
+//! never skips). One board is killed (SIGKILL) under load; then: no
 //! request sent after the kill fails, a stream cut by the kill ends in an
 //! error the client sees, HAProxy takes the dead board out within its
 //! health-check window, and a board's 429 is retried on another. Each
@@ -39,11 +40,10 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Debian's binary, or a failure saying how to get it.
-fn debian_binary(name: &str) -> PathBuf {
-    let path = Path::new("/usr/sbin").join(name);
-    assert!(path.exists(), "{} is missing: `apt-get install {name}` (.ci/run installs it)", path.display());
-    path
+/// Debian's binary, installed first if it is missing (`common::provision`).
+fn debian_binary(package: provision::Package) -> PathBuf {
+    provision::require(&[package]);
+    Path::new("/usr/sbin").join(package.name)
 }
 
 /// A shipped config with the test's addresses in place of the examples'.
@@ -124,7 +124,7 @@ fn haproxy_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
     let port = free_port();
     let config = dir.join("haproxy.cfg");
     std::fs::write(&config, shipped(file, boards, &[("bind :8080", format!("bind 127.0.0.1:{port}"))])).unwrap();
-    let mut cmd = Command::new(debian_binary("haproxy"));
+    let mut cmd = Command::new(debian_binary(provision::HAPROXY));
     cmd.arg("-db").arg("-f").arg(&config);
     Proxy::spawn(cmd, port)
 }
@@ -146,7 +146,7 @@ fn nginx_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
          uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n  include {d}/rkllmd.conf;\n}}\n"
     );
     std::fs::write(dir.join("nginx.conf"), main).unwrap();
-    let mut cmd = Command::new(debian_binary("nginx"));
+    let mut cmd = Command::new(debian_binary(provision::NGINX));
     cmd.arg("-e").arg("stderr").arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf"));
     Proxy::spawn(cmd, port)
 }

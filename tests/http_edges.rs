@@ -386,10 +386,38 @@ async fn the_document_states_each_models_own_bounds() {
     let messages =
         json!({"model": "m", "max_tokens": 3, "stop_sequences": five, "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(d.post("/v1/messages", messages).await.status(), 400);
+    // And its tools, named as the document states (1 to 64 characters).
+    let tools = json!([{"type": "function", "function": {"name": ""}}]);
+    let r = d.post("/api/chat", json!({"model": "m", "tools": tools})).await;
+    assert_eq!(r.status(), 400);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"].as_str().unwrap().contains("`function.name` must be 1 to 64"), "{e}");
+    // The counts refused right after parsing are stated.
+    let max_items = |schema: &str, pointer: &str| {
+        let schema = &doc["components"]["schemas"][schema];
+        let parts = schema["allOf"].as_array().cloned().unwrap_or_default();
+        schema.pointer(pointer).or_else(|| parts.iter().find_map(|part| part.pointer(pointer))).cloned()
+    };
+    for (schema, pointer, max) in [
+        ("RerankRequest", "/properties/documents/maxItems", 2048),
+        ("ChatCompletionRequest", "/properties/tools/maxItems", 128),
+        ("OllamaChatRequest", "/properties/tools/maxItems", 128),
+        ("CreateResponse", "/properties/tools/maxItems", 128),
+        ("Conversation", "/properties/tools/maxItems", 128),
+    ] {
+        assert_eq!(max_items(schema, pointer), Some(json!(max)), "{schema}{pointer}");
+    }
 
     // The vocabulary, from the tokenizer: the last id decodes, the next is refused.
     let bound = model_bound(&doc, "DetokenizeRequest", "m", "tokens").expect("a vocabulary bound");
     let last = bound.pointer("/items/maximum").and_then(Value::as_u64).expect("a maximum");
+    // As many ids as the longest text `/tokenize` takes can give (4,096 × 32), and no more.
+    let most = bound.pointer("/maxItems").and_then(Value::as_u64).expect("a count bound");
+    assert_eq!(most, 4096 * 32);
+    for (n, status) in [(most, 200), (most + 1, 400)] {
+        let r = d.post("/detokenize", json!({"tokens": vec![0; n as usize]})).await;
+        assert_eq!(r.status(), status, "{n} ids");
+    }
     let detokenize = |id: u64| d.post("/detokenize", json!({"tokens": [id]}));
     assert_eq!(detokenize(last).await.status(), 200);
     assert_eq!(detokenize(last + 1).await.status(), 400);

@@ -351,6 +351,7 @@ async fn http_image_urls_are_fetched_only_from_hosts_the_operator_lists() {
 /// with a certificate from a CA of its own (`dir/ca.pem`); its port.
 fn tls_image_server(dir: &std::path::Path) -> (std::process::Child, u16) {
     use std::process::{Command, Stdio};
+    provision::require(&[provision::OPENSSL]);
     let openssl = |args: &[&str]| {
         let out = Command::new("openssl").current_dir(dir).args(args).output().expect("openssl (Debian's openssl)");
         assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));

@@ -8,10 +8,11 @@
 //! has shown them (`api::doc_models`): its embedding width only after an
 //! embedding, so one is asked for before schemathesis reads the document.
 //! The hooks (`tests/python/st_hooks.py`) read Ollama's NDJSON streams, hold
-//! generated valid bodies to the tool rules JSON Schema cannot state
+//! generated valid bodies to the three rules JSON Schema cannot state
 //! (each function name once, a Responses namespace's joined to it within
-//! 64 characters, `tool_choice` naming one of `tools`: said in
-//! the document's words), and leave out structured-output requests: the
+//! 64 characters, `tool_choice` naming one of `tools`, `max_tokens` and
+//! `max_completion_tokens` equal: said in the document's words), and leave
+//! out structured-output requests: the
 //! simulated model never writes JSON, so each ends in a documented 500.
 
 mod common;

@@ -1,7 +1,10 @@
-//! Optional API-key authentication for `/v1/*` and `/api/*`:
-//! `Authorization: Bearer KEY` (the OpenAI SDKs) or `x-api-key: KEY`
-//! (Anthropic-style clients, proxies). Each listener has its own key: the
-//! main one `api_key`, the Ollama clients' one `ollama_api_key`.
+//! Optional API-key authentication for every API route (`api_routes` in
+//! `api/mod.rs`: `/v1/*`, Ollama's `/api/*`, `/tokenize`, `/detokenize`,
+//! `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
+//! `x-api-key: KEY` (Anthropic-style clients, proxies). `/`, `/health`,
+//! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` stay public.
+//! Each listener has its own key: the main one `api_key`, the Ollama
+//! clients' one `ollama_api_key`.
 
 use super::error::ApiError;
 use axum::extract::{Request, State};

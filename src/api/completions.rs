@@ -39,6 +39,17 @@ pub async fn create(
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
     let meta = AppState::meta("cmpl", &model);
     let id = meta.id.clone();
+    // A ceiling, as on every front end (`ceiling.rs`).
+    let limit = model.engine.limits().max_new_tokens;
+    let clamped = req.common.max_tokens.and_then(|asked| {
+        let (served, clamped) = super::ceiling::clamp(asked, limit);
+        req.common.max_tokens = Some(served);
+        clamped
+    });
     let validated = prepare(&model, move |model| req.validate(&id, model)).await?;
-    respond(&state, model, place, validated, Shape::Text, meta, &counting).await
+    let mut response = respond(&state, model, place, validated, Shape::Text, meta, &counting).await?;
+    if let Some(clamped) = clamped {
+        clamped.header(&mut response);
+    }
+    Ok(response)
 }

@@ -6,7 +6,8 @@
 //! that mirrors a check:
 //! - no vision encoder: no image (`request::images::attach`);
 //! - a tokenizer.json: token ids below its vocabulary (`/detokenize`,
-//!   `/v1/embeddings`' token-id input);
+//!   `/v1/embeddings`' token-id input), and `/detokenize` at most as many
+//!   ids as its context allows (`request::most_token_ids`);
 //! - an embedding run seen: `dimensions` only as its width (`embeddings::vectors`).
 //!
 //! What a model has not shown yet (the width before its first embedding,
@@ -24,6 +25,8 @@ pub struct Served {
     default: bool,
     images: bool,
     vocab: Option<usize>,
+    /// `max_context_len`, known from the configuration.
+    context: usize,
     embedding_width: Option<usize>,
 }
 
@@ -40,6 +43,7 @@ pub fn served(registry: &Registry) -> Vec<Served> {
                 default: default.as_ref() == Some(&spec.id),
                 images: spec.engine.vision.is_some(),
                 vocab: spec.learned.vocab.get().copied(),
+                context: spec.engine.limits.max_context_len as usize,
                 embedding_width: spec.learned.embedding_width.get().copied(),
             }
         })
@@ -86,7 +90,12 @@ fn bounds(model: &Served) -> Vec<(&'static str, Value)> {
     }
     if let Some(last) = model.vocab.and_then(|v| v.checked_sub(1)) {
         bounds.extend([
-            ("DetokenizeRequest", json!({"properties": {"tokens": {"items": {"maximum": last}}}})),
+            (
+                "DetokenizeRequest",
+                json!({"properties": {"tokens": {
+                    "maxItems": crate::api::request::most_token_ids(model.context), "items": {"maximum": last},
+                }}}),
+            ),
             // An array of ids, or of arrays of them (`maximum` leaves texts alone).
             (
                 "EmbeddingRequest",
@@ -107,7 +116,14 @@ mod tests {
     use super::*;
 
     fn model(images: bool, vocab: Option<usize>, embedding_width: Option<usize>) -> Served {
-        Served { names: vec!["m".into(), "m:latest".into()], default: true, images, vocab, embedding_width }
+        Served {
+            names: vec!["m".into(), "m:latest".into()],
+            default: true,
+            images,
+            vocab,
+            context: 16,
+            embedding_width,
+        }
     }
 
     fn doc() -> Value {
@@ -133,7 +149,8 @@ mod tests {
         let chat = rules(&d, "ChatCompletionRequest");
         assert_eq!(chat.len(), 1);
         assert_eq!(chat[0]["if"], json!({"properties": {"model": {"enum": ["m", "m:latest", null]}}}));
-        assert_eq!(rules(&d, "DetokenizeRequest")[0]["then"]["properties"]["tokens"]["items"]["maximum"], 99);
+        let tokens = &rules(&d, "DetokenizeRequest")[0]["then"]["properties"]["tokens"];
+        assert_eq!((&tokens["items"]["maximum"], &tokens["maxItems"]), (&json!(99), &json!(16 * 32)));
         // The schema's own `allOf` item stays first; the bounds follow.
         let embed = rules(&d, "EmbeddingRequest");
         assert_eq!(embed[0], json!({"required": ["input"]}));

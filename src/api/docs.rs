@@ -7,7 +7,8 @@
 //! to the serialised document (`schema_rules`), and the served models' own
 //! bounds each time it is served (`doc_models`).
 
-use super::request::MAX_STOPS;
+use super::embeddings::MAX_INPUTS;
+use super::request::{MAX_STOPS, MAX_TOOLS};
 use super::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
@@ -18,7 +19,7 @@ use axum::Router;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use utoipa::openapi::schema::{ArrayItems, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{Array, ArrayItems, Schema, SchemaType, Type};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
@@ -147,7 +148,6 @@ fn component_schemas(mut doc: serde_json::Value) -> serde_json::Map<String, serd
 /// What the document depends on in the configuration.
 pub struct DocSettings {
     pub api_key: bool,
-    pub max_new_tokens: u32,
 }
 
 /// Completes the handlers' document (see the module doc).
@@ -217,7 +217,7 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
             });
         }
     }
-    ranges(openapi, settings.max_new_tokens);
+    ranges(openapi);
 }
 
 /// The schemes only exist with a key: without one, nothing asks for any.
@@ -237,19 +237,18 @@ fn security(openapi: &mut OpenApi, api_key: bool) {
 }
 
 /// The ranges the server enforces: the sampling fields' from their one
-/// list, the token counts' from the configuration, `n` (only 1), and at
-/// least one message.
-fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
+/// list, the token counts' (from 1: above `max_new_tokens` a ceiling), `n`
+/// (only 1), and at least one message.
+fn ranges(openapi: &mut OpenApi) {
     let Some(components) = openapi.components.as_mut() else { return };
-    let tokens = (1.0, f64::from(max_new_tokens));
+    let tokens = (1.0, f64::from(u32::MAX));
     let fields = SamplingOverrides::RANGES
         .iter()
         .map(|&(name, lo, hi)| ("SamplingFields", name, (lo, hi)))
-        .chain([("Common", "max_tokens", tokens), ("Common", "n", (1.0, 1.0))])
-        .chain([("ChatCompletionRequest", "max_completion_tokens", tokens)])
-        .chain([("CreateMessage", "max_tokens", tokens)])
-        // A ceiling above `max_new_tokens` (responses/mod.rs): any count from 1.
-        .chain([("CreateResponse", "max_output_tokens", (1.0, f64::from(u32::MAX)))])
+        .chain([("Common", "n", (1.0, 1.0))])
+        // A ceiling above `max_new_tokens` on every front end (`ceiling.rs`): any count from 1.
+        .chain([("Common", "max_tokens", tokens), ("ChatCompletionRequest", "max_completion_tokens", tokens)])
+        .chain([("CreateMessage", "max_tokens", tokens), ("CreateResponse", "max_output_tokens", tokens)])
         // Any count the server can hold exactly (JSON numbers are f64).
         .chain([("RerankRequest", "top_n", (0.0, 9_007_199_254_740_991.0))]);
     for (schema, field, (lo, hi)) in fields {
@@ -263,13 +262,27 @@ fn ranges(openapi: &mut OpenApi, max_new_tokens: u32) {
             array.min_items = Some(1);
         }
     }
+    // The counts refused right after parsing: documents
+    // (`embeddings::check_count`), tools (`request::size`).
+    for (schema, field, max) in [
+        ("RerankRequest", "documents", MAX_INPUTS),
+        // The Messages API's, in what `/v1/messages` and `count_tokens` share.
+        ("Conversation", "tools", MAX_TOOLS),
+    ] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+            array.max_items = Some(max);
+        }
+    }
     // An embedding's input: no empty string, array, or string or array in
-    // one; token ids within the runtime's range.
+    // one; token ids within the runtime's range; at most MAX_INPUTS inputs.
     if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut("EmbeddingInput") {
         for item in one_of.items.iter_mut() {
             if let RefOr::T(schema) = item {
                 non_empty(schema);
                 if let Schema::Array(array) = schema {
+                    if !of_ids(array) {
+                        array.max_items = Some(MAX_INPUTS);
+                    }
                     if let ArrayItems::RefOrSchema(inner) = &mut array.items {
                         if let RefOr::T(inner) = inner.as_mut() {
                             non_empty(inner);
@@ -306,6 +319,12 @@ fn non_empty(schema: &mut Schema) {
         Schema::Array(array) => array.min_items = Some(1),
         _ => {}
     }
+}
+
+/// Whether an array holds token ids (one input), not inputs.
+fn of_ids(array: &Array) -> bool {
+    let ArrayItems::RefOrSchema(inner) = &array.items else { return false };
+    matches!(inner.as_ref(), RefOr::T(Schema::Object(id)) if id.schema_type == SchemaType::Type(Type::Integer))
 }
 
 /// A token id, or an array of them (nested one level): 0 to the runtime's

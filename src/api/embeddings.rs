@@ -30,6 +30,17 @@ pub enum EmbeddingInput {
     TokenArrays(Vec<Vec<i64>>),
 }
 
+impl EmbeddingInput {
+    /// How many inputs (vectors) it asks for.
+    fn len(&self) -> usize {
+        match self {
+            EmbeddingInput::Text(_) | EmbeddingInput::Tokens(_) => 1,
+            EmbeddingInput::Texts(texts) => texts.len(),
+            EmbeddingInput::TokenArrays(arrays) => arrays.len(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum EncodingFormat {
@@ -105,6 +116,7 @@ pub async fn create(
     axum::Extension(counting): axum::Extension<Counting>,
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<axum::Json<EmbeddingList>, ApiError> {
+    check_count(req.input.len(), "input")?;
     // Held until the reply is built, so the model is not unloaded under it.
     let (lease, place) = state.lease_queued(&req.model, None).await?;
     let input = req.input;
@@ -198,57 +210,72 @@ fn wrong_dimensions(width: usize, asked: u32) -> ApiError {
 /// tokenizer, or the client's ids), or text when there is no tokenizer.
 fn run_inputs(loaded: &Loaded, input: EmbeddingInput) -> Result<Vec<RunInput>, ApiError> {
     let inputs: Vec<RunInput> = match input {
-        EmbeddingInput::Text(text) => vec![text_input(loaded, text, "input")?],
-        EmbeddingInput::Texts(texts) => {
-            texts.into_iter().map(|t| text_input(loaded, t, "input")).collect::<Result<_, _>>()?
-        }
+        EmbeddingInput::Text(text) => text_inputs(loaded, vec![text], "input")?,
+        EmbeddingInput::Texts(texts) => text_inputs(loaded, texts, "input")?,
         EmbeddingInput::Tokens(ids) => vec![token_input(ids, loaded)?],
         EmbeddingInput::TokenArrays(arrays) => {
             arrays.into_iter().map(|ids| token_input(ids, loaded)).collect::<Result<_, _>>()?
         }
     };
-    check_inputs(&inputs, loaded.engine.limits().max_context_len)?;
+    check_inputs(&inputs, loaded.engine.limits().max_context_len, "input")?;
     Ok(inputs)
 }
 
-/// Empty, too many or too long inputs are the client's to fix (400).
-pub(super) fn check_inputs(inputs: &[RunInput], max_context_len: u32) -> Result<(), ApiError> {
-    if inputs.is_empty() {
-        return Err(ApiError::invalid_value("input", "`input` is empty: give at least one input."));
+/// No inputs, or too many, are the client's to fix (400), and are refused
+/// by their count right after parsing, before any is tokenized (`param`
+/// names the list: `input`, `documents`).
+pub(super) fn check_count(n: usize, param: &str) -> Result<(), ApiError> {
+    if n == 0 {
+        return Err(ApiError::invalid_value(param, format!("`{param}` is empty: give at least one.")));
     }
-    if inputs.len() > MAX_INPUTS {
+    if n > MAX_INPUTS {
         return Err(ApiError::invalid_value(
-            "input",
-            format!("`input` has {} items; at most {MAX_INPUTS} are allowed.", inputs.len()),
+            param,
+            format!("`{param}` has {n} items; at most {MAX_INPUTS} are allowed."),
         ));
     }
+    Ok(())
+}
+
+/// Empty or too long inputs are the client's to fix (400); `param` names the list.
+pub(super) fn check_inputs(inputs: &[RunInput], max_context_len: u32, param: &str) -> Result<(), ApiError> {
+    check_count(inputs.len(), param)?;
     for (i, input) in inputs.iter().enumerate() {
         let (empty, tokens) = match input {
             RunInput::Prompt(text) => (text.is_empty(), None),
             RunInput::Tokens(ids) => (ids.is_empty(), Some(ids.len())),
         };
         if empty {
-            return Err(ApiError::invalid_value("input", format!("input[{i}] is empty.")));
+            return Err(ApiError::invalid_value(param, format!("{param}[{i}] is empty.")));
         }
         if let Some(n) = tokens.filter(|n| *n > max_context_len as usize) {
             return Err(ApiError::invalid_value(
-                "input",
-                format!("input[{i}] has {n} tokens; the model's context holds {max_context_len} (max_context_len)."),
+                param,
+                format!("{param}[{i}] has {n} tokens; the model's context holds {max_context_len} (max_context_len)."),
             ));
         }
     }
     Ok(())
 }
 
-/// A text as the runtime will read it; one far too long for the context is
-/// refused before it is tokenized (`param` names it).
-pub(super) fn text_input(loaded: &Loaded, text: String, param: &str) -> Result<RunInput, ApiError> {
+/// Texts as the runtime will read them: every one far too long for the
+/// context is refused by its bytes before any is tokenized (`param` names
+/// the list).
+pub(super) fn text_inputs(loaded: &Loaded, texts: Vec<String>, param: &str) -> Result<Vec<RunInput>, ApiError> {
     let context = loaded.engine.limits().max_context_len as usize;
-    super::request::refuse_unfittable(param, text.len(), context)?;
-    Ok(match loaded.prompter.tokenize(&text) {
+    for text in &texts {
+        super::request::refuse_unfittable(param, text.len(), context)?;
+    }
+    Ok(texts.into_iter().map(|text| tokenized(loaded, text)).collect())
+}
+
+/// A text as the runtime will read it: the model tokenizer's ids, or the
+/// text when there is no tokenizer. Its bytes are checked first (`text_inputs`).
+fn tokenized(loaded: &Loaded, text: String) -> RunInput {
+    match loaded.prompter.tokenize(&text) {
         Some(ids) => RunInput::Tokens(ids.into_iter().map(|id| id as i32).collect()),
         None => RunInput::Prompt(text),
-    })
+    }
 }
 
 /// A client's token ids: each must be one the model's tokenizer knows, when

@@ -241,7 +241,6 @@ mod tests {
             reasoning: crate::conversation::ReasoningMode::Split,
             tools_overflow: crate::conversation::ToolsOverflow::Select,
             metrics_on_main_listener: true,
-            max_new_tokens: 16,
             allow_pull: false,
             docs_dir: None,
         });

@@ -2,6 +2,7 @@
 //! job and shape its events into responses; they never touch FFI.
 
 mod auth;
+mod ceiling;
 mod chat;
 mod completions;
 mod cross_site;
@@ -84,8 +85,6 @@ pub struct Settings {
     pub tools_overflow: ToolsOverflow,
     /// `/metrics` is served here (not on a listener of its own).
     pub metrics_on_main_listener: bool,
-    /// The largest `max_tokens` a request may ask for (the OpenAPI document states it).
-    pub max_new_tokens: u32,
     /// `/api/pull` may download models into `models_dir`.
     pub allow_pull: bool,
     /// Where `/docs` serves Swagger UI's files from (`docs::ui_dir`).
@@ -225,8 +224,7 @@ pub fn router(state: AppState) -> Router {
         OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
     let mut openapi = openapi;
     openapi.merge(health_doc);
-    let doc_settings =
-        docs::DocSettings { api_key: state.settings.api_key.is_some(), max_new_tokens: state.settings.max_new_tokens };
+    let doc_settings = docs::DocSettings { api_key: state.settings.api_key.is_some() };
     docs::complete(&mut openapi, &doc_settings);
     let public = public
         .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))

@@ -3,7 +3,7 @@
 //! format (`rerank_format`, `crate::embed::RerankFormat`), run in logits
 //! mode, and scored from the logits of the answer tokens.
 
-use super::embeddings::{check_inputs, text_input};
+use super::embeddings::{check_count, check_inputs, text_inputs};
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::forward;
@@ -95,7 +95,7 @@ pub struct RerankResponse {
     request_body = RerankRequest,
     responses(
         (status = 200, description = "The documents' scores, best first", body = RerankResponse),
-        (status = 400, description = "No documents, or a document too long", body = ErrorEnvelope),
+        (status = 400, description = "No documents, too many (more than 2048), or a document too long", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 501, description = "No tokenizer.json, or it lacks the answer tokens", body = ErrorEnvelope),
     ),
@@ -117,7 +117,7 @@ pub async fn create(
     request_body = RerankRequest,
     responses(
         (status = 200, description = "The documents' scores, best first", body = RerankResponse),
-        (status = 400, description = "No documents, or a document too long", body = ErrorEnvelope),
+        (status = 400, description = "No documents, too many (more than 2048), or a document too long", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 501, description = "No tokenizer.json, or it lacks the answer tokens", body = ErrorEnvelope),
     ),
@@ -136,6 +136,7 @@ async fn rerank(
     Extension(counting): Extension<Counting>,
     ApiJson(req): ApiJson<RerankRequest>,
 ) -> Result<Json<RerankResponse>, ApiError> {
+    check_count(req.documents.len(), "documents")?;
     // Held until the reply is built, so the model is not unloaded under it.
     let (lease, place) = state.lease_queued(&req.model, None).await?;
     let loaded: &super::Loaded = &lease;
@@ -148,18 +149,12 @@ async fn rerank(
              (`tokenizer`), and that tokenizer must have them."
         )));
     };
-    if req.documents.is_empty() {
-        return Err(ApiError::invalid_value("documents", "`documents` is empty: give at least one document."));
-    }
     let instruction = req.instruction.clone().unwrap_or_else(|| DEFAULT_INSTRUCTION.to_owned());
     let prompts: Vec<String> =
         req.documents.iter().map(|d| format.prompt(&instruction, &req.query, d.text())).collect();
     let inputs = prepare(&lease, move |loaded| {
-        let inputs: Vec<_> =
-            prompts.into_iter().map(|prompt| text_input(loaded, prompt, "documents")).collect::<Result<_, _>>()?;
-        check_inputs(&inputs, loaded.engine.limits().max_context_len)
-            .map(|()| inputs)
-            .map_err(|e| ApiError::invalid_value("documents", e.body.message.replace("input[", "documents[")))
+        let inputs = text_inputs(loaded, prompts, "documents")?;
+        check_inputs(&inputs, loaded.engine.limits().max_context_len, "documents").map(|()| inputs)
     })
     .await?;
     let capture = Capture::Logits { rows: Rows::Last, columns };

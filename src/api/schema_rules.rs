@@ -5,6 +5,8 @@
 //! Each rule names the check it mirrors, so the two are changed together;
 //! `tests/schemathesis.rs` sends what the document allows.
 
+use super::embeddings::MAX_INPUTS;
+use super::request::MAX_TOOLS;
 use serde_json::{json, Value};
 
 /// Adds the rules to the serialised document's component schemas: a
@@ -197,7 +199,8 @@ fn rules() -> Vec<(&'static str, Value)> {
     });
     // OpenAI's rule for a function's name.
     let tool_name = json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"});
-    let function_tools = json!({"type": ["array", "null"], "items": {
+    // At most MAX_TOOLS of them (`request::size`).
+    let function_tools = json!({"type": ["array", "null"], "maxItems": MAX_TOOLS, "items": {
         "type": "object", "required": ["type", "function"],
         "properties": {"type": {"const": "function"}, "function": {
             "type": "object", "required": ["name"],
@@ -328,8 +331,12 @@ fn rules() -> Vec<(&'static str, Value)> {
                 {"if": {"properties": {"type": {"const": "image_url"}}}, "then": given("image_url")},
             ]}),
         ),
-        // ollama/embed.rs: several inputs, none empty (one empty input only loads the model).
-        ("OllamaEmbedInput", json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}}}]})),
+        // ollama/embed.rs: several inputs, none empty (one empty input only
+        // loads the model), at most MAX_INPUTS (`embeddings::check_count`).
+        (
+            "OllamaEmbedInput",
+            json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}, "maxItems": MAX_INPUTS}}]}),
+        ),
         // responses/tools.rs `convert` and `choice`: function and custom tools
         // (a tool without a type is a function) as on chat, flat; a namespace
         // holds such tools; any other type is left out, whatever it holds.
@@ -338,7 +345,7 @@ fn rules() -> Vec<(&'static str, Value)> {
             "CreateResponse",
             json!({
                 "properties": {
-                    "tools": {"type": ["array", "null"], "items": {
+                    "tools": {"type": ["array", "null"], "maxItems": MAX_TOOLS, "items": {
                         "type": "object",
                         "allOf": [callable_tool.clone(), {
                             "if": {"required": ["type"], "properties": {"type": {"const": "namespace"}}},

@@ -4,7 +4,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
-use super::request::prepare;
+use super::request::{most_token_ids, prepare, refuse_unfittable};
 use super::AppState;
 use crate::registry::Lease;
 use axum::extract::State;
@@ -83,6 +83,11 @@ async fn model(state: &AppState, named: Option<&str>) -> Result<Lease, ApiError>
     state.lease(&id, None).await
 }
 
+/// The model's context (`max_context_len`), which bounds what is tokenized.
+fn context(lease: &Lease) -> usize {
+    lease.engine.limits().max_context_len as usize
+}
+
 fn no_tokenizer(id: &str) -> ApiError {
     ApiError::not_supported(format!(
         "The model `{id}` has no tokenizer.json: put the one from its Hugging Face repository next to the \
@@ -98,7 +103,7 @@ fn no_tokenizer(id: &str) -> ApiError {
     request_body = TokenizeRequest,
     responses(
         (status = 200, description = "The token ids (with `with_pieces`, `{id, piece}` objects)", body = TokenizeResponse),
-        (status = 400, description = "Invalid request", body = ErrorEnvelope),
+        (status = 400, description = "Invalid request, or `content` far longer than the context (`context_length_exceeded`)", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
@@ -110,6 +115,9 @@ pub async fn tokenize(
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let lease = model(&state, req.model.as_deref()).await?;
+    // Tokenizing costs ~100 bytes of memory per byte: a text far longer than
+    // the context is refused by its bytes first, as a chat's messages are.
+    refuse_unfittable("content", req.content.len(), context(&lease))?;
     let id = lease.served_id();
     let tokens = prepare(&lease, move |loaded| {
         let ids =
@@ -134,7 +142,7 @@ pub async fn tokenize(
     request_body = DetokenizeRequest,
     responses(
         (status = 200, description = "The text", body = DetokenizeResponse),
-        (status = 400, description = "Invalid request, or an id outside the vocabulary", body = ErrorEnvelope),
+        (status = 400, description = "Invalid request, an id outside the vocabulary, or more ids than the model turns into text at once", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
@@ -146,6 +154,17 @@ pub async fn detokenize(
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
     let lease = model(&state, req.model.as_deref()).await?;
+    let most = most_token_ids(context(&lease));
+    if req.tokens.len() > most {
+        return Err(ApiError::invalid_value(
+            "tokens",
+            format!(
+                "`tokens` has {} ids; this model turns at most {most} into text at once (as many as the longest \
+                 text `/tokenize` takes can give).",
+                req.tokens.len()
+            ),
+        ));
+    }
     let id = lease.served_id();
     let content = prepare(&lease, move |loaded| {
         let vocab = loaded.prompter.vocab_size().ok_or_else(|| no_tokenizer(&id))?;

@@ -1,6 +1,8 @@
 //! Test harness: the real `rkllmd` binary on an ephemeral port, real HTTP.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod provision;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -283,6 +285,7 @@ pub fn python_venv() -> PathBuf {
         assert!(status.success(), "{what} failed ({status}): {cmd:?}");
     };
     if !venv.join("bin/pip").exists() {
+        provision::require(&[provision::PYTHON3_VENV]);
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv), "creating .venv (python3 -m venv)");
     }
     if std::fs::read(&wanted).ok() != std::fs::read(&installed).ok() {

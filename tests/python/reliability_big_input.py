@@ -1,4 +1,4 @@
-# Reliability measurement (not a test; docs/reliability.md). usage: reliability_big_input.py BIN PORT [path] [n_parallel]: peak RSS growth and time of an 8 MB prompt refusal
+# Reliability measurement (not a test; docs/reliability.md). usage: reliability_big_input.py BIN PORT [case] [n_parallel]: peak RSS growth and time of a refusal by size (case: a path, or one of the named cases below)
 import subprocess, sys, time, json, threading, urllib.request
 bin, port = sys.argv[1], sys.argv[2]
 path = sys.argv[3] if len(sys.argv) > 3 else "/v1/chat/completions"
@@ -10,11 +10,25 @@ def hwm():
         if l.startswith(("VmHWM", "VmRSS")): yield l.split()[1]
 base = list(hwm())
 text = "word " * (8_000_000 // 5)
+user = [{"role": "user", "content": "hi"}]
+tool = lambda i, description="": {"type": "function", "function": {"name": f"f{i}", "description": description}}
 bodies = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "content": text}]},
           "/v1/completions": {"model": "m", "prompt": text},
           "/api/generate": {"model": "m", "prompt": text, "stream": False},
-          "/v1/embeddings": {"model": "m", "input": text}}
-data = json.dumps(bodies[path]).encode()
+          "/v1/embeddings": {"model": "m", "input": text},
+          "/tokenize": {"model": "m", "content": text},
+          "/v1/messages/count_tokens": {"model": "m", "messages": [{"role": "user", "content": text}]},
+          "/api/chat": {"model": "m", "messages": [{"role": "user", "content": text}], "stream": False}}
+# Named cases: (path, body).
+cases = {"tool-8mb": ("/v1/chat/completions", {"model": "m", "messages": user, "tools": [tool(0, text)]}),
+         "tools-8500": ("/v1/chat/completions", {"model": "m", "messages": user, "tools": [tool(i, "d" * 800) for i in range(8500)]}),
+         "rerank-20000": ("/v1/rerank", {"model": "m", "query": "q", "documents": ["abcd"] * 20_000}),
+         "rerank-1.5M": ("/v1/rerank", {"model": "m", "query": "q", "documents": ["d"] * 1_500_000}),
+         "embeddings-1.5M": ("/v1/embeddings", {"model": "m", "input": ["a"] * 1_500_000}),
+         "api-embed-1.5M": ("/api/embed", {"model": "m", "input": ["a"] * 1_500_000})}
+path, body = cases[path] if path in cases else (path, bodies[path])
+data = json.dumps(body).encode()
+del text, body
 res = []
 def one():
     t = time.time()

@@ -46,16 +46,25 @@ def filter_body(ctx, body):
 
 @schemathesis.hook
 def map_case(ctx, case):
-    """Holds a generated valid body to the tool rules JSON Schema cannot
+    """Holds a generated valid body to the three rules JSON Schema cannot
     state, which the document says in words and the server refuses (400):
-    each function name once (a Responses namespace's joined to it), and a
-    `tool_choice` naming a function of `tools`. A generator draws short names that repeat and a `tool_choice`
-    name that matches nothing; without this, schemathesis would take each
-    such body for a valid one refused. Invalid bodies are left as drawn."""
+    each function name once (a Responses namespace's joined to it), a
+    `tool_choice` naming a function of `tools`, and `max_tokens` and
+    `max_completion_tokens` equal when both are given. A generator draws
+    short names that repeat, a `tool_choice` name that matches nothing and
+    two unrelated limits; without this, schemathesis would take each such
+    body for a valid one refused. Invalid bodies are left as drawn."""
     meta = getattr(case, "meta", None)
     if meta is not None and meta.generation.mode.is_positive and isinstance(case.body, dict):
         keep_tool_rules(case.body)
+        keep_one_limit(case.body)
     return case
+
+
+def keep_one_limit(body):
+    """A chat's two names for its token limit say the same (request/mod.rs)."""
+    if body.get("max_tokens") is not None and body.get("max_completion_tokens") is not None:
+        body["max_completion_tokens"] = body["max_tokens"]
 
 
 def named(item):

@@ -4,7 +4,6 @@
 //! stream, written as a message or as the Messages API's events. Errors
 //! have Anthropic's shape and the daemon's one status table.
 
-pub(super) mod ceiling;
 mod convert;
 mod reply;
 mod system;
@@ -97,7 +96,7 @@ pub async fn create(
     let id = format!("msg_{}", uuid::Uuid::new_v4().simple());
     let (policy, job_id) = (state.settings.chat_policy(), id.clone());
     let (v, clamped) = prepare(&model, move |model| {
-        let (max_tokens, clamped) = ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
+        let (max_tokens, clamped) = super::ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
         chat.common.max_tokens = Some(max_tokens);
         system::place(&mut chat, &model.prompter);
         let v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;

@@ -3,8 +3,8 @@
 //! started, filled and stopped, `message_delta` with the stop reason and
 //! usage, `message_stop`.
 
-use super::ceiling::Clamped;
 use super::AnthropicError;
+use crate::api::ceiling::Clamped;
 use crate::api::reply::{Piece, Summary};
 use crate::conversation::{CallDelta, Delta, Reply};
 use axum::response::sse::{Event, KeepAlive, Sse};

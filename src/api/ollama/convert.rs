@@ -145,7 +145,12 @@ pub fn chat(
     model: &Loaded,
     tools_overflow: ToolsOverflow,
 ) -> Result<Option<Validated>, ApiError> {
-    let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else { return Ok(None) };
+    let Some(messages) = req.messages.as_ref().filter(|m| !m.is_empty()) else {
+        // Only a load; its tools are still held to the rules the document
+        // states for them (a name of 1 to 64 characters, each once).
+        openai::check_tools(req.tools.as_deref().unwrap_or_default(), model)?;
+        return Ok(None);
+    };
     let mut calls = 0;
     let messages = messages.iter().enumerate().map(|(i, m)| message(i, m, &mut calls)).collect::<Result<_, _>>()?;
     let openai = openai::ChatCompletionRequest {

@@ -4,11 +4,11 @@
 
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
 use super::{convert, parse_counted};
-use crate::api::embeddings::{check_inputs, known_dimensions, text_input, vectors, Vectors};
+use crate::api::embeddings::{check_count, check_inputs, known_dimensions, text_inputs, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
-use crate::api::{AppState, Loaded};
+use crate::api::AppState;
 use crate::engine::RunInput;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -116,6 +116,10 @@ async fn run(
     }
     let keep_alive = convert::keep_alive(ask.keep_alive)?;
     convert::check_options(ask.options)?;
+    // No texts only loads the model; too many are refused before it loads.
+    if !texts.is_empty() {
+        check_count(texts.len(), "input")?;
+    }
     // Held until the vectors are made, so the model is not unloaded under them.
     let (lease, place) = state.lease_queued(ask.model, keep_alive).await?;
     let context = convert::context(ask.options.and_then(|o| o.num_ctx), &lease);
@@ -125,24 +129,26 @@ async fn run(
         return Ok((lease.served_id(), lease.load_duration, None));
     }
     let inputs = prepare(&lease, move |loaded| {
-        let inputs = texts.into_iter().map(|t| fit(loaded, t, truncate, context)).collect::<Result<Vec<_>, _>>()?;
-        check_inputs(&inputs, context).map(|()| inputs)
+        // What the first `context` tokens can span, at most bytes-per-token on
+        // average: the rest is cut before tokenizing, which costs by the byte.
+        let most = context as usize * MAX_BYTES_PER_TOKEN;
+        let texts = if truncate { texts.into_iter().map(|t| cut(t, most)).collect() } else { texts };
+        let inputs = text_inputs(loaded, texts, "input")?;
+        let inputs = inputs.into_iter().map(|input| fit(input, truncate, context)).collect::<Result<Vec<_>, _>>()?;
+        check_inputs(&inputs, context, "input").map(|()| inputs)
     })
     .await?;
     let out = vectors(&lease, place, inputs, dimensions, normalise, ask.counting).await?;
     Ok((lease.served_id(), lease.load_duration, Some(out)))
 }
 
-/// The text as the runtime will read it, with `truncate`: cut to the
-/// first `context` tokens. Exactly only with the model's tokenizer; without
-/// one, a text that may be longer than the context is refused rather than
-/// cut at a guess (one that cannot be is sent whole).
-fn fit(loaded: &Loaded, text: String, truncate: bool, context: u32) -> Result<RunInput, ApiError> {
+/// An input as the runtime will read it, with `truncate`: cut to the first
+/// `context` tokens. Exactly only with the model's tokenizer; without one, a
+/// text that may be longer than the context is refused rather than cut at a
+/// guess (one that cannot be is sent whole).
+fn fit(input: RunInput, truncate: bool, context: u32) -> Result<RunInput, ApiError> {
     let context = context as usize;
-    // What the first `context` tokens can span, at most bytes-per-token on
-    // average: the rest is cut before tokenizing, which costs by the byte.
-    let text = if truncate { cut(text, context * MAX_BYTES_PER_TOKEN) } else { text };
-    match text_input(loaded, text, "input")? {
+    match input {
         RunInput::Tokens(mut ids) if truncate => {
             ids.truncate(context);
             Ok(RunInput::Tokens(ids))

@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 #[derive(Debug, Clone, Default, Deserialize, ToSchema)]
 #[schema(as = OllamaOptions)]
 pub struct Options {
-    /// Tokens to generate; -1 (endless) and -2 (fill the context) mean the server's maximum.
+    /// Tokens to generate; any value ≤ 0 (Ollama's -1 endless, -2 fill the context) means the server's maximum.
     pub num_predict: Option<i64>,
     pub stop: Option<Vec<String>>,
     /// RKLLM has no seed: accepted and ignored.
@@ -22,7 +22,9 @@ pub struct Options {
     pub num_ctx: Option<u32>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
-    /// Ollama's other options (`num_thread`, `mirostat`, …): accepted, ignored.
+    /// Ollama's other options (`num_thread`, `num_gpu`, `use_mmap`, …): accepted,
+    /// ignored. (`mirostat`, `mirostat_tau` and `mirostat_eta` are RKLLM's
+    /// sampling fields too: `sampling` takes them.)
     #[serde(flatten)]
     #[schema(ignore)]
     pub other: Map<String, Value>,

@@ -132,7 +132,7 @@ fn to_tool_call(i: usize, j: usize, call: &Value) -> Result<conversation::ToolCa
 
 /// Each tool: `{"type": "function", "function": {"name", "description"?, "parameters"?}}`
 /// with a unique name of 1–64 letters, digits, `_` or `-` (OpenAI's rule).
-fn validate_tools(tools: &[Value]) -> Result<(), ApiError> {
+pub(super) fn validate_tools(tools: &[Value]) -> Result<(), ApiError> {
     let mut seen = std::collections::HashSet::new();
     for (i, tool) in tools.iter().enumerate() {
         let bad = |s: &str, m: &str| Err(ApiError::invalid_value(&format!("tools[{i}]{s}"), m.to_owned()));

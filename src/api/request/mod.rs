@@ -9,11 +9,11 @@ mod tools_fit;
 mod wire;
 
 pub use images::{vision_encoder, ImageRef};
-pub use size::{refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN};
+pub use size::{most_token_ids, refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN, MAX_TOOLS};
 pub use wire::*;
 
+use super::ceiling::{clamp, Clamped};
 use super::error::ApiError;
-use super::messages::ceiling::{clamp, Clamped};
 use super::structured::ResponseFormat;
 use super::Loaded;
 use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice, ToolsOverflow};
@@ -190,10 +190,7 @@ impl ChatCompletionRequest {
             }
             (a, b) => a.or(b),
         };
-        // What every template renders verbatim (assistant turns may be cut, e.g. their reasoning).
-        let verbatim: usize =
-            self.messages.iter().filter(|m| m.role != ChatRole::Assistant).map(|m| content_bytes(&m.content)).sum();
-        size::refuse_unfittable("messages", verbatim, model.engine.limits().max_context_len as usize)?;
+        self.refuse_oversized(model, policy.tools_overflow == ToolsOverflow::Refuse)?;
         let (mut chat, images) = convert::chat_input(self)?;
         let format = ResponseFormat::parse(self.response_format.as_ref())?;
         if let Some(format) = &format {
@@ -236,13 +233,36 @@ impl ChatCompletionRequest {
 
     /// The rendered prompt's tokens by the model's tokenizer, every tool
     /// included (`None` without a tokenizer): what Anthropic's
-    /// `count_tokens` answers. Not checked against the context; images (which
-    /// the Messages API does not take) would not be counted.
+    /// `count_tokens` answers. Not checked against the context, except that a
+    /// request clearly too long to be worth counting is refused by its bytes,
+    /// as a chat is; images (which the Messages API does not take) would not
+    /// be counted.
     pub fn count_tokens(&self, model: &Loaded) -> Result<Option<usize>, ApiError> {
+        self.refuse_oversized(model, true)?;
         let (chat, _images) = convert::chat_input(self)?;
         let rendered = model.prompter.render(&chat).map_err(prompt_error)?;
         Ok(model.prompter.tokenize(&rendered.prompt).map(|ids| ids.len()))
     }
+
+    /// Refuses by bytes and counts, before anything is rendered or tokenized:
+    /// the messages' text, and the tools (with the messages when
+    /// `all_tools_sent`: no selection may drop some).
+    fn refuse_oversized(&self, model: &Loaded, all_tools_sent: bool) -> Result<(), ApiError> {
+        let context = model.engine.limits().max_context_len as usize;
+        // What every template renders verbatim (assistant turns may be cut, e.g. their reasoning).
+        let verbatim: usize =
+            self.messages.iter().filter(|m| m.role != ChatRole::Assistant).map(|m| content_bytes(&m.content)).sum();
+        size::refuse_unfittable("messages", verbatim, context)?;
+        size::refuse_oversized_tools(self.tools.as_deref().unwrap_or_default(), verbatim, context, all_tools_sent)
+    }
+}
+
+/// A tool list held to its count, its bytes and OpenAI's rules where no
+/// prompt is made of it (an Ollama request that only loads the model), as
+/// a chat would hold it.
+pub fn check_tools(tools: &[Value], model: &Loaded) -> Result<(), ApiError> {
+    size::refuse_oversized_tools(tools, 0, model.engine.limits().max_context_len as usize, false)?;
+    convert::validate_tools(tools)
 }
 
 /// The operator's account of a selection: which tools the model did not see.

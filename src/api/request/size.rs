@@ -13,6 +13,7 @@
 
 use super::Job;
 use crate::api::error::{ApiError, Overflow};
+use serde_json::Value;
 
 /// The most bytes one token of a prompt stands for, on average, in any
 /// vocabulary the daemon is likely to serve (see the module docs).
@@ -52,6 +53,63 @@ pub fn refuse_unfittable(param: &str, bytes: usize, context: usize) -> Result<()
     e.body.code = Some("context_length_exceeded");
     e.body.overflow = Some(Overflow::new(fewest_tokens(bytes), context));
     Err(e)
+}
+
+/// The most token ids a request may have turned into text (`/detokenize`):
+/// as many as a text short enough to tokenize can give, at most one a byte.
+pub fn most_token_ids(context: usize) -> usize {
+    context * TOKENIZED_CONTEXTS_AT_MOST * MAX_BYTES_PER_TOKEN
+}
+
+/// The most tool definitions a request may offer (OpenAI's bound on `tools`).
+pub const MAX_TOOLS: usize = 128;
+
+/// Refuses a tool list by its count and bytes, before anything is rendered:
+/// more than [`MAX_TOOLS`] definitions, or one that alone is too long to
+/// tokenize; and when every tool goes into the prompt (`all_sent`: no
+/// selection may drop some), the tools with the messages' `verbatim` bytes.
+pub fn refuse_oversized_tools(
+    tools: &[Value],
+    verbatim: usize,
+    context: usize,
+    all_sent: bool,
+) -> Result<(), ApiError> {
+    if tools.len() > MAX_TOOLS {
+        return Err(ApiError::invalid_value(
+            "tools",
+            format!("`tools` has {} definitions; at most {MAX_TOOLS} are allowed.", group(tools.len())),
+        ));
+    }
+    let mut total = verbatim;
+    for (i, tool) in tools.iter().enumerate() {
+        let bytes = json_bytes(tool);
+        refuse_unfittable(&format!("tools[{i}]"), bytes, context)?;
+        total += bytes;
+    }
+    if all_sent {
+        refuse_unfittable("tools", total, context)?;
+    }
+    Ok(())
+}
+
+/// The bytes of `value` written as compact JSON, counted without writing it
+/// out: what a tool definition adds to a prompt (most templates write each
+/// whole, as JSON, often with spaces besides).
+fn json_bytes(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// What the request's prompt weighs, kept with the job: the api reads it
@@ -271,6 +329,26 @@ mod tests {
         // One token per byte at most: a short prompt cannot overflow.
         assert!(!size(4095).may_overflow());
         assert!(size(4096).may_overflow());
+    }
+
+    #[test]
+    fn tool_lists_are_held_to_their_count_and_bytes() {
+        let tool = |description: &str| serde_json::json!({"type": "function", "function": {"name": "f", "description": description}});
+        let bytes = json_bytes(&tool(""));
+        assert_eq!(bytes, r#"{"type":"function","function":{"name":"f","description":""}}"#.len());
+        let many = vec![tool(""); MAX_TOOLS + 1];
+        let e = refuse_oversized_tools(&many, 0, 4096, false).unwrap_err();
+        assert_eq!(e.body.param.as_deref(), Some("tools"), "{}", e.body.message);
+        assert!(refuse_oversized_tools(&many[1..], 0, 4096, true).is_ok());
+        // One definition too long to tokenize (4 contexts of 8 bytes a token) is refused by name.
+        let long = vec![tool(""), tool(&"x".repeat(4 * 100 * 8))];
+        let e = refuse_oversized_tools(&long, 0, 100, false).unwrap_err();
+        assert_eq!((e.body.param.as_deref(), e.body.code), (Some("tools[1]"), Some("context_length_exceeded")));
+        // Together with the messages only when every tool is sent.
+        let half = vec![tool(&"x".repeat(2 * 100 * 8)); 2];
+        assert!(refuse_oversized_tools(&half, 0, 100, false).is_ok());
+        let e = refuse_oversized_tools(&half, 0, 100, true).unwrap_err();
+        assert_eq!(e.body.param.as_deref(), Some("tools"), "{}", e.body.message);
     }
 
     #[test]

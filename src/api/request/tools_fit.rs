@@ -28,7 +28,7 @@
 //!
 //! The price: up to one step of the context left unused by tools.
 
-use super::size::PromptSize;
+use super::size::{self, PromptSize};
 use super::Loaded;
 use crate::conversation::{rank_tools, ChatInput, Message, Rendered, Role, ToolChoice};
 use serde_json::Value;
@@ -70,8 +70,15 @@ const HUGE_SHARE: usize = 4;
 pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> Option<Selection> {
     let budget = context.checked_sub(room)?;
     let fewest = usize::from(chat.tool_choice == ToolChoice::Required);
-    let weight =
-        |rendered: &Rendered| model.prompter.tokenize(&rendered.prompt).map_or(rendered.prompt.len(), |ids| ids.len());
+    // A prompt too long to tokenize weighs at least its fewest tokens, which
+    // is more than any budget: it is not tokenized.
+    let weight = |rendered: &Rendered| {
+        let bytes = rendered.prompt.len();
+        if size::too_long_to_tokenize(bytes, context) {
+            return size::fewest_tokens(bytes);
+        }
+        model.prompter.tokenize(&rendered.prompt).map_or(bytes, |ids| ids.len())
+    };
     let render = |tools: &[usize]| -> Option<(ChatInput, Rendered)> {
         let mut subset = chat.clone();
         subset.tools = tools.iter().map(|&i| chat.tools[i].clone()).collect();

@@ -134,7 +134,9 @@ pub struct ChatMessage {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     pub messages: Vec<ChatMessage>,
-    /// Alias of `max_tokens`; both may be set only to the same value.
+    /// Alias of `max_tokens` (which OpenAI deprecated for this one). Both may
+    /// be set only to the same value: different values are refused (400,
+    /// `param: max_completion_tokens`), a rule JSON Schema cannot state.
     pub max_completion_tokens: Option<u32>,
     /// Extension: reaches the chat template and the runtime's `enable_thinking`.
     pub enable_thinking: Option<bool>,

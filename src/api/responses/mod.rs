@@ -23,8 +23,6 @@ pub use wire::CreateResponse;
 
 /// Tools left out of the prompt for their type (docs/api.md, "Responses API").
 const TOOLS_UNSUPPORTED: HeaderName = HeaderName::from_static("x-rkllmd-tools-unsupported");
-/// `max_output_tokens` lowered to what the server produces (`ASKED->LIMIT`).
-const MAX_TOKENS_CLAMPED: HeaderName = HeaderName::from_static("x-rkllmd-max-tokens-clamped");
 
 /// Creates a model response (`stream: true` for the Responses API's server-sent events).
 #[utoipa::path(
@@ -55,11 +53,7 @@ pub async fn create(
     let policy = state.settings.chat_policy();
     let job_id = id.clone();
     // A ceiling, as OpenAI's own limit is: the most the server produces, not a refusal.
-    let limit = model.engine.limits().max_new_tokens;
-    let clamped = chat.common.max_tokens.filter(|&asked| asked > limit).map(|asked| format!("{asked}->{limit}"));
-    if clamped.is_some() {
-        chat.common.max_tokens = Some(limit);
-    }
+    let clamped = chat.clamp_max_tokens(model.engine.limits().max_new_tokens);
     let (v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
         Ok(v) => Ok((v, tools)),
         Err(mut e) => {
@@ -99,11 +93,12 @@ pub async fn create(
     tools_dropped_header(&mut response, s.tools_dropped);
     let ignored = s.ignored.split(',').filter(|p| !p.is_empty()).map(str::to_owned).chain(ignored);
     ignored_params_header(&mut response, &ignored.collect::<Vec<_>>().join(","));
-    let headers = response.headers_mut();
-    for (name, value) in [(TOOLS_UNSUPPORTED, Some(tools.unsupported.join(","))), (MAX_TOKENS_CLAMPED, clamped)] {
-        if let Some(value) = value.filter(|v| !v.is_empty()).and_then(|v| HeaderValue::from_str(&v).ok()) {
-            headers.insert(name, value);
-        }
+    let unsupported = tools.unsupported.join(",");
+    if let Some(value) = Some(unsupported).filter(|u| !u.is_empty()).and_then(|u| HeaderValue::from_str(&u).ok()) {
+        response.headers_mut().insert(TOOLS_UNSUPPORTED, value);
+    }
+    if let Some(clamped) = clamped {
+        clamped.header(&mut response);
     }
     Ok(response)
 }

@@ -1,10 +1,10 @@
-//! `max_tokens` as Anthropic reads it: a ceiling, not a demand. Claude Code
-//! asks for 32,000 whatever the model; above what the server can produce
-//! (`max_new_tokens`) the request is served with that, and the reply says so
-//! (the header `x-rkllmd-max-tokens-clamped: 32000->2048` and
-//! `timings.max_tokens_clamped`). 0 is still refused, as on chat.
-//! `/v1/chat/completions` reads its `max_tokens` the same way (the header
-//! only): opencode asks for 32,000 too.
+//! A reply's token limit as Anthropic and OpenAI read it: a ceiling, not a
+//! demand. Agents ask for their own maximum whatever the model (Claude Code
+//! 32,000, opencode 32,000, Codex's `max_output_tokens`); above what the
+//! server can produce (`max_new_tokens`) the request is served with that,
+//! and the reply says so: the header `x-rkllmd-max-tokens-clamped:
+//! 32000->2048` on every front end, and on the Messages API
+//! `timings.max_tokens_clamped` too. 0 is still refused.
 
 use axum::http::{HeaderName, HeaderValue};
 use axum::response::Response;
