@@ -112,6 +112,26 @@ async fn a_second_session_of_the_same_agent_prefills_only_its_task() {
 }
 
 #[tokio::test]
+async fn the_file_lies_beside_the_saved_conversations_and_goes_with_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let shm = dir.path().join("shm");
+    let on = start(&dir.path().join("on.jsonl"), "", &["--conversation-cache-dir", shm.to_str().unwrap()]);
+    first_turn(&on, TASKS[0]).await;
+    let files = |name: &str| -> usize {
+        let dirs = std::fs::read_dir(&shm).unwrap().map(|d| d.unwrap().path()).collect::<Vec<_>>();
+        dirs.iter()
+            .flat_map(|d| std::fs::read_dir(d).unwrap())
+            .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().starts_with(name))
+            .count()
+    };
+    assert_eq!((files("prefix-"), files("conversation-")), (1, 1));
+    let r = on.post("/v1/models/m/unload", json!({})).await;
+    assert_eq!(r.status(), 200);
+    assert!(on.wait_log("model unloaded"), "{}", on.log());
+    assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0, "the model's directory is gone with its files");
+}
+
+#[tokio::test]
 async fn a_loaded_file_that_spares_nothing_switches_the_files_off_loudly() {
     let dir = tempfile::tempdir().unwrap();
     let on = start(&dir.path().join("on.jsonl"), "&cache_lies=1", &[]);

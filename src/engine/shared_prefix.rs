@@ -118,11 +118,23 @@ pub(super) struct SharedPrefixes {
     off: Option<String>,
     /// The largest bytes per token of a file made here: what a new one takes.
     bytes_per_token: Option<f64>,
+    /// The file being made: left behind when its job went away mid-way
+    /// (the runtime still writes it), removed at the next making or at the end.
+    making: Option<PathBuf>,
 }
 
 impl SharedPrefixes {
     pub fn new(dir: PathBuf, settings: SharedPrefixSettings) -> Self {
-        SharedPrefixes { settings, dir, entries: Vec::new(), next: 0, clock: 0, off: None, bytes_per_token: None }
+        SharedPrefixes {
+            settings,
+            dir,
+            entries: Vec::new(),
+            next: 0,
+            clock: 0,
+            off: None,
+            bytes_per_token: None,
+            making: None,
+        }
     }
 
     /// Files kept and their bytes.
@@ -153,16 +165,23 @@ impl SharedPrefixes {
             && bytes <= self.settings.max_bytes as f64
     }
 
-    /// The file the next prefix is saved to.
+    /// The file the next prefix is saved to. Runtime calls are made one
+    /// after another, so a file whose job went away is whole by now.
     fn next_file(&mut self) -> PathBuf {
+        if let Some(left) = self.making.take() {
+            remove(&left);
+        }
         self.next += 1;
-        self.dir.join(format!("prefix-{}.cache", self.next))
+        let file = self.dir.join(format!("prefix-{}.cache", self.next));
+        self.making = Some(file.clone());
+        file
     }
 
     /// Keeps the file the runtime wrote of `ids`; the least recently used
     /// others go while over the budget. `false`: it alone is over the budget
     /// (removed).
     fn made(&mut self, file: &Path, ids: &[i32], lora: Option<&str>) -> bool {
+        self.making = None;
         let bytes = std::fs::metadata(file).map_or(0, |m| m.len());
         let per_token = bytes as f64 / ids.len().max(1) as f64;
         self.bytes_per_token = Some(self.bytes_per_token.map_or(per_token, |b| b.max(per_token)));
@@ -217,8 +236,8 @@ impl SharedPrefixes {
 
 impl Drop for SharedPrefixes {
     fn drop(&mut self) {
-        for e in &self.entries {
-            remove(&e.file);
+        for file in self.entries.iter().map(|e| &e.file).chain(&self.making) {
+            remove(file);
         }
     }
 }
@@ -419,6 +438,18 @@ mod tests {
         let (d, kept) = make(&mut p, &[5, 5], 101);
         assert!(!kept && !d.exists());
         assert_eq!(p.held(), (2, 80));
+    }
+
+    #[test]
+    fn a_file_whose_job_went_away_is_removed_at_the_next_making() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = prefixes(dir.path(), 2, 1 << 20);
+        let left = p.next_file();
+        std::fs::write(&left, b"kv").unwrap();
+        let (next, kept) = make(&mut p, &[1, 2], 10);
+        assert!(kept && next.exists() && !left.exists());
+        drop(p);
+        assert!(!next.exists(), "the files go with the model");
     }
 
     #[test]
