@@ -15,7 +15,7 @@ use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
     DiskTier, EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
-    ScheduleSettings, VisionSettings, DEFAULT_MAX_CONTEXT_LEN,
+    ScheduleSettings, SharedPrefixSettings, VisionSettings, DEFAULT_MAX_CONTEXT_LEN,
 };
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -85,6 +85,12 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         loras: Vec::new(),
         prompt_cache: None,
         vision: None,
+        shared_prefixes: (config.shared_prefix_min_tokens > 0 && config.shared_prefix_mb > 0).then(|| {
+            SharedPrefixSettings {
+                min_tokens: config.shared_prefix_min_tokens,
+                max_bytes: config.shared_prefix_mb.saturating_mul(1024 * 1024),
+            }
+        }),
         saved: (config.conversation_cache_mb > 0 && config.conversation_cache_count > 0).then(|| SavedSettings {
             dir: config.conversation_cache_dir.clone(),
             max_bytes: config.conversation_cache_mb.saturating_mul(1024 * 1024),

@@ -272,8 +272,9 @@ async fn a_recorded_claude_code_turn_is_counted_as_run_and_streams_its_tool_call
     let usage = &delta["usage"];
     let prompt = usage["input_tokens"].as_i64().unwrap() + usage["cache_read_input_tokens"].as_i64().unwrap();
     assert_eq!(prompt, counted, "{usage}");
-    // The system message Claude Code puts after the user's stays there; its billing header is nowhere.
-    let ran = &prompts(&record)[0];
+    // The system message Claude Code puts after the user's stays there; its billing header is nowhere. (The chat's
+    // run is the last: a run of the agent's start alone saved its shared-prefix file before it.)
+    let ran = prompts(&record).pop().unwrap();
     let (user, system) =
         (ran.find("<|im_start|>user\n").unwrap(), ran.find("<|im_start|>system\nThe user's terminal").unwrap());
     assert!(user < system && !ran.contains("x-anthropic-billing-header"), "{ran}");

@@ -189,6 +189,12 @@ pub struct Config {
     /// The disk directory's files may add up to this many MiB per model; past it the least recently used go.
     #[arg(long, env = "RKLLMD_CONVERSATION_CACHE_DISK_MB", default_value_t = 4096)]
     pub conversation_cache_disk_mb: u64,
+    /// The system messages and tools a conversation's first turn starts with (an agent's system prompt and tools), when they take at least this many tokens, are kept as a prompt-cache file of their own, so a new conversation that starts with them prefills only the rest (0: off).
+    #[arg(long, env = "RKLLMD_SHARED_PREFIX_MIN_TOKENS", default_value_t = 512)]
+    pub shared_prefix_min_tokens: usize,
+    /// The shared prefixes' files may add up to this many MiB per model, in the conversation cache's RAM directory; past it the least recently used go (0: none are kept).
+    #[arg(long, env = "RKLLMD_SHARED_PREFIX_MB", default_value_t = 1024)]
+    pub shared_prefix_mb: u64,
     /// How /v1/embeddings pools the hidden states: last (the last token's; Qwen3-Embedding) or mean.
     #[arg(long, env = "RKLLMD_EMBEDDING_POOLING", value_enum, default_value = "last")]
     pub embedding_pooling: Pooling,

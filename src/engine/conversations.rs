@@ -12,6 +12,7 @@ use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Saved};
 use super::Engine;
 use crate::metrics::RuntimePerf;
+use std::path::Path;
 use std::sync::Mutex;
 
 /// The conversations a model keeps warm.
@@ -73,6 +74,9 @@ impl Engine {
                     _ => {}
                 }
             }
+            if plan.cached == 0 && plan.restore.is_none() && plan.miss != MissReason::Costlier && !images {
+                self.plan_shared(&mut plan, ids, hints.stable, lora, saved).await;
+            }
             if let Some(key) = plan.key.as_deref().filter(|_| plan.cached == 0 && plan.restore.is_none()) {
                 // The client names a conversation the cache holds, but the
                 // prompt does not continue it: an earlier turn was edited.
@@ -83,7 +87,7 @@ impl Engine {
                 }
                 continues = continues.or(named);
             }
-            if plan.restore.is_none() && lock(saved).loaded.is_some() {
+            if plan.restore.is_none() && plan.shared.is_none() && lock(saved).loaded.is_some() {
                 // A loaded file would spare a later prompt that happens to
                 // start like it: every run's prefill must be the planned one.
                 if !matches!(self.model.release_prompt_cache().await, Ok(Ok(()))) {
@@ -117,27 +121,39 @@ impl Engine {
 
     /// Loads a saved conversation's file; a failure switches the files off.
     async fn load_saved(&self, saved: &Mutex<Saved>, restore: &Restore) -> bool {
-        if lock(saved).loaded.as_ref() == Some(&restore.file) {
-            return true;
-        }
-        let Some(path) = restore.file.to_str() else { return false };
-        let started = std::time::Instant::now();
-        lock(saved).loading(Some(&restore.file));
-        let loaded = super::answered(self.model.load_prompt_cache(path)).await;
-        lock(saved).loading(None);
-        match loaded {
-            Ok(()) => {
-                let mut saved = lock(saved);
-                saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, restore.held, restore.on_disk);
-                saved.loaded = Some(restore.file.clone());
-                true
-            }
+        match self.load_file(saved, &restore.file, restore.held, restore.on_disk).await {
+            Ok(()) => true,
             Err(why) => {
                 crate::metrics::observer().metrics.conversation_cache_off();
                 lock(saved).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
                 false
             }
         }
+    }
+
+    /// Loads a prompt-cache file of `held` ids (unless it is the one
+    /// loaded), timing the load for the cost measurements; `Err`: the
+    /// runtime's words.
+    pub(super) async fn load_file(
+        &self,
+        saved: &Mutex<Saved>,
+        file: &Path,
+        held: usize,
+        on_disk: bool,
+    ) -> Result<(), String> {
+        if lock(saved).loaded.as_deref() == Some(file) {
+            return Ok(());
+        }
+        let path = file.to_str().ok_or("the path is not UTF-8")?;
+        let started = std::time::Instant::now();
+        lock(saved).loading(Some(file));
+        let loaded = super::answered(self.model.load_prompt_cache(path)).await;
+        lock(saved).loading(None);
+        loaded?;
+        let mut saved = lock(saved);
+        saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, held, on_disk);
+        saved.loaded = Some(file.to_owned());
+        Ok(())
     }
 
     /// After a cached run (turn still held): checks the cache's size against
@@ -160,9 +176,10 @@ impl Engine {
         if let Some(size) = reported {
             self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
         }
-        let (reused, found) = match &plan.restore {
-            Some(restore) => self.check_restore(plan, restore, perf),
-            None => plan.found(),
+        let (reused, found) = match (&plan.restore, &plan.shared) {
+            (Some(restore), _) => self.check_restore(plan, restore, perf),
+            (None, Some(shared)) => self.check_shared(plan, shared, perf),
+            (None, None) => plan.found(),
         };
         let settled = lock(kv).after_run(job, plan, generated, reported);
         if let Err(d) = &settled {

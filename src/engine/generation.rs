@@ -446,7 +446,7 @@ impl Run {
     fn step(&mut self, event: Event) -> Step {
         match event {
             Event::Started { at } => {
-                self.guard.timeline.admitted = Some(at);
+                self.guard.timeline.admitted = Some(self.plan.as_ref().map_or(at, |p| p.admitted(at)));
                 self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
                 Step::Started
             }
@@ -524,6 +524,7 @@ impl Run {
                 (0, None)
             }
         };
+        let perf = perf.map(|p| self.plan.as_ref().map_or(p, |plan| plan.job_perf(p)));
         // The runtime is free: let the next job in before we report.
         self.guard.turn.take();
         self.guard.timeline.finished = Some(finish.at);

@@ -37,6 +37,10 @@ pub struct CacheHints {
     /// The client's name for the conversation (`prompt_cache_key`,
     /// `X-Session-Id`): a hint; the cache matches the ids themselves.
     pub conversation: Option<String>,
+    /// How many of the prompt's ids its leading system messages and tools
+    /// render to, on a conversation's first turn (no reply in it yet): the
+    /// start every conversation of the same agent shares (`shared_prefix.rs`).
+    pub stable: Option<usize>,
 }
 
 /// An earlier reply in a prompt, as the client resent it: the ids

@@ -22,6 +22,7 @@
 use super::job::Resent;
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Save};
+use super::shared_prefix::Shared;
 use rkllm_sys::RunInput;
 
 /// The engine's record of the KV cache (only the job holding the turn reads
@@ -79,6 +80,8 @@ pub(super) struct Plan {
     pub prompt: Vec<i32>,
     /// The saved conversation the run restores (`saved.rs`).
     pub restore: Option<Restore>,
+    /// The shared prefix a new conversation's run starts from (`shared_prefix.rs`).
+    pub shared: Option<Box<Shared>>,
     /// Where the run saves its prompt.
     pub save: Option<Save>,
     /// Why the resident conversation is not reused (when `cached` is 0).
@@ -111,6 +114,7 @@ impl KvCache {
             by_view,
             prompt: ids.to_vec(),
             restore: None,
+            shared: None,
             save: None,
             miss,
             key: None,
@@ -277,6 +281,7 @@ impl Plan {
             by_view: false,
             prompt: ids.to_vec(),
             restore: None,
+            shared: None,
             save: None,
             miss,
             key: None,

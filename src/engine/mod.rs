@@ -22,6 +22,7 @@ mod prompt_cache;
 mod queue;
 mod saved;
 mod schedule;
+mod shared_prefix;
 mod slots;
 mod vision;
 
@@ -38,6 +39,7 @@ pub use prompt_cache::{Prefix, PromptCacheSettings};
 pub use queue::{Place, QueueState};
 pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
+pub use shared_prefix::SharedPrefixSettings;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
@@ -137,6 +139,10 @@ pub struct EngineSettings {
     /// (`saved.rs`); used with the conversation cache and `batch` = 1 only
     /// (a batched run's file would hold which slot is not stated).
     pub saved: Option<SavedSettings>,
+    /// Long prefixes that several conversations share, kept as prompt-cache
+    /// files of their own beside the saved conversations (`shared_prefix.rs`);
+    /// used only where those are.
+    pub shared_prefixes: Option<SharedPrefixSettings>,
 }
 
 impl EngineSettings {
@@ -169,6 +175,10 @@ pub struct Engine {
     adapters: Vec<String>,
     /// `Some` for a vision-language model.
     vision: Option<vision::Vision>,
+    /// `Some` with saved conversations and shared prefixes on. Declared
+    /// before `saved`, so dropped first: its files go before `saved`
+    /// removes the directory they share.
+    prefixes: Option<std::sync::Mutex<shared_prefix::SharedPrefixes>>,
     /// `Some` when conversations are saved as files (with `kv`).
     saved: Option<std::sync::Arc<std::sync::Mutex<saved::Saved>>>,
     /// `Some` with the conversation cache on and `batch` > 1: a
@@ -201,6 +211,7 @@ impl Engine {
             prompt_cache,
             vision,
             saved,
+            shared_prefixes,
         } = settings;
         if vision.is_some() && schedule.batch > 1 {
             // Batched runs take text slots only (`batch.rs`).
@@ -256,6 +267,7 @@ impl Engine {
                 "conversations are not saved as files with batch > 1: the slots hold one each (engine/slots.rs)"
             );
         }
+        let prefix_dir = saved.as_ref().map(|s| s.dir.clone());
         let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
             Ok(saved) => Some(std::sync::Arc::new(std::sync::Mutex::new(saved))),
             Err(why) => {
@@ -263,8 +275,12 @@ impl Engine {
                 None
             }
         });
+        let prefixes = shared_prefixes
+            .zip(prefix_dir.filter(|_| saved.is_some()))
+            .map(|(settings, dir)| std::sync::Mutex::new(shared_prefix::SharedPrefixes::new(dir, settings)));
         Ok(Engine {
             model,
+            prefixes,
             halt: halt::Halt::default(),
             queue: queue::Queue::new(queue_depth, npu),
             info,
@@ -302,6 +318,12 @@ impl Engine {
     }
     pub fn conversation_cache(&self) -> bool {
         self.kv.is_some() || self.slots.is_some()
+    }
+    /// Whether a long prefix that conversations share is kept as a file
+    /// (`shared_prefix.rs`): the api then says where a first turn's
+    /// system messages and tools end (`CacheHints::stable`).
+    pub fn shares_prefixes(&self) -> bool {
+        self.prefixes.is_some()
     }
     /// Whether a prompt-cache file is loaded.
     pub fn prompt_cache(&self) -> bool {

@@ -52,6 +52,9 @@ pub enum CacheUse {
     Resident,
     /// A saved conversation's file was loaded.
     Restored,
+    /// A new conversation: the file of a prefix other conversations began
+    /// with (an agent's system prompt and tools) was loaded (`shared_prefix.rs`).
+    Prefix,
     /// Prefilled from the start, and why.
     Miss(MissReason),
 }
@@ -88,6 +91,7 @@ impl CacheUse {
         match self {
             CacheUse::Resident => "resident",
             CacheUse::Restored => "restored",
+            CacheUse::Prefix => "prefix",
             CacheUse::Miss(_) => "miss",
         }
     }

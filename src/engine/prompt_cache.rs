@@ -23,7 +23,7 @@
 use super::plan::RunPlan;
 use super::{Engine, EngineError};
 use crate::metrics::RuntimePerf;
-use rkllm_sys::{Event, Model, RunInput, RunRequest};
+use rkllm_sys::{Abi, Event, Finish, Model, RunInput, RunRequest};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -175,29 +175,41 @@ fn save(model: &Model, file: &Path, prefix: &str) -> Result<u32, EngineError> {
             Err(e) => return Err(failed(&stale, format!("cannot replace it: {e}"))),
         }
     }
-    let plan = RunPlan::plain(model.abi(), prefix, 1);
-    let request = RunRequest {
-        save_prompt_cache: Some(file.to_string_lossy().into_owned()),
-        ..plan.request(RunInput::Prompt(prefix.to_owned()), false)
-    };
+    let (request, aborts_at_first) = saving_request(model.abi(), RunInput::Prompt(prefix.to_owned()), None, file);
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let control = model.submit(request, tx)?;
     let finish = loop {
         match events.blocking_recv() {
-            Some(Event::Token(_)) if plan.aborts_at_limit() => control.abort(),
+            Some(Event::Token(_)) if aborts_at_first => control.abort(),
             Some(Event::Finished(finish)) => break finish,
             Some(_) => {}
             None => return Err(rkllm_sys::ModelError::ThreadGone.into()),
         }
     };
+    saved_tokens(&finish, file).map_err(|why| failed(file, why))
+}
+
+/// A stateless run of `input` alone (with the adapter `lora`) that saves
+/// its KV cache to `file` and generates one token; `true`: the ABI takes no
+/// per-run limit (1.2), so the caller aborts it at its first token.
+pub(super) fn saving_request(abi: Abi, input: RunInput, lora: Option<String>, file: &Path) -> (RunRequest, bool) {
+    let plan = RunPlan::plain(abi, "", 1);
+    let request =
+        RunRequest { save_prompt_cache: Some(file.to_string_lossy().into_owned()), lora, ..plan.request(input, false) };
+    (request, plan.aborts_at_limit())
+}
+
+/// What a saving run's end says: the tokens the file holds by the
+/// runtime's own count, or why it cannot be used.
+pub(super) fn saved_tokens(finish: &Finish, file: &Path) -> Result<u32, String> {
     if finish.is_error() {
-        return Err(failed(file, format!("the run that saves it failed (rkllm_run returned {})", finish.code)));
+        return Err(format!("the run that saves it failed (rkllm_run returned {})", finish.code));
     }
     if !file.is_file() {
-        return Err(failed(file, "the runtime wrote no file (save_prompt_cache = 1)"));
+        return Err("the runtime wrote no file (save_prompt_cache = 1)".into());
     }
     let tokens = finish.perf.map(|p| p.prefill_tokens).filter(|&n| n > 0);
-    let tokens = tokens.ok_or_else(|| failed(file, "the saving run reported no prefilled tokens"))?;
+    let tokens = tokens.ok_or("the saving run reported no prefilled tokens")?;
     Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
 }
 

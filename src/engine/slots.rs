@@ -428,7 +428,7 @@ mod tests {
         let used = vec![Some(SlotJob { id: "a".into(), plan: plan.unwrap() }), None];
         assert!(slots.settle(&used, None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
         let resent = crate::engine::Resent { start: 2, end: 3, view: "nine".into(), before: 2 };
-        let hints = CacheHints { resent: Some(resent), conversation: None };
+        let hints = CacheHints { resent: Some(resent), conversation: None, stable: None };
         let follow = slots.layout(&[member(&[1, 2, 90, 4], &hints)], 100);
         let plan = follow.jobs[0].1.as_ref().unwrap();
         assert_eq!((plan.cached, plan.by_view, plan.input.clone()), (3, true, vec![4]));

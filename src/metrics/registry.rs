@@ -73,6 +73,8 @@ pub struct Metrics {
     conversation_cache: Family<CacheLabels, Counter>,
     conversation_cache_off: Counter,
     conversation_evictions: Counter,
+    shared_prefixes_made: Counter,
+    shared_prefix_off: Counter,
     model_yields: Counter,
     runtime_text_dropped: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
@@ -112,6 +114,8 @@ impl Metrics {
             conversation_cache: Family::default(),
             conversation_cache_off: Counter::default(),
             conversation_evictions: Counter::default(),
+            shared_prefixes_made: Counter::default(),
+            shared_prefix_off: Counter::default(),
             model_yields: Counter::default(),
             runtime_text_dropped: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
@@ -184,6 +188,16 @@ impl Metrics {
             "rkllmd_conversation_evictions",
             "Saved conversations removed to keep the budget (least recently used)",
             self.conversation_evictions.clone(),
+        );
+        r.register(
+            "rkllmd_shared_prefixes_made",
+            "Prompt-cache files made of a prefix that conversations share (an agent's system prompt and tools), each by a run of the prefix alone in the turn of a new conversation that prefilled it anyway",
+            self.shared_prefixes_made.clone(),
+        );
+        r.register(
+            "rkllmd_shared_prefix_off",
+            "Times shared-prefix files were switched off for a model (a run of the prefix, a load, or a restore that did not spare the prefix's prefill; see the WARN log)",
+            self.shared_prefix_off.clone(),
         );
         r.register("rkllmd_generation_tokens", "Generated tokens", self.generation_tokens.clone());
         r.register(
@@ -309,6 +323,14 @@ impl Metrics {
 
     pub fn model_yielded(&self) {
         self.model_yields.inc();
+    }
+
+    pub fn shared_prefix_made(&self) {
+        self.shared_prefixes_made.inc();
+    }
+
+    pub fn shared_prefix_off(&self) {
+        self.shared_prefix_off.inc();
     }
 
     pub fn conversation_evicted(&self) {

@@ -27,7 +27,7 @@ pub struct Timeline {
     /// file, by the runtime's count; `None`: no prompt cache, or not derivable.
     pub prompt_cache_n: Option<u32>,
     /// How the conversation cache found the prompt (`resident`, `restored`,
-    /// `miss`) and, for a miss, why; `None` when it was not used.
+    /// `prefix`, `miss`) and, for a miss, why; `None` when it was not used.
     pub cache: Option<(&'static str, Option<&'static str>)>,
     /// A request with images: their figures.
     pub images: Option<ImageTimings>,
@@ -121,8 +121,10 @@ pub struct Timings {
     /// when the model has no prompt cache or no tokenizer to count the prompt.
     pub prompt_cache_n: Option<i64>,
     /// How the conversation cache found the prompt: `resident` (the KV cache
-    /// held it), `restored` (a saved conversation's file was loaded) or
-    /// `miss`; null when the cache was not used (off, no tokenizer, batched).
+    /// held it), `restored` (a saved conversation's file was loaded),
+    /// `prefix` (a new conversation: the file of the system messages and
+    /// tools an earlier one started with was loaded) or `miss`; null when
+    /// the cache was not used (off, no tokenizer, batched).
     pub cache: Option<&'static str>,
     /// Why a `miss`: `empty`, `other`, `context`, `adapter` or `unknown`.
     pub cache_miss: Option<&'static str>,

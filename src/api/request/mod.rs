@@ -16,7 +16,9 @@ use super::ceiling::{clamp, Clamped};
 use super::error::ApiError;
 use super::structured::ResponseFormat;
 use super::Loaded;
-use crate::conversation::{ChatInput, PromptError, ReasoningMode, ReplyRules, ToolChoice, ToolsOverflow};
+use crate::conversation::{
+    ChatInput, Message, PromptError, ReasoningMode, ReplyRules, Role, ToolChoice, ToolsOverflow,
+};
 use crate::engine::{CacheHints, Job, Resent};
 use crate::registry::Lease;
 use crate::sampling::SamplingOverrides;
@@ -142,7 +144,7 @@ impl Common {
                 lora: None,
                 images: Vec::new(),
                 image_timings: Default::default(),
-                cache: CacheHints { resent: None, conversation: self.prompt_cache_key.clone() },
+                cache: CacheHints { resent: None, conversation: self.prompt_cache_key.clone(), stable: None },
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -218,6 +220,7 @@ impl ChatCompletionRequest {
             }
         }
         v.job.cache.resent = resent(&v.job, model, &chat);
+        v.job.cache.stable = stable(&v.job, model, &chat);
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
         if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
@@ -370,6 +373,25 @@ fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
     let ids: Vec<u32> = job.tokens.as_ref()?.iter().map(|&id| id as u32).collect();
     let found = crate::conversation::resend::locate(&model.prompter, chat, &ids)?;
     Some(Resent { start: found.start, end: found.end, view: found.view, before: found.before })
+}
+
+/// On a conversation's first turn, how many of the prompt's ids its
+/// leading system messages and tools render to: the start that a new
+/// conversation of the same agent shares, kept as a file of its own by the
+/// engine (`engine/shared_prefix.rs`). Found as the ids the prompt shares
+/// with the same start followed by an empty user message, so no template
+/// needs to render a conversation without one.
+fn stable(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<usize> {
+    let ids = job.tokens.as_ref()?;
+    if !model.engine.shares_prefixes() || chat.messages.iter().any(|m| m.role == Role::Assistant) {
+        return None;
+    }
+    let lead = chat.messages.iter().take_while(|m| m.role == Role::System).count();
+    let mut start = chat.clone();
+    start.messages.truncate(lead);
+    start.messages.push(Message { role: Role::User, content: Some(String::new()), ..Message::default() });
+    let start = model.prompter.tokenize(&model.prompter.render(&start).ok()?.prompt)?;
+    Some(ids.iter().zip(&start).take_while(|(&a, &b)| u32::try_from(a).is_ok_and(|a| a == b)).count())
 }
 
 /// The bytes of a message's text.

@@ -1,0 +1,465 @@
+//! Shared prefixes: a new conversation that starts like others did (an
+//! agent's system prompt and tools, 12–14k tokens; a chat UI's system
+//! prompt) prefills only what follows that start.
+//!
+//! The saved conversations (`saved.rs`) restore a prompt that *continues*
+//! one; a new conversation continues none, and a conversation's file holds
+//! its whole prompt, which the runtime matches "from the start" as a whole
+//! (the simulator: all of the file's ids or nothing; the manual says no
+//! more). So a shared prefix needs a file of its own, holding exactly it.
+//!
+//! * **Found** by the api: on a conversation's first turn it says how many
+//!   of the prompt's ids the leading system messages and tools render to
+//!   (`CacheHints::stable`: the ids the prompt shares with that start and an
+//!   empty user message, so the cut is at a message boundary whatever the
+//!   template). What an agent sends first in every session is that start
+//!   (Claude Code's per-session `x-anthropic-billing-header` block is kept
+//!   out of the prompt by the Messages API).
+//! * **Made** at first sight, when the start is at least `min_tokens` long
+//!   and no file holds it, in the turn of the conversation that brings it,
+//!   which prefills it anyway: a stateless run of the start alone with
+//!   `save_prompt_cache = 1` (one generated token), then the file is loaded
+//!   and the job's own run prefills only the rest. What that adds is one
+//!   decoded token and the file's save and load (docs/performance.md), so
+//!   a file is worth making before a second conversation shows it shared:
+//!   the second conversation of an agent already starts warm. The making
+//!   run's prefill count is checked against the start's length, and the job
+//!   reports the prefill of both runs (a miss: its turn prefilled it all).
+//! * **Restored** for each later conversation that starts with a file's ids
+//!   (the longest such file), while loading measures cheaper than prefilling
+//!   (`Saved::worth_restoring`, the saved conversations' own measurements).
+//! * **Checked** by the runtime's prefill count, as every restore: a run
+//!   that did not spare exactly the prefix switches the prefix files off
+//!   for the model (WARN, `rkllmd_shared_prefix_off_total`); its reply is
+//!   right all the same, the runtime having prefilled what it did not spare.
+//! * **Bounded** by `max_bytes` (least recently used out, never the one just
+//!   made); a prefix whose file would not fit, by the bytes per token files
+//!   measured here, is not made.
+
+use super::kv::Plan;
+use super::outcome::{CacheUse, MissReason};
+use super::prompt_cache::{saved_tokens, saving_request};
+use super::saved::Saved;
+use super::{lock, Engine};
+use crate::metrics::RuntimePerf;
+use rkllm_sys::{Event, RunInput};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// When a shared prefix gets a file, and how much the files may take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedPrefixSettings {
+    /// The shortest prefix worth a file.
+    pub min_tokens: usize,
+    pub max_bytes: u64,
+}
+
+/// A run that starts from a shared prefix's file.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Shared {
+    pub file: PathBuf,
+    /// The prefix's ids: what the file spares the run's prefill.
+    pub held: usize,
+    /// The job's own turn made the file first (a run of the prefix alone).
+    pub made: Option<Made>,
+}
+
+/// The run that made a prefix's file, in the turn of the job that uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Made {
+    /// When it started: the job's admission (`timings.prompt_ms` covers both runs).
+    pub started: Instant,
+    pub prefill_time_ms: f64,
+    pub prefill_tokens: i64,
+}
+
+impl Plan {
+    /// When the job was admitted, its own run starting `at`: when the run
+    /// that made its shared prefix's file started, if its turn made one.
+    pub fn admitted(&self, at: Instant) -> Instant {
+        self.shared.as_ref().and_then(|s| s.made.as_ref()).map_or(at, |m| m.started)
+    }
+
+    /// The job's runtime figures, its own run's `perf`: with the prefill of
+    /// the run that made its shared prefix's file added, if its turn made
+    /// one (`timings.prompt_n` is then the whole prompt).
+    pub fn job_perf(&self, perf: RuntimePerf) -> RuntimePerf {
+        match self.shared.as_ref().and_then(|s| s.made.as_ref()) {
+            Some(m) => RuntimePerf {
+                prefill_time_ms: perf.prefill_time_ms + m.prefill_time_ms,
+                prefill_tokens: perf.prefill_tokens + m.prefill_tokens,
+                ..perf
+            },
+            None => perf,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    ids: Vec<i32>,
+    lora: Option<String>,
+    file: PathBuf,
+    bytes: u64,
+    /// A use counter value: the larger, the more recent.
+    used: u64,
+}
+
+/// A model's shared-prefix files (in its saved conversations' directory).
+#[derive(Debug)]
+pub(super) struct SharedPrefixes {
+    settings: SharedPrefixSettings,
+    dir: PathBuf,
+    entries: Vec<Entry>,
+    next: u64,
+    clock: u64,
+    /// Why the files were switched off, once they were.
+    off: Option<String>,
+    /// The largest bytes per token of a file made here: what a new one takes.
+    bytes_per_token: Option<f64>,
+    /// The file being made: left behind when its job went away mid-way
+    /// (the runtime still writes it), removed at the next making or at the end.
+    making: Option<PathBuf>,
+}
+
+impl SharedPrefixes {
+    pub fn new(dir: PathBuf, settings: SharedPrefixSettings) -> Self {
+        SharedPrefixes {
+            settings,
+            dir,
+            entries: Vec::new(),
+            next: 0,
+            clock: 0,
+            off: None,
+            bytes_per_token: None,
+            making: None,
+        }
+    }
+
+    /// Files kept and their bytes.
+    pub fn held(&self) -> (usize, u64) {
+        (self.entries.len(), self.entries.iter().map(|e| e.bytes).sum())
+    }
+
+    /// The longest prefix file `ids` starts with and goes on past: its file
+    /// and length.
+    fn find(&self, ids: &[i32], lora: Option<&str>) -> Option<(PathBuf, usize)> {
+        if self.off.is_some() {
+            return None;
+        }
+        let fits = |e: &&Entry| e.lora.as_deref() == lora && e.ids.len() < ids.len() && ids.starts_with(&e.ids);
+        let entry = self.entries.iter().filter(fits).max_by_key(|e| e.ids.len())?;
+        Some((entry.file.clone(), entry.ids.len()))
+    }
+
+    /// Whether a prompt's `stable` start (its system messages and tools)
+    /// is worth a file: at least `min_tokens`, short of the whole prompt
+    /// (the job's run needs input of its own), and a file that fits the
+    /// budget by the bytes per token measured here.
+    fn worth_making(&self, stable: usize, prompt: usize) -> bool {
+        let bytes = self.bytes_per_token.map_or(0.0, |b| b * stable as f64);
+        self.off.is_none()
+            && stable >= self.settings.min_tokens
+            && stable < prompt
+            && bytes <= self.settings.max_bytes as f64
+    }
+
+    /// The file the next prefix is saved to. Runtime calls are made one
+    /// after another, so a file whose job went away is whole by now.
+    fn next_file(&mut self) -> PathBuf {
+        if let Some(left) = self.making.take() {
+            remove(&left);
+        }
+        self.next += 1;
+        let file = self.dir.join(format!("prefix-{}.cache", self.next));
+        self.making = Some(file.clone());
+        file
+    }
+
+    /// Keeps the file the runtime wrote of `ids`; the least recently used
+    /// others go while over the budget. `false`: it alone is over the budget
+    /// (removed).
+    fn made(&mut self, file: &Path, ids: &[i32], lora: Option<&str>) -> bool {
+        self.making = None;
+        let bytes = std::fs::metadata(file).map_or(0, |m| m.len());
+        let per_token = bytes as f64 / ids.len().max(1) as f64;
+        self.bytes_per_token = Some(self.bytes_per_token.map_or(per_token, |b| b.max(per_token)));
+        if bytes > self.settings.max_bytes {
+            tracing::info!(
+                tokens = ids.len(),
+                bytes,
+                "a shared prefix's file is larger than shared_prefix_mb: not kept"
+            );
+            remove(file);
+            return false;
+        }
+        self.clock += 1;
+        let entry =
+            Entry { ids: ids.to_vec(), lora: lora.map(str::to_owned), file: file.to_owned(), bytes, used: self.clock };
+        self.entries.push(entry);
+        while self.held().1 > self.settings.max_bytes {
+            let Some(i) = self
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.file != file)
+                .min_by_key(|(_, e)| e.used)
+                .map(|(i, _)| i)
+            else {
+                break;
+            };
+            let gone = self.entries.remove(i);
+            tracing::debug!(file = %gone.file.display(), tokens = gone.ids.len(), "shared prefix evicted");
+            remove(&gone.file);
+        }
+        true
+    }
+
+    fn used(&mut self, file: &Path) {
+        self.clock += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.file == file) {
+            e.used = self.clock;
+        }
+    }
+
+    /// The files did not deliver: drop them all and make no more.
+    fn switch_off(&mut self, why: String) {
+        tracing::warn!(reason = %why, "shared-prefix files switched off for this model");
+        crate::metrics::observer().metrics.shared_prefix_off();
+        for e in self.entries.drain(..) {
+            remove(&e.file);
+        }
+        self.off = Some(why);
+    }
+}
+
+impl Drop for SharedPrefixes {
+    fn drop(&mut self) {
+        for file in self.entries.iter().map(|e| &e.file).chain(&self.making) {
+            remove(file);
+        }
+    }
+}
+
+fn remove(file: &Path) {
+    if let Err(e) = std::fs::remove_file(file) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(file = %file.display(), error = %e, "cannot remove a shared prefix's file");
+        }
+    }
+}
+
+impl Engine {
+    /// A new conversation's run (nothing resident or saved continues it),
+    /// turn held: starts from the longest shared prefix's file it begins
+    /// with, or makes the file of its `stable` start first. Leaves `plan` a
+    /// plain miss when neither applies.
+    pub(super) async fn plan_shared(
+        &self,
+        plan: &mut Plan,
+        ids: &[i32],
+        stable: Option<usize>,
+        lora: Option<&str>,
+        saved: &Mutex<Saved>,
+    ) {
+        let Some(prefixes) = &self.prefixes else { return };
+        let found = lock(prefixes).find(ids, lora);
+        // Restored (or made) only while loading measures cheaper than prefilling.
+        let worth = |held: usize| lock(saved).worth_restoring(held, false);
+        let (file, held, made) = match found {
+            Some((file, held)) if worth(held) => (file, held, None),
+            Some(_) => return,
+            None => {
+                let made = stable.filter(|&n| lock(prefixes).worth_making(n, ids.len()) && worth(n));
+                let Some(shared) = made else { return };
+                // The prefix's run leaves the KV cache to be cleared before the job's own.
+                plan.clear = true;
+                match self.make_prefix(saved, prefixes, &ids[..shared], lora).await {
+                    Some((file, made)) => (file, shared, Some(made)),
+                    None => return,
+                }
+            }
+        };
+        if let Err(why) = self.load_file(saved, &file, held, false).await {
+            lock(prefixes).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
+            return;
+        }
+        lock(prefixes).used(&file);
+        plan.shared = Some(Box::new(Shared { file, held, made }));
+    }
+
+    /// Runs `prefix` alone, stateless, saving its KV to a new file; `None`
+    /// when that did not work (a WARN says why).
+    async fn make_prefix(
+        &self,
+        saved: &Mutex<Saved>,
+        prefixes: &Mutex<SharedPrefixes>,
+        prefix: &[i32],
+        lora: Option<&str>,
+    ) -> Option<(PathBuf, Made)> {
+        // The file must hold the prefix alone: no loaded file matched against
+        // it, nothing before it in the KV cache.
+        if lock(saved).loaded.take().is_some() && super::answered(self.model.release_prompt_cache()).await.is_err() {
+            lock(saved).switch_off("rkllm_release_prompt_cache failed".into());
+            return None;
+        }
+        // Unknown until the job's run clears it (`plan.clear`), also if this
+        // job is dropped meanwhile.
+        self.forget_kv();
+        if let Err(why) = super::answered(self.model.clear_kv_cache(false)).await {
+            tracing::warn!("rkllm_clear_kv_cache failed ({why}); no shared prefix made");
+            return None;
+        }
+        let file = lock(prefixes).next_file();
+        let input = RunInput::Tokens(prefix.to_vec());
+        let (request, aborts_at_first) = saving_request(self.info.abi, input, lora.map(str::to_owned), &file);
+        let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let control = self.model.submit(request, tx).ok()?;
+        let mut started = None;
+        let finish = loop {
+            match events.recv().await? {
+                Event::Started { at } => started = Some(at),
+                Event::Token(_) if aborts_at_first => control.abort(),
+                Event::Finished(finish) => break finish,
+                Event::Token(_) => {}
+            }
+        };
+        let spared_nothing = match saved_tokens(&finish, &file) {
+            Ok(n) if n as usize == prefix.len() => None,
+            Ok(n) => Some(format!("the run of a {}-token prefix prefilled {n} tokens", prefix.len())),
+            Err(why) => Some(why),
+        };
+        if let Some(why) = spared_nothing {
+            remove(&file);
+            lock(prefixes).switch_off(why);
+            return None;
+        }
+        if !lock(prefixes).made(&file, prefix, lora) {
+            return None;
+        }
+        crate::metrics::observer().metrics.shared_prefix_made();
+        tracing::info!(tokens = prefix.len(), file = %file.display(), "a prefix other conversations began with is kept as a file");
+        let perf = finish.perf.map(RuntimePerf::from);
+        let made = Made {
+            started: started.unwrap_or(finish.at),
+            prefill_time_ms: perf.map_or(0.0, |p| p.prefill_time_ms),
+            prefill_tokens: perf.map_or(0, |p| p.prefill_tokens),
+        };
+        Some((file, made))
+    }
+
+    /// What a run from a shared prefix really reused, by the runtime's
+    /// prefill count: anything but the prefix switches the files off. A
+    /// run whose turn made the file reused nothing (its turn prefilled it).
+    pub(super) fn check_shared(&self, plan: &Plan, shared: &Shared, perf: Option<&RuntimePerf>) -> (usize, CacheUse) {
+        let Some(perf) = perf else {
+            return (0, CacheUse::Miss(MissReason::Unknown));
+        };
+        let prefilled = usize::try_from(perf.prefill_tokens).unwrap_or(0);
+        let skipped = plan.input.len().saturating_sub(prefilled);
+        if skipped == shared.held {
+            return match shared.made {
+                Some(_) => (0, CacheUse::Miss(plan.miss)),
+                None => (skipped, CacheUse::Prefix),
+            };
+        }
+        tracing::warn!(
+            expected = shared.held,
+            skipped,
+            prefilled,
+            "a run from a shared prefix's file did not spare its prefill as the file should have"
+        );
+        if let Some(prefixes) = &self.prefixes {
+            lock(prefixes).switch_off(format!(
+                "a run spared {skipped} prefilled tokens where its shared prefix's file holds {}",
+                shared.held
+            ));
+        }
+        (if shared.made.is_some() { 0 } else { skipped }, CacheUse::Miss(MissReason::Other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefixes(dir: &Path, min_tokens: usize, max_bytes: u64) -> SharedPrefixes {
+        SharedPrefixes::new(dir.to_owned(), SharedPrefixSettings { min_tokens, max_bytes })
+    }
+
+    /// Keeps a file of `bytes` bytes for `ids`, as the runtime would write it.
+    fn make(p: &mut SharedPrefixes, ids: &[i32], bytes: usize) -> (PathBuf, bool) {
+        let file = p.next_file();
+        std::fs::write(&file, vec![0u8; bytes]).unwrap();
+        let kept = p.made(&file, ids, None);
+        (file, kept)
+    }
+
+    #[test]
+    fn a_stable_start_is_worth_a_file_from_min_tokens_and_short_of_the_prompt() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = prefixes(dir.path(), 3, 1 << 20);
+        assert!(p.worth_making(4, 6));
+        assert!(!p.worth_making(2, 6), "under min_tokens");
+        assert!(!p.worth_making(6, 6), "the job's run needs an id of its own");
+    }
+
+    #[test]
+    fn the_longest_file_a_prompt_starts_with_and_goes_past_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = prefixes(dir.path(), 3, 1 << 20);
+        let (long, _) = make(&mut p, &[1, 2, 3, 4, 5], 50);
+        assert_eq!(p.find(&[1, 2, 3, 4, 5, 6], None), Some((long.clone(), 5)));
+        assert_eq!(p.find(&[1, 2, 3, 4, 5], None), None, "nothing left to run");
+        assert_eq!(p.find(&[1, 2, 3, 4, 5, 6], Some("style")), None, "another adapter's keys and values");
+        // Another agent's start is another file.
+        let third = [1, 2, 3, 7, 8];
+        assert_eq!(p.find(&third, None), None);
+        let (short, _) = make(&mut p, &[1, 2, 3], 30);
+        assert_eq!(p.find(&third, None), Some((short, 3)));
+        assert_eq!(p.find(&[1, 2, 3, 4, 5, 6], None), Some((long, 5)), "the longest first");
+    }
+
+    #[test]
+    fn over_the_budget_the_least_recently_used_go_and_one_too_large_is_not_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = prefixes(dir.path(), 2, 100);
+        let (a, _) = make(&mut p, &[1, 1], 40);
+        let (b, _) = make(&mut p, &[2, 2], 40);
+        p.used(&a);
+        let (c, kept) = make(&mut p, &[3, 3], 40);
+        assert!(kept);
+        assert_eq!(p.held(), (2, 80));
+        assert!(a.exists() && !b.exists() && c.exists(), "b was the least recently used");
+        // 20 bytes a token measured: a prefix of 6 would take 120 > 100.
+        assert!(!p.worth_making(6, 10));
+        assert!(p.worth_making(5, 10));
+        let (d, kept) = make(&mut p, &[5, 5], 101);
+        assert!(!kept && !d.exists());
+        assert_eq!(p.held(), (2, 80));
+    }
+
+    #[test]
+    fn a_file_whose_job_went_away_is_removed_at_the_next_making() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = prefixes(dir.path(), 2, 1 << 20);
+        let left = p.next_file();
+        std::fs::write(&left, b"kv").unwrap();
+        let (next, kept) = make(&mut p, &[1, 2], 10);
+        assert!(kept && next.exists() && !left.exists());
+        drop(p);
+        assert!(!next.exists(), "the files go with the model");
+    }
+
+    #[test]
+    fn switched_off_they_are_removed_and_neither_found_nor_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = prefixes(dir.path(), 2, 1 << 20);
+        let (a, _) = make(&mut p, &[1, 2], 10);
+        p.switch_off("a restore spared nothing".into());
+        assert!(!a.exists());
+        assert_eq!(p.find(&[1, 2, 3], None), None);
+        assert!(!p.worth_making(2, 3));
+    }
+}
