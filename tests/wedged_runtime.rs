@@ -1,7 +1,8 @@
 //! A runtime that stops answering (the simulator's `hang_after`: no more
 //! callbacks, aborts ignored, `rkllm_run` never returns): every waiting
-//! client gets a clear ending within its time-outs, and SIGTERM ends every
-//! stream with `shutting_down` and `[DONE]`.
+//! client gets a clear ending within its time-outs (with the defaults, by
+//! the decode stall's), a runtime that comes back serves again, and SIGTERM
+//! ends every stream with `shutting_down` and `[DONE]`.
 
 mod common;
 use common::*;
@@ -49,6 +50,92 @@ fn error_then_done(events: &[SseEvent]) -> (Option<String>, bool) {
     let done = n >= 2 && events[n - 1].data == "[DONE]";
     let error = events.iter().rev().nth(1).and_then(|e| e.json()["error"]["code"].as_str().map(str::to_owned));
     (error, done)
+}
+
+/// The documented bound on telling a wedged decode's clients (docs/api.md,
+/// "Time-outs"): 10 s without a token, plus the abort's 1 s. Waits below
+/// are a generous multiple of it, for a loaded machine.
+const STALL_BOUND: Duration = Duration::from_secs(11);
+
+/// With every time-out at its default (request 1,800 s, head wait 30 s), a
+/// run that stops producing is detected by its decode stall: the running
+/// stream gets an error event and `[DONE]`, the queued one (its head still
+/// held) and a new request 503 `runtime_unresponsive`, readiness 503.
+async fn a_wedged_run_is_detected_with_defaults(extra: &[&str]) {
+    let d = wedging_daemon(extra);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (200, Some("ready")), "not stalled yet: {ready}");
+
+    let ending = tokio::time::timeout(STALL_BOUND * 4, running).await.expect("the running stream ended").unwrap();
+    assert_eq!(ending, (200, Some("timeout".into()), true));
+    let ending = tokio::time::timeout(STALL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
+
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+#[tokio::test]
+async fn with_default_time_outs_a_wedged_run_is_detected_and_every_client_answered() {
+    a_wedged_run_is_detected_with_defaults(&[]).await;
+}
+
+#[tokio::test]
+async fn with_default_time_outs_a_wedged_batch_is_detected_and_every_client_answered() {
+    a_wedged_run_is_detected_with_defaults(&["--batch", "2"]).await;
+}
+
+/// A runtime that hangs for 15 s (longer than the stall bound and the
+/// abort's grace) and then returns: the stalled request gets its error body,
+/// requests are refused meanwhile, and once the run returned the model is
+/// ready and serves again.
+#[tokio::test]
+async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=3&hang_ms=15000&reply_tokens=10",
+        "--model-id",
+        "m",
+    ]);
+    let url = format!("{}/v1/chat/completions", d.url);
+    let stalled = d.client().post(&url).json(&chat("m", "first")).send();
+    let stalled = tokio::spawn(stalled);
+    d.wait_generating().await;
+    let r = tokio::time::timeout(STALL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "timeout", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("decode stall"), "{e}");
+
+    // The run has not returned yet (it hangs 15 s, the error came at ~11 s).
+    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let deadline = Instant::now() + STALL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Two tokens: the simulator stops at the limit, before its hang at 3.
+    let mut body = chat("m", "again");
+    body["max_tokens"] = 2.into();
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 2, "{reply}");
 }
 
 #[tokio::test]
