@@ -15,8 +15,12 @@
 //!   body was read (a refusal), since hyper will not read the rest to
 //!   reuse the connection.
 //!
-//! Graceful shutdown: once `shutdown` completes, no more connections are
-//! accepted, idle ones are closed and busy ones finish their response.
+//! Graceful shutdown ([`Shutdown`]): once draining, no more connections are
+//! accepted, idle ones are closed and busy ones finish their response; once
+//! cancelled (the shutdown's abort), a request still without its response
+//! (being prepared: tokenized, its images decoded) is answered 503
+//! `shutting_down` at once, and the listener waits [`CANCEL_LINGER`] at most
+//! for the connections left.
 
 use crate::api::error::ApiError;
 use axum::body::{Body, Bytes};
@@ -38,8 +42,24 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
+
+/// Where the daemon's shutdown is, as the listener sees it (`server.rs` sets it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    Serving,
+    /// No more connections; those open finish their responses.
+    Draining,
+    /// The running work was aborted: what is still being prepared is not
+    /// waited for.
+    Cancelled,
+}
+
+/// After the cancel, how long the connections left may take: the aborted
+/// runs' streams get their endings within the abort's grace (1 s,
+/// `engine/halt.rs`), and the 503s must be written.
+const CANCEL_LINGER: Duration = Duration::from_millis(1_500);
 
 /// What the listener enforces (config: `header_read_timeout_secs`,
 /// `body_idle_timeout_secs`, `body_timeout_secs`, `max_connections`).
@@ -66,9 +86,9 @@ const REFUSE_LINGER: Duration = Duration::from_secs(1);
 /// instead of spinning on the same error.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `app` on `listener` until `shutdown` completes and every
-/// connection has finished.
-pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutdown: impl Future<Output = ()>) {
+/// Serves `app` on `listener` until the shutdown drains and every connection
+/// has finished, or [`CANCEL_LINGER`] after it was cancelled.
+pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutdown: watch::Receiver<Shutdown>) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
@@ -77,7 +97,8 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
     let limits = BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout };
     let refusal = Bytes::from(over_capacity_response(settings.max_connections));
     let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
+    let draining = reached(shutdown.clone(), Shutdown::Draining);
+    let mut draining = std::pin::pin!(draining);
     loop {
         let tcp = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -88,7 +109,7 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut draining => break,
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             match probes.clone().try_acquire_owned() {
@@ -108,7 +129,21 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| handle(app.clone(), req, limits));
+        let cancel = shutdown.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let handled = handle(app.clone(), req, limits);
+            let cancelled = reached(cancel.clone(), Shutdown::Cancelled);
+            async move {
+                tokio::select! {
+                    response = handled => response,
+                    () = cancelled => {
+                        let mut response = ApiError::shutting_down().into_response();
+                        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        Ok(response)
+                    }
+                }
+            }
+        });
         let conn = builder.serve_connection(TokioIo::new(EnvelopeIo::new(tcp)), service).into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -119,7 +154,24 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let finished = graceful.shutdown();
+    let mut finished = std::pin::pin!(finished);
+    tokio::select! {
+        () = &mut finished => return,
+        () = reached(shutdown, Shutdown::Cancelled) => {}
+    }
+    if tokio::time::timeout(CANCEL_LINGER, finished).await.is_err() {
+        tracing::warn!("connections still open {} ms after the shutdown's abort are closed", CANCEL_LINGER.as_millis());
+    }
+}
+
+/// Resolves once the shutdown is at `phase` or past it.
+async fn reached(mut shutdown: watch::Receiver<Shutdown>, phase: Shutdown) {
+    let past = |now: &Shutdown| *now == phase || *now == Shutdown::Cancelled;
+    if shutdown.wait_for(past).await.is_err() {
+        // The sender is gone without reaching it: it never comes.
+        std::future::pending::<()>().await;
+    }
 }
 
 /// How long a request body may take: without data, and in all.

@@ -180,7 +180,9 @@ async fn sigterm_with_a_wedged_runtime_still_ends_the_process() {
     d.wait_generating().await;
     // `terminate` fails the test if the process is still there after 20 s.
     let status = tokio::task::spawn_blocking(move || d.terminate()).await.unwrap();
-    assert!(!status.success(), "a forced exit is reported as a failure: {status:?}");
+    // The model is left to the exit (it cannot be destroyed while its
+    // runtime is inside `rkllm_run`): the daemon shut down as asked.
+    assert!(status.success(), "{status:?}");
     request.abort();
 }
 

@@ -208,3 +208,77 @@ async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     let took = signalled.elapsed();
     assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
 }
+
+/// Seconds into the day of a log line's timestamp ("2026-11-28T00:29:27.254755Z  INFO …").
+fn logged_at(log: &str, needle: &str) -> f64 {
+    let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?}:\n{log}"));
+    let time = line.split_once('T').and_then(|(_, rest)| rest.split_once('Z')).map(|(t, _)| t).unwrap_or("");
+    let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap_or(f64::NAN)).collect();
+    assert_eq!(parts.len(), 3, "no time in {line:?}");
+    parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]
+}
+
+/// From the signal's log line to the last one, by the daemon's own clock.
+fn shutdown_took(log: &str) -> f64 {
+    let took = logged_at(log, "stopped") - logged_at(log, "shutting down: no new requests");
+    // Across midnight.
+    if took < 0.0 {
+        took + 86_400.0
+    } else {
+        took
+    }
+}
+
+/// SIGTERM, waiting for the daemon's last line, then its exit status and log.
+async fn sigterm(d: Daemon) -> (std::process::ExitStatus, String) {
+    // SAFETY: plain kill(2) on our child's pid.
+    assert_eq!(unsafe { kill(d.pid() as i32, 15) }, 0);
+    assert!(tokio::task::block_in_place(|| d.wait_log("INFO rkllmd::server: stopped")), "{}", d.log());
+    let log = d.log();
+    (d.terminate(), log)
+}
+
+/// The runtime is stuck in an aborted run, so nothing is producing: SIGTERM
+/// exits 0 at once instead of waiting the grace period (30 s by default)
+/// and then failing on the model it cannot destroy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_a_wedged_daemon_exits_0_without_waiting_for_the_grace() {
+    let d = wedging_daemon(&["--request-timeout-secs", "2"]);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let ending = tokio::time::timeout(Duration::from_secs(20), running).await.expect("ended").unwrap();
+    assert_eq!(ending, (200, Some("timeout".into()), true));
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let (status, log) = sigterm(d).await;
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("no run is producing"), "{log}");
+    assert!(log.contains("exiting without destroying the model"), "{log}");
+    let took = shutdown_took(&log);
+    // The grace period is 30 s; a few seconds is a generous multiple of the 1.5 s linger.
+    assert!(took < 10.0, "the shutdown took {took} s by the daemon's clock:\n{log}");
+}
+
+/// A rerank of 2,000 documents (7 MB) being tokenized, nothing running:
+/// SIGTERM answers it 503 `shutting_down` and exits 0 without waiting for
+/// the tokenizing to end or for the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_rerank_is_being_prepared_cancels_it_and_exits_0() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let document = "apples and pears, ".repeat(200);
+    let documents = vec![document; 2_000];
+    let body = serde_json::json!({"model": "m", "query": "fruit", "documents": documents});
+    let rerank = tokio::spawn(d.client().post(format!("{}/v1/rerank", d.url)).json(&body).send());
+    // Waiting counts a request from its place in the queue, while it is prepared too.
+    d.wait_queue(|running, waiting| running == 0 && waiting == 1).await;
+
+    let (status, log) = sigterm(d).await;
+    let r = rerank.await.unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "shutting_down", "{e}");
+    assert!(status.success(), "{status:?}\n{log}");
+    let took = shutdown_took(&log);
+    assert!(took < 10.0, "the shutdown took {took} s by the daemon's clock:\n{log}");
+}

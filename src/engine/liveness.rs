@@ -27,6 +27,17 @@ const DECODE_STALL_STEPS: u32 = 50;
 const RUN_START_POLL: Duration = Duration::from_millis(10);
 
 impl Engine {
+    /// A run is inside the runtime and not known to be stuck: what the
+    /// shutdown's grace period waits for.
+    pub fn is_producing(&self) -> bool {
+        self.in_run() && !self.is_unresponsive()
+    }
+
+    /// A run is inside the runtime: `rkllm_run` has not returned.
+    pub fn in_run(&self) -> bool {
+        self.model.activity().running
+    }
+
     /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
     /// or is inside a run that progresses as fast as its limits allow.
     pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
