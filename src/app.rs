@@ -198,6 +198,7 @@ pub fn listener_settings(config: &Config) -> crate::listener::Settings {
         body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs),
         body_timeout: Duration::from_secs(config.body_timeout_secs),
         max_connections: config.max_connections,
+        client_connection_share: config.client_connection_share,
     }
 }
 

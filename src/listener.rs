@@ -23,6 +23,7 @@
 //! for the connections left.
 
 use crate::api::error::ApiError;
+use crate::conn_cap::ConnCap;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, Request, StatusCode, Version};
 use axum::response::IntoResponse;
@@ -69,6 +70,8 @@ pub struct Settings {
     pub body_idle_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+    /// Percent of `max_connections` one client address may hold (`conn_cap.rs`).
+    pub client_connection_share: u8,
 }
 
 /// Connections over the cap that may still be health probes, at most.
@@ -86,13 +89,19 @@ const REFUSE_LINGER: Duration = Duration::from_secs(1);
 /// instead of spinning on the same error.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `app` on `listener` until the shutdown drains and every connection
-/// has finished, or [`CANCEL_LINGER`] after it was cancelled.
-pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutdown: watch::Receiver<Shutdown>) {
+/// Serves `app` on `listener`, its connections under `cap`, until the
+/// shutdown drains and every connection has finished, or [`CANCEL_LINGER`]
+/// after it was cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    settings: Settings,
+    cap: Arc<ConnCap>,
+    shutdown: watch::Receiver<Shutdown>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
-    let permits = Arc::new(Semaphore::new(settings.max_connections));
     let probes = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
     let limits = BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout };
     let refusal = Bytes::from(over_capacity_response(settings.max_connections));
@@ -100,9 +109,9 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
     let draining = reached(shutdown.clone(), Shutdown::Draining);
     let mut draining = std::pin::pin!(draining);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, client) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!("accepting a connection failed: {e}");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -111,7 +120,7 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
             },
             () = &mut draining => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(permit) = cap.hold(client.ip()) else {
             match probes.clone().try_acquire_owned() {
                 Ok(probe) => {
                     let over = OverCap { app: app.clone(), builder: builder.clone(), limits, refusal: refusal.clone() };

@@ -16,6 +16,7 @@
 use crate::api::{self, AppState};
 use crate::app;
 use crate::config::Config;
+use crate::conn_cap::ConnCap;
 use crate::engine::ABORT_GRACE;
 use crate::listener::Shutdown;
 use crate::notify::Notifier;
@@ -59,10 +60,14 @@ pub async fn serve(config: Config) -> Result<(), String> {
     tokio::spawn(shutdown_signal(state.clone(), notify.clone(), grace, stop));
     // Connections, time-outs, the connection cap and protocol errors live in crate::listener.
     let settings = app::listener_settings(&config);
+    let cap = || ConnCap::new(settings.max_connections, settings.client_connection_share);
     let ollama = ollama.map(|(listener, router)| {
-        tokio::spawn(crate::listener::serve(listener, router, settings.clone(), stopped.clone()))
+        tokio::spawn(crate::listener::serve(listener, router, settings.clone(), cap(), stopped.clone()))
     });
-    let server = tokio::spawn(crate::listener::serve(listener, router, settings, stopped));
+    // Readiness reports the serving address's cap.
+    let serving_cap = cap();
+    crate::conn_cap::set_serving(&serving_cap);
+    let server = tokio::spawn(crate::listener::serve(listener, router, settings, serving_cap, stopped));
 
     let registry = app::registry(&config).map_err(|e| e.to_string())?;
     tokio::spawn(registry.clone().reap());

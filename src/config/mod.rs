@@ -130,6 +130,9 @@ pub struct Config {
     /// Open connections at most; one more gets 503 and is closed.
     #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
+    /// Percent of max_connections one client address may hold open (100: any number); behind a reverse proxy every client is the proxy's address.
+    #[arg(long, env = "RKLLMD_CLIENT_CONNECTION_SHARE", default_value_t = 50)]
+    pub client_connection_share: u8,
     /// Seconds a streamed response may wait for its client to read before the client is dropped.
     #[arg(long, env = "RKLLMD_WRITE_TIMEOUT_SECS", default_value_t = 30)]
     pub write_timeout_secs: u64,
