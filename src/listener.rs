@@ -62,6 +62,10 @@ pub enum Shutdown {
 /// `engine/halt.rs`), and the 503s must be written.
 const CANCEL_LINGER: Duration = Duration::from_millis(1_500);
 
+/// A body's rate is judged once it has been read this long: a client's
+/// first moments (a slow start, a pause) do not count against it.
+const MIN_RATE_AFTER: Duration = Duration::from_secs(5);
+
 /// What the listener enforces (config: `header_read_timeout_secs`,
 /// `body_idle_timeout_secs`, `body_timeout_secs`, `max_connections`).
 #[derive(Debug, Clone)]
@@ -69,6 +73,8 @@ pub struct Settings {
     pub header_read_timeout: Duration,
     pub body_idle_timeout: Duration,
     pub body_timeout: Duration,
+    /// Bytes per second a body must average after [`MIN_RATE_AFTER`] (0: none).
+    pub body_min_rate: u64,
     pub max_connections: usize,
     /// Percent of `max_connections` one client address may hold (`conn_cap.rs`).
     pub client_connection_share: u8,
@@ -103,7 +109,8 @@ pub async fn serve(
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
     let probes = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
-    let limits = BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout };
+    let limits =
+        BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout, min_rate: settings.body_min_rate };
     let refusal = Bytes::from(over_capacity_response(settings.max_connections));
     let graceful = GracefulShutdown::new();
     let draining = reached(shutdown.clone(), Shutdown::Draining);
@@ -188,16 +195,20 @@ async fn reached(mut shutdown: watch::Receiver<Shutdown>, phase: Shutdown) {
 struct BodyLimits {
     idle: Duration,
     total: Duration,
+    /// Bytes per second, averaged from the first read, after [`MIN_RATE_AFTER`].
+    min_rate: u64,
 }
 
 /// How far a request body was read: not to its end (`UNREAD`), to its
-/// end (`WHOLE`), or until a time-out fired (`IDLE`, `TOTAL`).
+/// end (`WHOLE`), or until a time-out fired (`IDLE`, `TOTAL`) or it came
+/// too slowly (`SLOW`).
 struct BodyState;
 impl BodyState {
     const UNREAD: u8 = 0;
     const IDLE: u8 = 1;
     const TOTAL: u8 = 2;
     const WHOLE: u8 = 3;
+    const SLOW: u8 = 4;
 }
 
 /// One request through the router, its body under the time-outs.
@@ -210,13 +221,22 @@ async fn handle(
     let http1 = req.version() < Version::HTTP_2;
     let state = Arc::new(AtomicU8::new(if empty { BodyState::WHOLE } else { BodyState::UNREAD }));
     let req = req.map(|body| {
-        Body::new(TimedBody { inner: body, limits, idle_timer: None, deadline: None, state: state.clone() })
+        Body::new(TimedBody {
+            inner: body,
+            limits,
+            idle_timer: None,
+            deadline: None,
+            started: None,
+            received: 0,
+            state: state.clone(),
+        })
     });
     let mut response = app.oneshot(req).await?;
     // Whatever the handler made of the failed read, the cause is the client's slowness.
     let error = match state.load(Ordering::SeqCst) {
         BodyState::IDLE => ApiError::body_timeout(limits.idle.as_secs()),
         BodyState::TOTAL => ApiError::body_too_slow(limits.total.as_secs()),
+        BodyState::SLOW => ApiError::body_below_rate(limits.min_rate),
         BodyState::UNREAD if http1 => {
             // Refused before its body was read (a missing key, a foreign Host, a body too large):
             // hyper closes such a connection, and a client that sent its next request on it
@@ -239,7 +259,20 @@ struct TimedBody {
     limits: BodyLimits,
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When it began to be read, and the bytes since (for `min_rate`).
+    started: Option<tokio::time::Instant>,
+    received: u64,
     state: Arc<AtomicU8>,
+}
+
+impl TimedBody {
+    /// The body so far came slower than `min_rate` (judged after [`MIN_RATE_AFTER`]).
+    fn too_slow(&self) -> bool {
+        let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
+        self.limits.min_rate > 0
+            && elapsed > MIN_RATE_AFTER
+            && (self.received as f64) < self.limits.min_rate as f64 * elapsed.as_secs_f64()
+    }
 }
 
 impl http_body::Body for TimedBody {
@@ -250,6 +283,7 @@ impl http_body::Body for TimedBody {
         let this = &mut *self;
         let total = this.limits.total;
         // First, so that a body trickling in cannot keep it from firing.
+        this.started.get_or_insert_with(tokio::time::Instant::now);
         let deadline = this.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(total)));
         if deadline.as_mut().poll(cx).is_ready() {
             this.state.store(BodyState::TOTAL, Ordering::SeqCst);
@@ -259,6 +293,14 @@ impl http_body::Body for TimedBody {
             this.idle_timer = None;
             if frame.is_none() || this.inner.is_end_stream() {
                 this.state.store(BodyState::WHOLE, Ordering::SeqCst);
+            } else {
+                this.received += frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()).map_or(0, |d| d.len() as u64);
+                if this.too_slow() {
+                    // A body trickling in (a byte now and then keeps the idle timer from firing).
+                    this.state.store(BodyState::SLOW, Ordering::SeqCst);
+                    let rate = this.limits.min_rate;
+                    return Poll::Ready(Some(Err(format!("the body came slower than {rate} bytes/s").into())));
+                }
             }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }

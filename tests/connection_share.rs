@@ -1,7 +1,7 @@
-//! The connection cap shared between client addresses (127.0.0.x on
-//! loopback): one address holds at most `client_connection_share` percent
-//! of `max_connections`, another is still served, and readiness is 503
-//! `connections_full` while the cap is full.
+//! Connections shared fairly (127.0.0.x on loopback): one address holds at
+//! most `client_connection_share` percent of `max_connections`, another is
+//! still served, readiness is 503 `connections_full` while the cap is full,
+//! and a body slower than `body_min_rate_bytes_per_sec` is closed.
 
 mod common;
 use common::*;
@@ -80,4 +80,35 @@ async fn one_address_gets_its_share_another_is_served_and_a_full_cap_is_not_read
         assert!(std::time::Instant::now() < deadline, "never ready again");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// A body trickling in (a byte every 200 ms, 5 bytes/s: the idle time-out
+/// never fires) is answered 408 once it has been read for 5 s below the
+/// minimum rate, not after `body_timeout_secs` (60 s by default).
+#[tokio::test]
+async fn a_body_slower_than_the_minimum_rate_is_closed() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let tcp = connect_from(&d, "127.0.0.2").await;
+    let (mut rx, mut tx) = tcp.into_split();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
+        daemon_addr(&d)
+    );
+    tx.write_all(head.as_bytes()).await.unwrap();
+    let trickle = tokio::spawn(async move {
+        // Until the daemon closes the connection (a failed write) or the test ends.
+        while tx.write_all(b" ").await.is_ok() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
+    let mut response = Vec::new();
+    let read = rx.read_to_end(&mut response);
+    // Far less than the 60 s body time-out: a generous multiple of the 5 s window.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(30), read)
+        .await
+        .expect("answered before body_timeout_secs");
+    trickle.abort();
+    let (code, body) = parse(&response);
+    assert_eq!((code, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("body_min_rate_bytes_per_sec"), "{body}");
 }
