@@ -202,7 +202,9 @@ pub fn listener_settings(config: &Config) -> crate::listener::Settings {
         header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
         body_idle_timeout: Duration::from_secs(config.body_idle_timeout_secs),
         body_timeout: Duration::from_secs(config.body_timeout_secs),
+        body_min_rate: config.body_min_rate_bytes_per_sec,
         max_connections: config.max_connections,
+        client_connection_share: config.client_connection_share,
     }
 }
 

@@ -13,6 +13,7 @@ pub mod api;
 pub mod app;
 pub mod bench;
 pub mod config;
+pub mod conn_cap;
 pub mod conversation;
 pub mod doctor;
 pub mod embed;

@@ -15,10 +15,15 @@
 //!   body was read (a refusal), since hyper will not read the rest to
 //!   reuse the connection.
 //!
-//! Graceful shutdown: once `shutdown` completes, no more connections are
-//! accepted, idle ones are closed and busy ones finish their response.
+//! Graceful shutdown ([`Shutdown`]): once draining, no more connections are
+//! accepted, idle ones are closed and busy ones finish their response; once
+//! cancelled (the shutdown's abort), a request still without its response
+//! (being prepared: tokenized, its images decoded) is answered 503
+//! `shutting_down` at once, and the listener waits [`CANCEL_LINGER`] at most
+//! for the connections left.
 
 use crate::api::error::ApiError;
+use crate::conn_cap::ConnCap;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, Request, StatusCode, Version};
 use axum::response::IntoResponse;
@@ -38,8 +43,28 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tower::ServiceExt;
+
+/// Where the daemon's shutdown is, as the listener sees it (`server.rs` sets it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    Serving,
+    /// No more connections; those open finish their responses.
+    Draining,
+    /// The running work was aborted: what is still being prepared is not
+    /// waited for.
+    Cancelled,
+}
+
+/// After the cancel, how long the connections left may take: the aborted
+/// runs' streams get their endings within the abort's grace (1 s,
+/// `engine/halt.rs`), and the 503s must be written.
+const CANCEL_LINGER: Duration = Duration::from_millis(1_500);
+
+/// A body's rate is judged once it has been read this long: a client's
+/// first moments (a slow start, a pause) do not count against it.
+const MIN_RATE_AFTER: Duration = Duration::from_secs(5);
 
 /// What the listener enforces (config: `header_read_timeout_secs`,
 /// `body_idle_timeout_secs`, `body_timeout_secs`, `max_connections`).
@@ -48,7 +73,11 @@ pub struct Settings {
     pub header_read_timeout: Duration,
     pub body_idle_timeout: Duration,
     pub body_timeout: Duration,
+    /// Bytes per second a body must average after [`MIN_RATE_AFTER`] (0: none).
+    pub body_min_rate: u64,
     pub max_connections: usize,
+    /// Percent of `max_connections` one client address may hold (`conn_cap.rs`).
+    pub client_connection_share: u8,
 }
 
 /// Connections over the cap that may still be health probes, at most.
@@ -66,31 +95,39 @@ const REFUSE_LINGER: Duration = Duration::from_secs(1);
 /// instead of spinning on the same error.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Serves `app` on `listener` until `shutdown` completes and every
-/// connection has finished.
-pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutdown: impl Future<Output = ()>) {
+/// Serves `app` on `listener`, its connections under `cap`, until the
+/// shutdown drains and every connection has finished, or [`CANCEL_LINGER`]
+/// after it was cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    settings: Settings,
+    cap: Arc<ConnCap>,
+    shutdown: watch::Receiver<Shutdown>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).header_read_timeout(settings.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
-    let permits = Arc::new(Semaphore::new(settings.max_connections));
     let probes = Arc::new(Semaphore::new(PROBE_CONNECTIONS));
-    let limits = BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout };
+    let limits =
+        BodyLimits { idle: settings.body_idle_timeout, total: settings.body_timeout, min_rate: settings.body_min_rate };
     let refusal = Bytes::from(over_capacity_response(settings.max_connections));
     let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
+    let draining = reached(shutdown.clone(), Shutdown::Draining);
+    let mut draining = std::pin::pin!(draining);
     loop {
-        let tcp = tokio::select! {
+        let (tcp, client) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!("accepting a connection failed: {e}");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = &mut draining => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let Some(permit) = cap.hold(client.ip()) else {
             match probes.clone().try_acquire_owned() {
                 Ok(probe) => {
                     let over = OverCap { app: app.clone(), builder: builder.clone(), limits, refusal: refusal.clone() };
@@ -108,7 +145,21 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req: Request<Incoming>| handle(app.clone(), req, limits));
+        let cancel = shutdown.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let handled = handle(app.clone(), req, limits);
+            let cancelled = reached(cancel.clone(), Shutdown::Cancelled);
+            async move {
+                tokio::select! {
+                    response = handled => response,
+                    () = cancelled => {
+                        let mut response = ApiError::shutting_down().into_response();
+                        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                        Ok(response)
+                    }
+                }
+            }
+        });
         let conn = builder.serve_connection(TokioIo::new(EnvelopeIo::new(tcp)), service).into_owned();
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
@@ -119,7 +170,24 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    let finished = graceful.shutdown();
+    let mut finished = std::pin::pin!(finished);
+    tokio::select! {
+        () = &mut finished => return,
+        () = reached(shutdown, Shutdown::Cancelled) => {}
+    }
+    if tokio::time::timeout(CANCEL_LINGER, finished).await.is_err() {
+        tracing::warn!("connections still open {} ms after the shutdown's abort are closed", CANCEL_LINGER.as_millis());
+    }
+}
+
+/// Resolves once the shutdown is at `phase` or past it.
+async fn reached(mut shutdown: watch::Receiver<Shutdown>, phase: Shutdown) {
+    let past = |now: &Shutdown| *now == phase || *now == Shutdown::Cancelled;
+    if shutdown.wait_for(past).await.is_err() {
+        // The sender is gone without reaching it: it never comes.
+        std::future::pending::<()>().await;
+    }
 }
 
 /// How long a request body may take: without data, and in all.
@@ -127,16 +195,20 @@ pub async fn serve(listener: TcpListener, app: Router, settings: Settings, shutd
 struct BodyLimits {
     idle: Duration,
     total: Duration,
+    /// Bytes per second, averaged from the first read, after [`MIN_RATE_AFTER`].
+    min_rate: u64,
 }
 
 /// How far a request body was read: not to its end (`UNREAD`), to its
-/// end (`WHOLE`), or until a time-out fired (`IDLE`, `TOTAL`).
+/// end (`WHOLE`), or until a time-out fired (`IDLE`, `TOTAL`) or it came
+/// too slowly (`SLOW`).
 struct BodyState;
 impl BodyState {
     const UNREAD: u8 = 0;
     const IDLE: u8 = 1;
     const TOTAL: u8 = 2;
     const WHOLE: u8 = 3;
+    const SLOW: u8 = 4;
 }
 
 /// One request through the router, its body under the time-outs.
@@ -149,13 +221,22 @@ async fn handle(
     let http1 = req.version() < Version::HTTP_2;
     let state = Arc::new(AtomicU8::new(if empty { BodyState::WHOLE } else { BodyState::UNREAD }));
     let req = req.map(|body| {
-        Body::new(TimedBody { inner: body, limits, idle_timer: None, deadline: None, state: state.clone() })
+        Body::new(TimedBody {
+            inner: body,
+            limits,
+            idle_timer: None,
+            deadline: None,
+            started: None,
+            received: 0,
+            state: state.clone(),
+        })
     });
     let mut response = app.oneshot(req).await?;
     // Whatever the handler made of the failed read, the cause is the client's slowness.
     let error = match state.load(Ordering::SeqCst) {
         BodyState::IDLE => ApiError::body_timeout(limits.idle.as_secs()),
         BodyState::TOTAL => ApiError::body_too_slow(limits.total.as_secs()),
+        BodyState::SLOW => ApiError::body_below_rate(limits.min_rate),
         BodyState::UNREAD if http1 => {
             // Refused before its body was read (a missing key, a foreign Host, a body too large):
             // hyper closes such a connection, and a client that sent its next request on it
@@ -178,7 +259,20 @@ struct TimedBody {
     limits: BodyLimits,
     idle_timer: Option<Pin<Box<tokio::time::Sleep>>>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When it began to be read, and the bytes since (for `min_rate`).
+    started: Option<tokio::time::Instant>,
+    received: u64,
     state: Arc<AtomicU8>,
+}
+
+impl TimedBody {
+    /// The body so far came slower than `min_rate` (judged after [`MIN_RATE_AFTER`]).
+    fn too_slow(&self) -> bool {
+        let elapsed = self.started.map_or(Duration::ZERO, |s| s.elapsed());
+        self.limits.min_rate > 0
+            && elapsed > MIN_RATE_AFTER
+            && (self.received as f64) < self.limits.min_rate as f64 * elapsed.as_secs_f64()
+    }
 }
 
 impl http_body::Body for TimedBody {
@@ -189,6 +283,7 @@ impl http_body::Body for TimedBody {
         let this = &mut *self;
         let total = this.limits.total;
         // First, so that a body trickling in cannot keep it from firing.
+        this.started.get_or_insert_with(tokio::time::Instant::now);
         let deadline = this.deadline.get_or_insert_with(|| Box::pin(tokio::time::sleep(total)));
         if deadline.as_mut().poll(cx).is_ready() {
             this.state.store(BodyState::TOTAL, Ordering::SeqCst);
@@ -198,6 +293,14 @@ impl http_body::Body for TimedBody {
             this.idle_timer = None;
             if frame.is_none() || this.inner.is_end_stream() {
                 this.state.store(BodyState::WHOLE, Ordering::SeqCst);
+            } else {
+                this.received += frame.as_ref().and_then(|f| f.as_ref().ok()?.data_ref()).map_or(0, |d| d.len() as u64);
+                if this.too_slow() {
+                    // A body trickling in (a byte now and then keeps the idle timer from firing).
+                    this.state.store(BodyState::SLOW, Ordering::SeqCst);
+                    let rate = this.limits.min_rate;
+                    return Poll::Ready(Some(Err(format!("the body came slower than {rate} bytes/s").into())));
+                }
             }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }

@@ -98,9 +98,16 @@ fn main() -> ExitCode {
     }
     init_logging(config.log_format);
     let result = match cli.command {
-        None | Some(Command::Serve(_)) => on_runtime(serving_runtime(), |rt| rt.block_on(server::serve(config))),
+        None | Some(Command::Serve(_)) => on_runtime(serving_runtime(), |rt| {
+            let served = rt.block_on(server::serve(config));
+            // Not waiting for the blocking pool: a request's preparation
+            // still running there (a long prompt being tokenized) was
+            // answered 503 at the shutdown's abort; its result is not wanted.
+            rt.shutdown_background();
+            served
+        }),
         Some(Command::Doctor { doctor, .. }) => {
-            return on_runtime(serving_runtime(), |rt| doctor::run(&config, &doctor, rt)).unwrap_or_else(|code| code)
+            return on_runtime(serving_runtime(), |rt| doctor::run(&config, &doctor, &rt)).unwrap_or_else(|code| code)
         }
         Some(Command::Tokenizer(_)) => {
             let written = rkllmd::tokenizer::tokenizer_json(&config).and_then(|json| {
@@ -158,9 +165,9 @@ fn client_runtime() -> std::io::Result<tokio::runtime::Runtime> {
 
 fn on_runtime<T>(
     runtime: std::io::Result<tokio::runtime::Runtime>,
-    run: impl FnOnce(&tokio::runtime::Runtime) -> T,
+    run: impl FnOnce(tokio::runtime::Runtime) -> T,
 ) -> Result<T, ExitCode> {
-    runtime.map(|rt| run(&rt)).map_err(|e| {
+    runtime.map(run).map_err(|e| {
         eprintln!("rkllmd: cannot start the async runtime: {e}");
         ExitCode::FAILURE
     })

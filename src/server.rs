@@ -16,10 +16,14 @@
 use crate::api::{self, AppState};
 use crate::app;
 use crate::config::Config;
+use crate::conn_cap::ConnCap;
+use crate::engine::ABORT_GRACE;
+use crate::listener::Shutdown;
 use crate::notify::Notifier;
 use crate::registry::Registry;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// While the model loads, systemd is asked every `LOAD_EXTEND_EVERY` for
 /// `LOAD_EXTEND_BY` more start time: a 6B model takes minutes to load from
@@ -50,27 +54,20 @@ pub async fn serve(config: Config) -> Result<(), String> {
         None => None,
     };
     let grace = Duration::from_secs(config.shutdown_grace_secs);
-    // Every listener stops accepting at the signal.
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    tokio::spawn({
-        let signal = shutdown_signal(state.clone(), notify.clone(), grace);
-        async move {
-            signal.await;
-            let _ = stop.send(true);
-        }
-    });
-    let until_stopped = move || {
-        let mut stopped = stopped.clone();
-        async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        }
-    };
+    // Every listener stops accepting at the signal, and stops waiting for
+    // what is only being prepared at the abort.
+    let (stop, stopped) = tokio::sync::watch::channel(Shutdown::Serving);
+    tokio::spawn(shutdown_signal(state.clone(), notify.clone(), grace, stop));
     // Connections, time-outs, the connection cap and protocol errors live in crate::listener.
     let settings = app::listener_settings(&config);
+    let cap = || ConnCap::new(settings.max_connections, settings.client_connection_share);
     let ollama = ollama.map(|(listener, router)| {
-        tokio::spawn(crate::listener::serve(listener, router, settings.clone(), until_stopped()))
+        tokio::spawn(crate::listener::serve(listener, router, settings.clone(), cap(), stopped.clone()))
     });
-    let server = tokio::spawn(crate::listener::serve(listener, router, settings, until_stopped()));
+    // Readiness reports the serving address's cap.
+    let serving_cap = cap();
+    crate::conn_cap::set_serving(&serving_cap);
+    let server = tokio::spawn(crate::listener::serve(listener, router, settings, serving_cap, stopped));
 
     let registry = app::registry(&config).map_err(|e| e.to_string())?;
     tokio::spawn(registry.clone().reap());
@@ -98,15 +95,37 @@ pub async fn serve(config: Config) -> Result<(), String> {
     tracing::info!("listening on http://{addr}");
     notify.ready(&serving);
     if let Some(timeout) = notify.watchdog_timeout() {
-        tokio::spawn(watchdog(registry, notify.clone(), timeout, serving));
+        tokio::spawn(watchdog(registry.clone(), notify.clone(), timeout, serving));
     }
 
     server.await.map_err(|e| e.to_string())?;
     if let Some(ollama) = ollama {
         ollama.await.map_err(|e| e.to_string())?;
     }
+    leave_stuck_models(&registry).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A model whose runtime has not returned from the shutdown's abort after
+/// [`ABORT_GRACE`] cannot be destroyed: its runtime thread is inside
+/// `rkllm_run`, and dropping the model would wait for that thread for good.
+/// Such a model is left to the process's exit (the kernel frees its NPU
+/// memory), so the daemon still exits, with 0: it shut down as asked.
+async fn leave_stuck_models(registry: &Arc<Registry>) {
+    let in_run = || -> Vec<String> {
+        registry.loaded().into_iter().filter(|m| m.engine.in_run()).map(|m| m.model_id.clone()).collect()
+    };
+    let grace_end = tokio::time::Instant::now() + ABORT_GRACE;
+    let mut every = tokio::time::interval(PRODUCING_POLL);
+    while !in_run().is_empty() && tokio::time::Instant::now() < grace_end {
+        every.tick().await;
+    }
+    let stuck = in_run();
+    if !stuck.is_empty() {
+        tracing::warn!(models = ?stuck, "the runtime has not returned from an aborted run: exiting without destroying the model");
+        std::mem::forget(registry.clone());
+    }
 }
 
 /// Binds `ollama_listen`: the Ollama clients' address, with its own key
@@ -190,9 +209,11 @@ async fn rescan_on_hangup(registry: Arc<Registry>) {
     }
 }
 
-/// Waits for SIGTERM or SIGINT, then stops admitting requests; a running
-/// generation gets the grace period before it is aborted.
-async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
+/// Waits for SIGTERM or SIGINT, then stops admitting requests; running
+/// generations get the grace period, while any run is producing, before
+/// they are aborted. With nothing producing (idle, only requests being
+/// prepared, or a runtime stuck in an aborted run) the abort comes at once.
+async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration, stop: watch::Sender<Shutdown>) {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(mut s) => {
@@ -208,18 +229,31 @@ async fn shutdown_signal(state: AppState, notify: Notifier, grace: Duration) {
     tracing::info!(grace_secs = grace.as_secs(), "shutting down: no new requests; waiting for running ones");
     notify.stopping("shutting down: finishing running requests");
     state.begin_shutdown();
+    stop.send_replace(Shutdown::Draining);
     exit_after(grace + ABORT_ALLOWANCE);
-    let aborter = state.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        if let Ok(registry) = aborter.models() {
+    let producing = || state.models().is_ok_and(|r| r.loaded().iter().any(|m| m.engine.is_producing()));
+    let grace_end = tokio::time::Instant::now() + grace;
+    let mut every = tokio::time::interval(PRODUCING_POLL);
+    while producing() && tokio::time::Instant::now() < grace_end {
+        every.tick().await;
+    }
+    if let Ok(registry) = state.models() {
+        if producing() {
             tracing::warn!("grace period over: aborting the running generation");
-            for model in registry.loaded() {
-                model.engine.abort_all();
-            }
+        } else {
+            tracing::info!("no run is producing: aborting what is queued or being prepared");
         }
-    });
+        for model in registry.loaded() {
+            model.engine.abort_all();
+        }
+    }
+    stop.send_replace(Shutdown::Cancelled);
+    // The listeners watch `stop` until the process ends.
+    std::future::pending::<()>().await
 }
+
+/// How often the grace period looks whether a run still produces.
+const PRODUCING_POLL: Duration = Duration::from_millis(50);
 
 /// Time for an abort to land and the process to wind down after the grace
 /// period (the rest of the stream, closing connections, `rkllm_destroy`).

@@ -59,6 +59,9 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
         "2",
         "--max-connections",
         "3",
+        // The cap itself, from one address (tests/connection_share.rs has the share).
+        "--client-connection-share",
+        "100",
     ]);
     // A head that never ends: the connection is closed, with no answer.
     let started = Instant::now();
@@ -104,15 +107,16 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
     assert_eq!((s, body["error"]["code"].as_str()), (413, Some("payload_too_large")), "{body}");
 
     // Three open connections fill the cap; the fourth is answered 503 and closed,
-    // unless it is a health probe: liveness and readiness are never refused.
+    // unless it is a health probe: liveness and readiness are never refused
+    // (readiness says the cap is full).
     let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr(&d)).unwrap()).collect();
     let (s, body) = parse(&raw(&d, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", Duration::from_secs(10)));
     assert_eq!((s, body["error"]["code"].as_str()), (503, Some("too_many_connections")), "{body}");
-    for probe in ["/health", "/health/ready"] {
+    for (probe, status) in [("/health", 200), ("/health/ready", 503)] {
         let started = Instant::now();
         let request = format!("GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n");
         let (s, body) = parse(&raw(&d, request.as_bytes(), Duration::from_secs(10)));
-        assert_eq!(s, 200, "{probe}: {body}");
+        assert_eq!(s, status, "{probe}: {body}");
         assert!(started.elapsed() < Duration::from_secs(1), "{probe} took {:?}", started.elapsed());
     }
     drop(held);
@@ -180,7 +184,9 @@ async fn sigterm_with_a_wedged_runtime_still_ends_the_process() {
     d.wait_generating().await;
     // `terminate` fails the test if the process is still there after 20 s.
     let status = tokio::task::spawn_blocking(move || d.terminate()).await.unwrap();
-    assert!(!status.success(), "a forced exit is reported as a failure: {status:?}");
+    // The model is left to the exit (it cannot be destroyed while its
+    // runtime is inside `rkllm_run`): the daemon shut down as asked.
+    assert!(status.success(), "{status:?}");
     request.abort();
 }
 

@@ -1,7 +1,8 @@
 //! A runtime that stops answering (the simulator's `hang_after`: no more
 //! callbacks, aborts ignored, `rkllm_run` never returns): every waiting
-//! client gets a clear ending within its time-outs, and SIGTERM ends every
-//! stream with `shutting_down` and `[DONE]`.
+//! client gets a clear ending within its time-outs (with the defaults, by
+//! the decode stall's), a runtime that comes back serves again, and SIGTERM
+//! ends every stream with `shutting_down` and `[DONE]`.
 
 mod common;
 use common::*;
@@ -49,6 +50,92 @@ fn error_then_done(events: &[SseEvent]) -> (Option<String>, bool) {
     let done = n >= 2 && events[n - 1].data == "[DONE]";
     let error = events.iter().rev().nth(1).and_then(|e| e.json()["error"]["code"].as_str().map(str::to_owned));
     (error, done)
+}
+
+/// The documented bound on telling a wedged decode's clients (docs/api.md,
+/// "Time-outs"): 10 s without a token, plus the abort's 1 s. Waits below
+/// are a generous multiple of it, for a loaded machine.
+const STALL_BOUND: Duration = Duration::from_secs(11);
+
+/// With every time-out at its default (request 1,800 s, head wait 30 s), a
+/// run that stops producing is detected by its decode stall: the running
+/// stream gets an error event and `[DONE]`, the queued one (its head still
+/// held) and a new request 503 `runtime_unresponsive`, readiness 503.
+async fn a_wedged_run_is_detected_with_defaults(extra: &[&str]) {
+    let d = wedging_daemon(extra);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (200, Some("ready")), "not stalled yet: {ready}");
+
+    let ending = tokio::time::timeout(STALL_BOUND * 4, running).await.expect("the running stream ended").unwrap();
+    assert_eq!(ending, (200, Some("timeout".into()), true));
+    let ending = tokio::time::timeout(STALL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
+
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+#[tokio::test]
+async fn with_default_time_outs_a_wedged_run_is_detected_and_every_client_answered() {
+    a_wedged_run_is_detected_with_defaults(&[]).await;
+}
+
+#[tokio::test]
+async fn with_default_time_outs_a_wedged_batch_is_detected_and_every_client_answered() {
+    a_wedged_run_is_detected_with_defaults(&["--batch", "2"]).await;
+}
+
+/// A runtime that hangs for 15 s (longer than the stall bound and the
+/// abort's grace) and then returns: the stalled request gets its error body,
+/// requests are refused meanwhile, and once the run returned the model is
+/// ready and serves again.
+#[tokio::test]
+async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=3&hang_ms=15000&reply_tokens=10",
+        "--model-id",
+        "m",
+    ]);
+    let url = format!("{}/v1/chat/completions", d.url);
+    let stalled = d.client().post(&url).json(&chat("m", "first")).send();
+    let stalled = tokio::spawn(stalled);
+    d.wait_generating().await;
+    let r = tokio::time::timeout(STALL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "timeout", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("decode stall"), "{e}");
+
+    // The run has not returned yet (it hangs 15 s, the error came at ~11 s).
+    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let deadline = Instant::now() + STALL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Two tokens: the simulator stops at the limit, before its hang at 3.
+    let mut body = chat("m", "again");
+    body["max_tokens"] = 2.into();
+    let r = d.post("/v1/chat/completions", body).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 2, "{reply}");
 }
 
 #[tokio::test]
@@ -120,4 +207,78 @@ async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     // The grace period (1 s) + the abort's grace (1 s), with slack.
     let took = signalled.elapsed();
     assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
+}
+
+/// Seconds into the day of a log line's timestamp ("2026-11-28T00:29:27.254755Z  INFO …").
+fn logged_at(log: &str, needle: &str) -> f64 {
+    let line = log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?}:\n{log}"));
+    let time = line.split_once('T').and_then(|(_, rest)| rest.split_once('Z')).map(|(t, _)| t).unwrap_or("");
+    let parts: Vec<f64> = time.split(':').map(|p| p.parse().unwrap_or(f64::NAN)).collect();
+    assert_eq!(parts.len(), 3, "no time in {line:?}");
+    parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]
+}
+
+/// From the signal's log line to the last one, by the daemon's own clock.
+fn shutdown_took(log: &str) -> f64 {
+    let took = logged_at(log, "stopped") - logged_at(log, "shutting down: no new requests");
+    // Across midnight.
+    if took < 0.0 {
+        took + 86_400.0
+    } else {
+        took
+    }
+}
+
+/// SIGTERM, waiting for the daemon's last line, then its exit status and log.
+async fn sigterm(d: Daemon) -> (std::process::ExitStatus, String) {
+    // SAFETY: plain kill(2) on our child's pid.
+    assert_eq!(unsafe { kill(d.pid() as i32, 15) }, 0);
+    assert!(tokio::task::block_in_place(|| d.wait_log("INFO rkllmd::server: stopped")), "{}", d.log());
+    let log = d.log();
+    (d.terminate(), log)
+}
+
+/// The runtime is stuck in an aborted run, so nothing is producing: SIGTERM
+/// exits 0 at once instead of waiting the grace period (30 s by default)
+/// and then failing on the model it cannot destroy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_on_a_wedged_daemon_exits_0_without_waiting_for_the_grace() {
+    let d = wedging_daemon(&["--request-timeout-secs", "2"]);
+    let running = spawn_stream(&d, "first");
+    d.wait_generating().await;
+    let ending = tokio::time::timeout(Duration::from_secs(20), running).await.expect("ended").unwrap();
+    assert_eq!(ending, (200, Some("timeout".into()), true));
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let (status, log) = sigterm(d).await;
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("no run is producing"), "{log}");
+    assert!(log.contains("exiting without destroying the model"), "{log}");
+    let took = shutdown_took(&log);
+    // The grace period is 30 s; a few seconds is a generous multiple of the 1.5 s linger.
+    assert!(took < 10.0, "the shutdown took {took} s by the daemon's clock:\n{log}");
+}
+
+/// A rerank of 2,000 documents (7 MB) being tokenized, nothing running:
+/// SIGTERM answers it 503 `shutting_down` and exits 0 without waiting for
+/// the tokenizing to end or for the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_a_rerank_is_being_prepared_cancels_it_and_exits_0() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let document = "apples and pears, ".repeat(200);
+    let documents = vec![document; 2_000];
+    let body = serde_json::json!({"model": "m", "query": "fruit", "documents": documents});
+    let rerank = tokio::spawn(d.client().post(format!("{}/v1/rerank", d.url)).json(&body).send());
+    // Waiting counts a request from its place in the queue, while it is prepared too.
+    d.wait_queue(|running, waiting| running == 0 && waiting == 1).await;
+
+    let (status, log) = sigterm(d).await;
+    let r = rerank.await.unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "shutting_down", "{e}");
+    assert!(status.success(), "{status:?}\n{log}");
+    let took = shutdown_took(&log);
+    assert!(took < 10.0, "the shutdown took {took} s by the daemon's clock:\n{log}");
 }

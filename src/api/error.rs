@@ -186,6 +186,15 @@ impl ApiError {
         .code("body_timeout")
     }
 
+    pub fn body_below_rate(bytes_per_sec: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body arrived slower than {bytes_per_sec} bytes/s (body_min_rate_bytes_per_sec)."),
+        )
+        .code("body_timeout")
+    }
+
     pub fn too_many_connections(max: usize) -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -80,7 +80,7 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Ready {
-    /// `ready`, `loading`, `stalled`, `queue_full` or `shutting_down`.
+    /// `ready`, `loading`, `stalled`, `connections_full`, `queue_full` or `shutting_down`.
     pub status: &'static str,
 }
 
@@ -101,6 +101,9 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
             }
             if stalled {
                 "stalled"
+            } else if crate::conn_cap::serving_full() {
+                // A new connection would get 503 `too_many_connections`.
+                "connections_full"
             } else if loaded.iter().any(|m| m.engine.queue_full()) {
                 "queue_full"
             } else {

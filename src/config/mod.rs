@@ -127,9 +127,15 @@ pub struct Config {
     /// Seconds a request body may take in all, however steadily it arrives (then 408).
     #[arg(long, env = "RKLLMD_BODY_TIMEOUT_SECS", default_value_t = 60)]
     pub body_timeout_secs: u64,
+    /// Bytes per second a request body must arrive at on average, judged after its first 5 s (then 408; 0: no minimum).
+    #[arg(long, env = "RKLLMD_BODY_MIN_RATE_BYTES_PER_SEC", default_value_t = 256)]
+    pub body_min_rate_bytes_per_sec: u64,
     /// Open connections at most; one more gets 503 and is closed.
     #[arg(long, env = "RKLLMD_MAX_CONNECTIONS", default_value_t = 512)]
     pub max_connections: usize,
+    /// Percent of max_connections one client address may hold open (100: any number); behind a reverse proxy every client is the proxy's address.
+    #[arg(long, env = "RKLLMD_CLIENT_CONNECTION_SHARE", default_value_t = 50)]
+    pub client_connection_share: u8,
     /// Seconds a streamed response may wait for its client to read before the client is dropped.
     #[arg(long, env = "RKLLMD_WRITE_TIMEOUT_SECS", default_value_t = 30)]
     pub write_timeout_secs: u64,

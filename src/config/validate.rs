@@ -34,9 +34,10 @@ impl Config {
             || self.body_idle_timeout_secs == 0
             || self.body_timeout_secs == 0
             || self.max_connections == 0
+            || !(1..=100).contains(&self.client_connection_share)
         {
             return invalid(
-                "header_read_timeout_secs, body_idle_timeout_secs, body_timeout_secs and max_connections must be at least 1"
+                "header_read_timeout_secs, body_idle_timeout_secs, body_timeout_secs and max_connections must be at least 1, client_connection_share from 1 to 100"
                     .into(),
             );
         }

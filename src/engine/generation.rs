@@ -272,6 +272,7 @@ impl Start {
             aborts_at_limit: self.plan.aborts_at_limit(),
             first_token_timeout,
             deadline,
+            request_end: None,
             reason,
             plan,
             generated: Vec::new(),
@@ -340,8 +341,11 @@ struct Run {
     /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
     aborts_at_limit: bool,
     first_token_timeout: std::time::Duration,
-    /// First-token (from submission, then from admission), then total.
+    /// First-token (from submission, then from admission), then the earlier
+    /// of the request's end and the decode stall's.
     deadline: Option<tokio::time::Instant>,
+    /// The request's end (`request_timeout` from admission), once decoding.
+    request_end: Option<tokio::time::Instant>,
     /// Why the run is ending, once something decided it (limit, time-out).
     reason: Option<EndReason>,
     /// How the run uses the conversation cache (`None`: stateless).
@@ -407,6 +411,14 @@ impl Run {
                 () = sleep_until(wait_until) => Waited::Deadline,
                 () = engine.halt.closed(), if aborted_at.is_none() => Waited::Closing,
             };
+            let waited = match waited {
+                // Polled after the deadline passed with events waiting (a
+                // consumer that read nothing for a while): their stamps decide.
+                Waited::Deadline if aborted_at.is_none() => {
+                    self.guard.events.try_recv().map_or(Waited::Deadline, |e| Waited::Event(Some(e)))
+                }
+                waited => waited,
+            };
             match waited {
                 // A token stamped after the deadline missed it, even when this
                 // task was polled too late to see the deadline pass first (a
@@ -432,8 +444,10 @@ impl Run {
     fn missed_deadline(&self) -> Deadline {
         if self.guard.timeline.first_token.is_none() {
             Deadline::FirstToken
-        } else {
+        } else if self.deadline == self.request_end {
             Deadline::Request
+        } else {
+            Deadline::Stall
         }
     }
 
@@ -472,10 +486,11 @@ impl Run {
             crate::metrics::observer().metrics.inter_token(gap);
         }
         engine.queue.token();
-        if timeline.tokens == 1 {
-            let admitted = timeline.admitted.unwrap_or(token.at);
-            self.deadline = Some(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
-        }
+        let admitted = timeline.admitted.unwrap_or(token.at);
+        let request_end =
+            *self.request_end.get_or_insert(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
+        let stall_end = tokio::time::Instant::from_std(token.at + super::liveness::decode_stall(timeline));
+        self.deadline = Some(request_end.min(stall_end));
         self.split = token.split;
         if token.dropped_bytes > 0 {
             // Not U+FFFD in the reply: a runtime that splits characters in a

@@ -8,13 +8,36 @@
 //! so that systemd restarts it.
 
 use super::{Engine, Limits};
+use crate::metrics::Timeline;
 use rkllm_sys::Activity;
 use std::time::Duration;
+
+/// The least time a decoding run may go without a token before it counts as
+/// stuck and is aborted (`generation.rs`). A decode step takes well under a
+/// second on a board, so this is tens of steps even for a large model, and
+/// short enough that a wedged runtime is told to its clients in seconds.
+pub const DECODE_STALL_FLOOR: Duration = Duration::from_secs(10);
+
+/// A decoding run is stuck after this many of its own mean decode steps
+/// without a token, if that is longer than [`DECODE_STALL_FLOOR`]: a slow
+/// model (or a big batch) is judged by its own pace.
+const DECODE_STALL_STEPS: u32 = 50;
 
 /// How often a pending ping looks whether a run started instead.
 const RUN_START_POLL: Duration = Duration::from_millis(10);
 
 impl Engine {
+    /// A run is inside the runtime and not known to be stuck: what the
+    /// shutdown's grace period waits for.
+    pub fn is_producing(&self) -> bool {
+        self.in_run() && !self.is_unresponsive()
+    }
+
+    /// A run is inside the runtime: `rkllm_run` has not returned.
+    pub fn in_run(&self) -> bool {
+        self.model.activity().running
+    }
+
     /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
     /// or is inside a run that progresses as fast as its limits allow.
     pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
@@ -57,6 +80,19 @@ impl Engine {
     }
 }
 
+/// How long a decoding run may go without a token before it is aborted as
+/// stuck: [`DECODE_STALL_STEPS`] of the run's own mean step so far, at least
+/// [`DECODE_STALL_FLOOR`].
+pub fn decode_stall(timeline: &Timeline) -> Duration {
+    let mean = match (timeline.first_token, timeline.last_token) {
+        (Some(first), Some(last)) if timeline.tokens > 1 => {
+            last.saturating_duration_since(first) / (timeline.tokens - 1)
+        }
+        _ => Duration::ZERO,
+    };
+    (mean * DECODE_STALL_STEPS).max(DECODE_STALL_FLOOR)
+}
+
 impl Limits {
     /// How long a run may go without a sign of life before it counts as hung.
     /// Prefill: twice its first-token time-out (the request itself gives up
@@ -69,5 +105,31 @@ impl Limits {
         } else {
             self.first_token_base
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn a_decode_stall_is_fifty_mean_steps_at_least_the_floor() {
+        let start = Instant::now();
+        let mut timeline = Timeline::new(start);
+        assert_eq!(decode_stall(&timeline), DECODE_STALL_FLOOR, "nothing decoded yet");
+        timeline.token(start);
+        assert_eq!(decode_stall(&timeline), DECODE_STALL_FLOOR, "one token: no step measured");
+        // Three steps of 100 ms: 5 s, under the floor.
+        for i in 1..=3 {
+            timeline.token(start + Duration::from_millis(100 * i));
+        }
+        assert_eq!(decode_stall(&timeline), DECODE_STALL_FLOOR);
+        // A slow model: steps of 400 ms make 20 s.
+        let mut slow = Timeline::new(start);
+        for i in 0..=4 {
+            slow.token(start + Duration::from_millis(400 * i));
+        }
+        assert_eq!(decode_stall(&slow), Duration::from_secs(20));
     }
 }

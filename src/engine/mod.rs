@@ -32,6 +32,7 @@ pub use backend::{
 pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
+pub use halt::ABORT_GRACE;
 pub use job::{CacheHints, ImageInput, Job, Resent};
 pub use npu::Npu;
 pub use outcome::{CacheUse, Deadline, EndReason, GenEvent, MissReason, Outcome};

@@ -10,6 +10,9 @@ pub enum Deadline {
     FirstToken,
     /// From admission to the end of the generation.
     Request,
+    /// From one generated token to the next (`liveness::decode_stall`): a
+    /// runtime that stopped producing.
+    Stall,
 }
 
 impl Deadline {
@@ -17,6 +20,7 @@ impl Deadline {
         match self {
             Deadline::FirstToken => "first token",
             Deadline::Request => "request",
+            Deadline::Stall => "decode stall",
         }
     }
 }

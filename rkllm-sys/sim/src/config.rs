@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -19,6 +19,7 @@ pub const KEYS: [&str; 20] = [
     "script",
     "record",
     "hang_after",
+    "hang_ms",
     "kv_size_skew",
     "eos_in_cache",
     "batch_abort_ignored",
@@ -51,6 +52,9 @@ pub(crate) struct SimConfig {
     pub record: Option<PathBuf>,
     /// After this many generated tokens the run hangs for good (a wedged runtime).
     pub hang_after: Option<usize>,
+    /// With `hang_after`: the hang ends after this long (a runtime that
+    /// comes back; not scaled). `None`: for good.
+    pub hang_ms: Option<u64>,
     /// Added to every size `rkllm_get_kv_cache_size` reports (a fault).
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
@@ -115,6 +119,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         script: value("script").map(PathBuf::from),
         record: value("record").map(PathBuf::from),
         hang_after: optional(&value, "hang_after")?,
+        hang_ms: optional(&value, "hang_ms")?,
         kv_size_skew: match value("kv_size_skew") {
             Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
             None => 0,

@@ -129,7 +129,7 @@ impl SimModel {
             }
             // Before the abort check: a wedged runtime ignores aborts.
             if self.config.hang_after == Some(reply.steps) {
-                hang();
+                hang(self.config.hang_ms.map(Duration::from_millis));
             }
             // The `batch_abort_ignored` fault decodes on (unpaced) to the end.
             if self.gate.wait_until(due) && !(self.config.batch_abort_ignored && reply.slots.len() > 1) {
@@ -172,11 +172,16 @@ impl SimModel {
 }
 
 /// A wedged runtime (`hang_after`): no more callbacks, aborts ignored,
-/// `rkllm_run` never returns. Only killing the process ends it.
-fn hang() -> ! {
-    loop {
-        std::thread::park();
-    }
+/// `rkllm_run` never returns. Only killing the process ends it, unless
+/// `hang_ms` gave the hang an end: then the run goes on (an abort that came
+/// meanwhile is seen at the next token boundary).
+fn hang(lasting: Option<Duration>) {
+    let Some(lasting) = lasting else {
+        loop {
+            std::thread::park();
+        }
+    };
+    std::thread::sleep(lasting);
 }
 
 fn millis(d: Duration) -> f32 {

@@ -42,7 +42,8 @@
 //! | `fail_init` | `npu_memory` (any other value too), `driver`, `platform`, `magic`, `tensors` | init fails with that board failure's line, e.g. `E rkllm: failed to malloc npu memory!` |
 //! | `error_after` | N | after N generated tokens of a reply the callback gets ERROR and `rkllm_run` returns -1 (a reply that ends first finishes normally) |
 //! | `prefill_extra_ms` | number | added to every prefill: a very slow prefill |
-//! | `hang_after` | N | after N generated tokens of a reply the run hangs for good: no more callbacks, aborts ignored, `rkllm_run` never returns (a wedged runtime, for watchdog tests; `0` hangs after the prefill). The process must be killed |
+//! | `hang_after` | N | after N generated tokens of a reply the run hangs for good: no more callbacks, aborts ignored, `rkllm_run` never returns (a wedged runtime, for watchdog tests; `0` hangs after the prefill). The process must be killed, unless `hang_ms` is set |
+//! | `hang_ms` | N | with `hang_after`: the hang ends after N ms (not scaled) and the run goes on, an abort that came meanwhile seen at the next token boundary (a runtime that comes back) |
 //! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
 //! | `record` | path | appends one JSON line per call received (see below) |
 //! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |
