@@ -7,8 +7,7 @@
 //! to the serialised document (`schema_rules`), and the served models' own
 //! bounds each time it is served (`doc_models`).
 
-use super::embeddings::MAX_INPUTS;
-use super::request::{MAX_STOPS, MAX_TOOLS};
+use super::request::{MAX_INPUTS, MAX_STOPS, MAX_TOOLS};
 use super::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};

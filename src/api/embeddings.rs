@@ -7,7 +7,7 @@ use super::extract::ApiJson;
 use super::forward;
 use super::named::NamesModel;
 use super::record::Counting;
-use super::request::prepare;
+use super::request::{prepare, MAX_INPUTS};
 use super::{status, AppState, Loaded};
 use crate::embed;
 use crate::engine::{Capture, EndReason, Place, RunInput};
@@ -15,10 +15,6 @@ use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-
-/// OpenAI's limit on inputs per request. They run one after the other in
-/// one turn of the queue.
-pub(super) const MAX_INPUTS: usize = 2048;
 
 /// `input`: a string, an array of strings, an array of token ids, or an array of those.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

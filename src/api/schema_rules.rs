@@ -5,8 +5,7 @@
 //! Each rule names the check it mirrors, so the two are changed together;
 //! `tests/schemathesis.rs` sends what the document allows.
 
-use super::embeddings::MAX_INPUTS;
-use super::request::MAX_TOOLS;
+use super::request::{MAX_INPUTS, MAX_TOOLS};
 use serde_json::{json, Value};
 
 /// Adds the rules to the serialised document's component schemas: a

@@ -22,8 +22,10 @@
 use super::job::Resent;
 use super::outcome::{CacheUse, MissReason};
 use super::saved::{Restore, Save};
-use super::shared_prefix::Shared;
+use crate::metrics::RuntimePerf;
 use rkllm_sys::RunInput;
+use std::path::PathBuf;
+use std::time::Instant;
 
 /// The engine's record of the KV cache (only the job holding the turn reads
 /// or writes it).
@@ -300,6 +302,47 @@ impl Plan {
 
     pub fn input(&self) -> RunInput {
         RunInput::Tokens(self.input.clone())
+    }
+}
+
+/// A run that starts from a shared prefix's file (`shared_prefix.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Shared {
+    pub file: PathBuf,
+    /// The prefix's ids: what the file spares the run's prefill.
+    pub held: usize,
+    /// The job's own turn made the file first (a run of the prefix alone).
+    pub made: Option<Made>,
+}
+
+/// The run that made a prefix's file, in the turn of the job that uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Made {
+    /// When it started: the job's admission (`timings.prompt_ms` covers both runs).
+    pub started: Instant,
+    pub prefill_time_ms: f64,
+    pub prefill_tokens: i64,
+}
+
+impl Plan {
+    /// When the job was admitted, its own run starting `at`: when the run
+    /// that made its shared prefix's file started, if its turn made one.
+    pub fn admitted(&self, at: Instant) -> Instant {
+        self.shared.as_ref().and_then(|s| s.made.as_ref()).map_or(at, |m| m.started)
+    }
+
+    /// The job's runtime figures, its own run's `perf`: with the prefill of
+    /// the run that made its shared prefix's file added, if its turn made
+    /// one (`timings.prompt_n` is then the whole prompt).
+    pub fn job_perf(&self, perf: RuntimePerf) -> RuntimePerf {
+        match self.shared.as_ref().and_then(|s| s.made.as_ref()) {
+            Some(m) => RuntimePerf {
+                prefill_time_ms: perf.prefill_time_ms + m.prefill_time_ms,
+                prefill_tokens: perf.prefill_tokens + m.prefill_tokens,
+                ..perf
+            },
+            None => perf,
+        }
     }
 }
 

@@ -36,7 +36,7 @@
 //!   made); a prefix whose file would not fit, by the bytes per token files
 //!   measured here, is not made.
 
-use super::kv::Plan;
+use super::kv::{Made, Plan, Shared};
 use super::outcome::{CacheUse, MissReason};
 use super::prompt_cache::{saved_tokens, saving_request};
 use super::saved::Saved;
@@ -45,7 +45,6 @@ use crate::metrics::RuntimePerf;
 use rkllm_sys::{Event, RunInput};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
 
 /// When a shared prefix gets a file, and how much the files may take.
 #[derive(Debug, Clone, PartialEq)]
@@ -53,47 +52,6 @@ pub struct SharedPrefixSettings {
     /// The shortest prefix worth a file.
     pub min_tokens: usize,
     pub max_bytes: u64,
-}
-
-/// A run that starts from a shared prefix's file.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Shared {
-    pub file: PathBuf,
-    /// The prefix's ids: what the file spares the run's prefill.
-    pub held: usize,
-    /// The job's own turn made the file first (a run of the prefix alone).
-    pub made: Option<Made>,
-}
-
-/// The run that made a prefix's file, in the turn of the job that uses it.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Made {
-    /// When it started: the job's admission (`timings.prompt_ms` covers both runs).
-    pub started: Instant,
-    pub prefill_time_ms: f64,
-    pub prefill_tokens: i64,
-}
-
-impl Plan {
-    /// When the job was admitted, its own run starting `at`: when the run
-    /// that made its shared prefix's file started, if its turn made one.
-    pub fn admitted(&self, at: Instant) -> Instant {
-        self.shared.as_ref().and_then(|s| s.made.as_ref()).map_or(at, |m| m.started)
-    }
-
-    /// The job's runtime figures, its own run's `perf`: with the prefill of
-    /// the run that made its shared prefix's file added, if its turn made
-    /// one (`timings.prompt_n` is then the whole prompt).
-    pub fn job_perf(&self, perf: RuntimePerf) -> RuntimePerf {
-        match self.shared.as_ref().and_then(|s| s.made.as_ref()) {
-            Some(m) => RuntimePerf {
-                prefill_time_ms: perf.prefill_time_ms + m.prefill_time_ms,
-                prefill_tokens: perf.prefill_tokens + m.prefill_tokens,
-                ..perf
-            },
-            None => perf,
-        }
-    }
 }
 
 #[derive(Debug)]

@@ -64,6 +64,11 @@ pub fn most_token_ids(context: usize) -> usize {
 /// The most tool definitions a request may offer (OpenAI's bound on `tools`).
 pub const MAX_TOOLS: usize = 128;
 
+/// OpenAI's limit on embedding inputs and rerank documents per request
+/// (`embeddings::check_count`). They run one after the other in one turn of
+/// the queue.
+pub const MAX_INPUTS: usize = 2048;
+
 /// Refuses a tool list by its count and bytes, before anything is rendered:
 /// more than [`MAX_TOOLS`] definitions, or one that alone is too long to
 /// tokenize; and when every tool goes into the prompt (`all_sent`: no
