@@ -154,6 +154,7 @@ pub async fn serve(
                     response = handled => response,
                     () = cancelled => {
                         let mut response = ApiError::shutting_down().into_response();
+                        crate::api::mark_instance(&mut response);
                         response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
                         Ok(response)
                     }

@@ -286,11 +286,16 @@ const INSTANCE: HeaderName = HeaderName::from_static("x-rkllmd-instance");
 
 async fn instance_header(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
     let mut response = next.run(req).await;
+    mark_instance(&mut response);
+    response
+}
+
+/// Names the board on a response (also one the listener answers itself).
+pub fn mark_instance(response: &mut axum::response::Response) {
     // Config validation and `app::host_name` keep the name to visible ASCII.
     if let Ok(value) = HeaderValue::from_str(crate::metrics::observer().instance()) {
         response.headers_mut().insert(INSTANCE, value);
     }
-    response
 }
 
 /// A body whose `Content-Length` is over the limit is refused before any of
