@@ -118,3 +118,38 @@ async fn a_tool_named_by_the_instructions_is_kept_first() {
     assert!(prompt.contains("\"get_weather\""), "the named tool is sent: {prompt}");
     assert!(!prompt.contains("\"alpha_tool\""), "the merely listed one is not");
 }
+
+/// A later turn keeps its first turn's tools while its prompt still fits
+/// (borrowing up to half the reply's room), so a tool call and its output
+/// that push the conversation past a budget step do not cost it its cache.
+#[tokio::test]
+async fn a_tool_loops_next_turn_keeps_the_same_tools_and_its_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = dir.path().join("record.jsonl");
+    let call = "<tool_call>\n{\"name\": \"tool_0\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let replies = script(&[("<tool_response>", "Done."), ("", call)]);
+    let spec = format!("sim:qwen2.5-1.5b?time_scale=0&record={}&script={}", record.display(), replies.path().display());
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m", "--template", "chatml"]);
+    let padding = "It takes a city and answers with details about it. ".repeat(20);
+    let tools: Vec<Value> = (0..12).map(|i| function(&format!("tool_{i}"), &padding)).collect();
+    let mut messages = vec![json!({"role": "user", "content": "Hello"})];
+    let body = |messages: &Vec<Value>| json!({"model": "m", "tools": tools, "messages": messages});
+    let r = d.post("/v1/chat/completions", body(&messages)).await;
+    assert_eq!(r.status(), 200);
+    let first_dropped = r.headers()["x-rkllmd-tools-dropped"].to_str().unwrap().to_owned();
+    let reply: Value = r.json().await.unwrap();
+    let first = reply["usage"].clone();
+    let message = &reply["choices"][0]["message"];
+    assert_eq!(message["tool_calls"][0]["function"]["name"], "tool_0", "{reply}");
+    messages.push(message.clone());
+    // An output long enough to cross a budget step (an eighth of the context).
+    let output = "The weather in Paris is mild and the sky is clear today. ".repeat(60);
+    messages.push(json!({"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": output}));
+    let r = d.post("/v1/chat/completions", body(&messages)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rkllmd-tools-dropped"].to_str().unwrap(), first_dropped, "the same tools");
+    let second: Value = r.json().await.unwrap();
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    let before = first["prompt_tokens"].as_u64().unwrap() + first["completion_tokens"].as_u64().unwrap();
+    assert_eq!(cached, before, "the first turn is reused whole: {second}");
+}

@@ -93,9 +93,10 @@ pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> 
     let order = rank_tools(&opening(chat));
     // What the conversation leaves for tools, rounded down to a step.
     let step = (context / BUDGET_STEPS).max(1);
-    let stepped = budget.checked_sub(base).map(|left| budget - left % step);
-    let fits = |budget: usize| {
-        let mut keep = pack(&order, &costs, budget.checked_sub(base)?, &called(chat));
+    let stepped = |base: usize| budget.checked_sub(base).map(|left| left - left % step);
+    // The tools that `allowance` packs, while the prompt with them weighs at most `limit`.
+    let fits = |allowance: usize, limit: usize| {
+        let mut keep = pack(&order, &costs, allowance, &called(chat));
         // The costs are estimates: the rendered prompt decides, and the
         // least relevant kept tool goes until it fits.
         loop {
@@ -106,13 +107,21 @@ pub fn select(model: &Loaded, chat: &ChatInput, context: usize, room: usize) -> 
             // The client's order in the prompt: only the set is the ranking's.
             sorted.sort_unstable();
             let (subset, rendered) = render(&sorted)?;
-            if weight(&rendered) <= budget {
+            if weight(&rendered) <= limit {
                 return Some((keep, subset, rendered));
             }
             keep.pop();
         }
     };
-    let (keep, chat_kept, rendered) = stepped.and_then(fits).or_else(|| fits(budget))?;
+    // A later turn keeps its first turn's tools (the same allowance packs
+    // the same set) while the whole prompt still fits, borrowing up to half
+    // the reply's room: a turn that adds a tool call and its output must not
+    // cost the conversation its cache by dropping a tool.
+    let first = weight(&model.prompter.render(&first_turn(chat)).ok()?);
+    let kept_from_first_turn = || fits(stepped(first).filter(|_| first < base)?, budget + room / 2);
+    let (keep, chat_kept, rendered) = kept_from_first_turn()
+        .or_else(|| fits(stepped(base)?, budget))
+        .or_else(|| fits(budget.checked_sub(base)?, budget))?;
     let dropped = order
         .iter()
         .filter(|i| !keep.contains(i))
@@ -178,6 +187,19 @@ fn called(chat: &ChatInput) -> BTreeSet<usize> {
 
 fn tool_name(tool: &Value) -> Option<&str> {
     tool.pointer("/function/name").and_then(Value::as_str)
+}
+
+/// The conversation's first turn, without tools: every message before the
+/// first assistant one (system prompts, the first user message, a system
+/// message after it).
+fn first_turn(chat: &ChatInput) -> ChatInput {
+    let end = chat.messages.iter().position(|m| m.role == Role::Assistant).unwrap_or(chat.messages.len());
+    ChatInput {
+        messages: chat.messages[..end].to_vec(),
+        tools: Vec::new(),
+        tool_choice: ToolChoice::None,
+        ..chat.clone()
+    }
 }
 
 /// The conversation as far as the ranking reads it: up to the first user
