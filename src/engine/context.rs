@@ -29,11 +29,7 @@ pub(super) fn load(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -> 
     Ok((model, Limits { max_new_tokens, ..limits }))
 }
 
-fn load_with_context(
-    runtime: &Arc<Runtime>,
-    init: InitConfig,
-    mut limits: Limits,
-) -> Result<(Model, Limits), ModelError> {
+fn load_with_context(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -> Result<(Model, Limits), ModelError> {
     // Never more than the context: an unset context's first init is 4096.
     let init = InitConfig { max_new_tokens: init.max_new_tokens.min(init.max_context_len), ..init };
     let model = Model::load(runtime.clone(), init.clone())?;
@@ -45,11 +41,23 @@ fn load_with_context(
                 context = limit,
                 "the model was converted for a context of {limit} tokens: loading it again to serve that (max_context_len)"
             );
-            limits.max_context_len = limit;
             let max_new_tokens = (limits.max_new_tokens.min(limit)) as i32;
-            let model =
-                Model::load(runtime.clone(), InitConfig { max_context_len: limit as i32, max_new_tokens, ..init })?;
-            Ok((model, limits))
+            let own = InitConfig { max_context_len: limit as i32, max_new_tokens, ..init.clone() };
+            match Model::load(runtime.clone(), own) {
+                Ok(model) => Ok((model, Limits { max_context_len: limit, ..limits })),
+                // Its own context does not load (NPU memory, a runtime that
+                // sizes it otherwise): served as first loaded, and said.
+                Err(e) => {
+                    tracing::warn!(
+                        context = limit,
+                        error = %e,
+                        served = limits.max_context_len,
+                        "the model does not load with the context it was converted for: serving the first init's \
+                         (set max_context_len to choose)"
+                    );
+                    Ok((Model::load(runtime.clone(), init)?, limits))
+                }
+            }
         }
         Some(limit) if limit < limits.max_context_len => {
             tracing::warn!(
