@@ -277,6 +277,7 @@ impl Start {
             plan,
             generated: Vec::new(),
             split: false,
+            text_dropped: false,
             prompt_cache: self.prompt_cache,
             job: self.job,
         })
@@ -355,6 +356,9 @@ struct Run {
     generated: Vec<i32>,
     /// The reply so far ends inside a character (its bytes held back).
     split: bool,
+    /// A token's bytes fit no convention for split characters: said once
+    /// per reply (every byte is counted).
+    text_dropped: bool,
     /// What the run should show of the model's prompt cache, if it has one.
     prompt_cache: Option<PromptCacheExpect>,
     /// The job's id.
@@ -492,9 +496,10 @@ impl Run {
         let stall_end = tokio::time::Instant::from_std(token.at + super::liveness::decode_stall(timeline));
         self.deadline = Some(request_end.min(stall_end));
         self.split = token.split;
-        if token.dropped_bytes > 0 {
+        if token.dropped_bytes > 0 && !std::mem::replace(&mut self.text_dropped, true) {
             // Not U+FFFD in the reply: a runtime that splits characters in a
-            // way rkllm-sys/src/utf8.rs does not know.
+            // way rkllm-sys/src/utf8.rs does not know. Once per reply, not a
+            // line per token.
             tracing::warn!(
                 bytes = token.dropped_bytes,
                 token_id = token.token_id,
@@ -502,6 +507,8 @@ impl Run {
                 "the runtime's token text fits no known way of splitting a character over tokens; bytes left out \
                  of the reply (rkllm-sys/src/utf8.rs)"
             );
+        }
+        if token.dropped_bytes > 0 {
             crate::metrics::observer().metrics.runtime_text_dropped(token.dropped_bytes);
         }
         if timeline.tokens == self.limit {
