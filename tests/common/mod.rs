@@ -35,11 +35,24 @@ impl Daemon {
 
     /// As `start_with_env`, in working directory `dir` (if given).
     pub fn start_in(dir: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Daemon {
+        Self::launch(dir, 0, args, env)
+    }
+
+    /// Starts it on `port`: a board restarted at the address a front end
+    /// knows it by (tests/front_ends.rs).
+    pub fn start_at(port: u16, args: &[&str]) -> Daemon {
+        Self::launch(None, port, args, &[])
+    }
+
+    fn launch(dir: Option<&Path>, port: u16, args: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkllmd"));
         if let Some(dir) = dir {
             cmd.current_dir(dir);
         }
-        cmd.args(["--host", "127.0.0.1", "--port", "0"]).args(args).env_remove("RKLLM_LIB").env("RKLLMD_LOG", "info");
+        cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(args)
+            .env_remove("RKLLM_LIB")
+            .env("RKLLMD_LOG", "info");
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -2,10 +2,11 @@
 # Three simulated boards on loopback behind a shipped front-end config
 # (docs/examples/), for the figures in docs/deploy.md:
 #
-#   boards_bench.sh conversations haproxy-affinity.cfg [FACTOR]
+#   boards_bench.sh conversations haproxy-affinity.cfg
 #       6 conversations x 6 turns (conversations_bench.py, X-Session-Id,
 #       0-1.5 s think time), simulated Qwen2.5-1.5B at time_scale 0.25;
-#       FACTOR overrides hash-balance-factor. haproxy.cfg for the plain one.
+#       haproxy.cfg for the plain one. (tests/front_ends.rs measures the
+#       affinity configs the same way in CI.)
 #   boards_bench.sh added haproxy.cfg|nginx.conf
 #       client-side TTFT direct to a board vs through the front end,
 #       400 interleaved pairs (ttft_added.py), simulator without pacing.
@@ -38,10 +39,7 @@ for n in 1 2 3; do
 done
 case $CONFIG in
     haproxy*)
-        factor=${1:-}
-        [[ $factor =~ ^[0-9]+$ ]] && shift || factor=150
-        sed "${addresses[@]}" -e 's/bind :8080/bind 127.0.0.1:18090/' \
-            -e "s/hash-balance-factor 150/hash-balance-factor $factor/" "docs/examples/$CONFIG" >"$work/haproxy.cfg"
+        sed "${addresses[@]}" -e 's/bind :8080/bind 127.0.0.1:18090/' "docs/examples/$CONFIG" >"$work/haproxy.cfg"
         /usr/sbin/haproxy -f "$work/haproxy.cfg" -db >"$work/proxy.log" 2>&1 &
         ;;
     nginx*)
