@@ -7,7 +7,8 @@
 //! `conversation` (prompts, reply text), `engine` (the runtime thread, the
 //! queue, the shared NPU turn), `metrics` (timeline, figures) → `sampling` →
 //! `rkllm-sys`.
-//! `config` is read by the root alone.
+//! `config` is read by `main`, the commands it runs and the root alone
+//! (docs/architecture.md lists who and why).
 
 pub mod api;
 pub mod app;
@@ -19,6 +20,7 @@ pub mod doctor;
 pub mod embed;
 pub mod engine;
 pub mod error_text;
+pub mod keep_alive;
 pub mod listener;
 pub mod log_sink;
 pub mod metrics;

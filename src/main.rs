@@ -123,7 +123,7 @@ fn main() -> ExitCode {
             };
         }
         Some(Command::Pull { pull, .. }) => {
-            on_runtime(client_runtime(), |rt| rt.block_on(rkllmd::pull::cli::run(&config, &pull)))
+            on_runtime(client_runtime(), |rt| rt.block_on(rkllmd::pull::cli::run(config.models_dir.as_deref(), &pull)))
         }
         Some(Command::Bench(args)) => on_runtime(client_runtime(), |rt| rt.block_on(bench::run(*args))),
     };

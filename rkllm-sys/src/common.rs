@@ -163,3 +163,19 @@ pub struct RKLLMTokenInput {
     pub input_ids: *mut i32,
     pub n_tokens: usize,
 }
+
+/// Size 36, align 4: `RKLLMInferParam.sampling_params` from ABI 1.3 on. "If
+/// set, overrides the sampling params from RKLLMParam for this run."
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RKLLMSamplingParam {
+    pub top_k: i32,
+    pub top_p: f32,
+    pub temperature: f32,
+    pub repeat_penalty: f32,
+    pub frequency_penalty: f32,
+    pub presence_penalty: f32,
+    pub mirostat: i32,
+    pub mirostat_tau: f32,
+    pub mirostat_eta: f32,
+}

@@ -10,7 +10,7 @@
 //! The file is found by path (not by letting `dlopen` search) because its
 //! version must be sniffed from the file before it is loaded.
 
-use crate::abi::{Abi, AbiTypes, Functions, Table, SYMBOLS, V1_2, V1_3};
+use crate::abi::{Abi, AbiTypes, ForAbi, Functions, Listed, Table, SYMBOLS};
 use crate::sniff::{sniff_file, SniffError};
 use libloading::Library;
 use std::path::{Path, PathBuf};
@@ -96,10 +96,7 @@ impl Runtime {
         // operator's runtime library, whose version we have just checked.
         let library = unsafe { Library::new(path) }
             .map_err(|e| LoadError::Open { path: shown.clone(), message: e.to_string() })?;
-        let table = match sniffed.abi {
-            Abi::V1_2 => Table::V1_2(resolve::<V1_2>(&library, &shown)?),
-            Abi::V1_3 => Table::V1_3(resolve::<V1_3>(&library, &shown)?),
-        };
+        let table = sniffed.abi.dispatch(Resolve { library: &library, path: &shown })?;
         Ok(Runtime {
             table,
             version: sniffed.version,
@@ -120,6 +117,19 @@ impl Runtime {
     }
     pub fn origin(&self) -> &Origin {
         &self.origin
+    }
+}
+
+/// Resolving every symbol with the sniffed ABI's signatures.
+struct Resolve<'a> {
+    library: &'a Library,
+    path: &'a str,
+}
+
+impl ForAbi for Resolve<'_> {
+    type Output = Result<Table, LoadError>;
+    fn call<A: Listed>(self) -> Self::Output {
+        resolve::<A>(self.library, self.path).map(A::table)
     }
 }
 

@@ -16,7 +16,7 @@
 //! * With `n_batch` > 1 a run is a batch ([`Model::submit_batch`], `batch.rs`):
 //!   each slot's events go to that slot's own channel.
 
-use crate::abi::{Abi, Functions, Table};
+use crate::abi::{Abi, Functions, Listed, WithFunctions};
 pub use crate::activity::Activity;
 use crate::activity::Progress;
 use crate::adapters::{Load, RunExtras};
@@ -25,7 +25,7 @@ use crate::capture::{capture_output, echo};
 use crate::common::*;
 pub use crate::error::ModelError;
 pub use crate::event::{BatchEnd, Event, Finish, Perf, Token};
-use crate::marshal::{ImagesArgs, InferArgs, Marshal};
+use crate::marshal::{self, ImagesArgs, InferArgs, Marshal};
 use crate::output::{self, CaptureError, Matrix};
 pub use crate::params::{
     BatchInput, BatchRequest, Capture, InitConfig, LoraAdapter, Role, RunInput, RunRequest, SamplingParams,
@@ -95,9 +95,8 @@ impl Model {
         let n_batch = cfg.n_batch;
         let thread = std::thread::Builder::new()
             .name("rkllm-runtime".into())
-            .spawn(move || match *runtime.table() {
-                Table::V1_2(fns) => runtime_thread(fns, &cfg, &path, ready_tx, cmd_rx),
-                Table::V1_3(fns) => runtime_thread(fns, &cfg, &path, ready_tx, cmd_rx),
+            .spawn(move || {
+                runtime.table().dispatch(RuntimeThread { cfg: &cfg, path: &path, ready: ready_tx, commands: cmd_rx })
             })
             .map_err(|_| ModelError::ThreadGone)?;
         match ready_rx.recv() {
@@ -295,6 +294,21 @@ impl Drop for Model {
 
 type Ready = mpsc::Sender<Result<(Arc<Shared>, String), ModelError>>;
 
+/// `runtime_thread` with the loaded runtime's ABI.
+struct RuntimeThread<'a> {
+    cfg: &'a InitConfig,
+    path: &'a CString,
+    ready: Ready,
+    commands: mpsc::Receiver<Command>,
+}
+
+impl WithFunctions for RuntimeThread<'_> {
+    type Output = ();
+    fn call<A: Listed>(self, fns: Functions<A>) {
+        runtime_thread(fns, self.cfg, self.path, self.ready, self.commands)
+    }
+}
+
 fn runtime_thread<A: Marshal>(
     fns: Functions<A>,
     cfg: &InitConfig,
@@ -308,7 +322,7 @@ fn runtime_thread<A: Marshal>(
     // runtime may keep the pointers it was given at init.
     let tags = cfg.image_tags.as_ref().map(|t| [&t.start, &t.end, &t.content].map(|s| c_string(s)));
     let tag_pointers = tags.as_ref().map_or([std::ptr::null(); 3], |t| [t[0].as_ptr(), t[1].as_ptr(), t[2].as_ptr()]);
-    A::apply_config(&mut param, cfg, path.as_ptr(), tag_pointers);
+    marshal::apply_config::<A>(&mut param, cfg, path.as_ptr(), tag_pointers);
     let mut storage = A::callback_storage(on_result);
     let mut handle: LLMHandle = std::ptr::null_mut();
     // SAFETY: param and storage outlive the handle (they live on this frame
@@ -430,7 +444,7 @@ fn run_one<A: Marshal>(
             n_image_tokens: images.n_image_tokens,
             width: images.width,
             height: images.height,
-            tags: [tags[0].as_ptr(), tags[1].as_ptr(), tags[2].as_ptr()],
+            tags: Some([tags[0].as_ptr(), tags[1].as_ptr(), tags[2].as_ptr()]),
         };
         A::multimodal_input(role, &args, req.enable_thinking)
     } else if ids.is_empty() {

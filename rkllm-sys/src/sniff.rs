@@ -12,14 +12,11 @@ use std::path::Path;
 /// The text every `librkllmrt.so` release carries before its version.
 pub const VERSION_MARKER: &[u8] = b"RKLLM SDK (version: ";
 
-/// Versions this crate has layouts for.
-pub const SUPPORTED: &str = "1.3.x (ABI 1.3) and 1.2.1-1.2.3 (ABI 1.2)";
-
 #[derive(Debug, thiserror::Error)]
 pub enum SniffError {
     #[error("cannot read runtime library {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("runtime library {path} is version {version}, which rkllmd cannot drive: supported are {SUPPORTED}. Install a supported librkllmrt.so")]
+    #[error("runtime library {path} is version {version}, which rkllmd cannot drive: supported are {}. Install a supported librkllmrt.so", Abi::supported())]
     Unsupported { path: String, version: String },
     #[error("runtime library {path} carries no \"RKLLM SDK (version: …\" marker, so its ABI is unknown. Set runtime_abi = \"1.3\" or \"1.2\" in the config (or --runtime-abi / RKLLMD_RUNTIME_ABI) to the version of the library you installed")]
     NoMarker { path: String },
@@ -43,14 +40,10 @@ pub fn find_version(bytes: &[u8]) -> Option<String> {
     (!version.is_empty()).then(|| version.to_owned())
 }
 
-/// The ABI of a runtime version string, if supported.
+/// The ABI of a runtime version string, if supported: the listed ABI whose
+/// module says it drives that version (`AbiInfo::drives`).
 pub fn abi_of_version(version: &str) -> Option<Abi> {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    match (parts.next()??, parts.next()??, parts.next().flatten()) {
-        (1, 3, _) => Some(Abi::V1_3),
-        (1, 2, Some(1..=3)) => Some(Abi::V1_2),
-        _ => None,
-    }
+    Abi::of_version(version)
 }
 
 /// Decides the ABI from the bytes of a library file and the optional override.

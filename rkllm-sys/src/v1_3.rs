@@ -1,7 +1,27 @@
 //! ABI of runtime 1.3.0.
 
+use crate::abi::{AbiInfo, AbiTypes, Functions};
 use crate::common::*;
+use crate::marshal::{self, ImagesArgs, InferArgs, InputData, InputFields, Marshal, ParamFields};
 use std::ffi::{c_char, c_int, c_void};
+use std::ptr;
+
+/// Marker for ABI 1.3.x.
+pub struct V1_3;
+
+impl AbiTypes for V1_3 {
+    const INFO: AbiInfo = AbiInfo {
+        name: "1.3",
+        runtimes: "1.3.x",
+        drives: |major, minor, _| (major, minor) == (1, 3),
+        newest: "1.3.0",
+        per_run_sampling: true,
+    };
+    type Param = RKLLMParam;
+    type Input = RKLLMInput;
+    type InferParam = RKLLMInferParam;
+    type InitCallback = *mut RKLLMCallback;
+}
 
 /// Size 184, align 8. Differs from 1.2.x: `ignore_eos_token` added, the image
 /// fields removed, `extend_param` moved to offset 60.
@@ -89,21 +109,8 @@ pub struct RKLLMInput {
     pub input: RKLLMInputUnion,
 }
 
-/// Size 36, align 4. "If set, overrides the sampling params from
-/// RKLLMParam for this run."
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RKLLMSamplingParam {
-    pub top_k: i32,
-    pub top_p: f32,
-    pub temperature: f32,
-    pub repeat_penalty: f32,
-    pub frequency_penalty: f32,
-    pub presence_penalty: f32,
-    pub mirostat: i32,
-    pub mirostat_tau: f32,
-    pub mirostat_eta: f32,
-}
+/// The per-run sampling struct, first in this ABI (shared with any later one).
+pub use crate::common::RKLLMSamplingParam;
 
 /// Size 40.
 #[repr(C)]
@@ -136,4 +143,96 @@ pub struct RKLLMCallback {
     pub tokenizer_userdata: *mut c_void,
     pub embed_callback: LLMEmbedCallback,
     pub embed_userdata: *mut c_void,
+}
+
+impl Marshal for V1_3 {
+    type CallbackStorage = Box<RKLLMCallback>;
+
+    fn write_param(param: &mut RKLLMParam, fields: &ParamFields) {
+        marshal::write_common_param!(param, fields);
+        if let Some(ignore) = fields.ignore_eos_token {
+            param.ignore_eos_token = ignore;
+        }
+    }
+
+    fn read_param(param: &RKLLMParam) -> ParamFields {
+        marshal::read_common_param!(param, ignore_eos_token: Some(param.ignore_eos_token), image_tags: None)
+    }
+
+    fn callback_storage(cb: LLMResultCallback) -> Box<RKLLMCallback> {
+        Box::new(RKLLMCallback {
+            result_callback: Some(cb),
+            result_userdata: ptr::null_mut(),
+            tokenizer_callback: None,
+            tokenizer_userdata: ptr::null_mut(),
+            embed_callback: None,
+            embed_userdata: ptr::null_mut(),
+        })
+    }
+
+    unsafe fn init(
+        fns: &Functions<Self>,
+        handle: *mut LLMHandle,
+        param: *mut RKLLMParam,
+        storage: &mut Box<RKLLMCallback>,
+    ) -> c_int {
+        (fns.init)(handle, param, &mut **storage)
+    }
+
+    unsafe fn read_callback(callback: *mut RKLLMCallback) -> (Option<LLMResultCallback>, *mut c_void) {
+        // SAFETY: NULL or valid (the caller's contract). The struct is copied:
+        // the caller need not keep it alive.
+        match unsafe { callback.as_ref() } {
+            Some(c) => (c.result_callback, c.result_userdata),
+            None => (None, ptr::null_mut()),
+        }
+    }
+
+    fn write_input(role: *const c_char, enable_thinking: bool, data: &InputData) -> RKLLMInput {
+        marshal::write_input!(role, enable_thinking, data, |images| {
+            let [image_start, image_end, image_content] = images.tags.unwrap_or([ptr::null(); 3]);
+            RKLLMMultiModalInput {
+                prompt: images.prompt,
+                image: RKLLMImageInput {
+                    image_embed: images.embed,
+                    n_image_tokens: images.n_image_tokens,
+                    n_image: images.n_image,
+                    image_start,
+                    image_end,
+                    image_content,
+                    image_width: images.width,
+                    image_height: images.height,
+                },
+                // SAFETY: all-zero is valid (pointers and integers): no video is sent.
+                video: unsafe { std::mem::zeroed() },
+            }
+        })
+    }
+
+    unsafe fn read_input(input: *const RKLLMInput) -> InputFields {
+        marshal::read_input!(input, |m| ImagesArgs {
+            prompt: m.prompt,
+            embed: m.image.image_embed,
+            n_image: m.image.n_image,
+            n_image_tokens: m.image.n_image_tokens,
+            width: m.image.image_width,
+            height: m.image.image_height,
+            tags: Some([m.image.image_start, m.image.image_end, m.image.image_content]),
+        })
+    }
+
+    fn infer_param(args: InferArgs) -> RKLLMInferParam {
+        RKLLMInferParam {
+            mode: args.mode,
+            lora_params: args.lora,
+            prompt_cache_params: args.prompt_cache,
+            sampling_params: args.sampling,
+            keep_history: c_int::from(args.keep_history),
+            max_new_tokens: args.max_new_tokens.unwrap_or(0),
+        }
+    }
+
+    fn read_infer(infer: &RKLLMInferParam) -> InferArgs<c_int> {
+        marshal::read_common_infer!(infer, max_new_tokens: Some(infer.max_new_tokens), sampling: infer.sampling_params)
+    }
 }

@@ -82,7 +82,7 @@ pub struct Config {
     /// Which runtime serves the model.
     #[arg(long, env = "RKLLMD_BACKEND", value_enum, default_value = "auto")]
     pub backend: Backend,
-    /// ABI of a library without a version marker: "1.3" or "1.2".
+    /// ABI of a library without a version marker, named as its runtime (e.g. "1.3" for 1.3.x).
     #[arg(long, env = "RKLLMD_RUNTIME_ABI")]
     pub runtime_abi: Option<String>,
     /// Require `Authorization: Bearer KEY` on the API (health checks stay public).

@@ -48,7 +48,7 @@ impl Config {
             return invalid("max_loaded_models must be at least 1".into());
         }
         if let Some(k) = &self.keep_alive {
-            crate::registry::KeepAlive::parse(k).map_err(ConfigError::Invalid)?;
+            crate::keep_alive::KeepAlive::parse(k).map_err(ConfigError::Invalid)?;
         }
         if let Some(name) = &self.instance {
             // It is sent as a header value and logged as is: visible ASCII, no spaces.

@@ -2,9 +2,9 @@
 //! terminal, a log line per file elsewhere (journald, CI).
 
 use super::{pull, Event, Hub, Options, Wanted};
-use crate::config::Config;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
+use std::path::Path;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct PullArgs {
@@ -18,10 +18,9 @@ pub struct PullArgs {
     pub revision: String,
 }
 
-pub async fn run(config: &Config, args: &PullArgs) -> Result<(), String> {
-    let models_dir = config
-        .models_dir
-        .as_ref()
+/// `models_dir` is the configured one (`main` hands it over: the pull reads no other setting).
+pub async fn run(models_dir: Option<&Path>, args: &PullArgs) -> Result<(), String> {
+    let models_dir = models_dir
         .ok_or("rkllmd pull needs --models-dir (RKLLMD_MODELS_DIR, models_dir): the folder pulled models go into")?;
     let wanted = Wanted::parse(&args.name).map_err(|e| e.to_string())?;
     let options = Options { revision: args.revision.clone(), chip: args.chip.clone().or_else(super::board_chip) };

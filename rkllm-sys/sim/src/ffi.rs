@@ -1,5 +1,7 @@
-//! The runtime's C functions for both ABIs, and the function table that
-//! hands them to `rkllm-sys` in-process.
+//! The runtime's C functions for every ABI, and the function table that
+//! hands them to `rkllm-sys` in-process. What differs between the ABIs is
+//! read through each one's `rkllm_sys::Marshal` impl, so the functions here
+//! are written once, generic over the ABI.
 //!
 //! None of these carries an `rkllm_*` symbol name: in-process they are
 //! reached only by address through the table, so they can never interpose
@@ -14,267 +16,128 @@ use crate::engine::{Callback, SimModel};
 use crate::forward::EMBD_SIZE;
 use crate::{handles, log, vision};
 use rkllm_sys::common::*;
-use rkllm_sys::{v1_2, v1_3, AbiTypes, Functions, SamplingParams, V1_2, V1_3};
+use rkllm_sys::{Functions, InputData, Listed, Marshal, ParamFields, SamplingParams};
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::{self, addr_of};
-
-/// What differs between the ABIs: reading their structs into neutral values.
-pub(crate) trait SimAbi: AbiTypes {
-    fn default_param() -> Self::Param;
-    fn read_param(param: &Self::Param) -> InitParams;
-    /// # Safety
-    /// `callback` is what the caller passed to `rkllm_init` (on 1.3 a NULL or
-    /// valid pointer to an `RKLLMCallback`).
-    unsafe fn read_callback(callback: Self::InitCallback) -> Callback;
-    /// # Safety
-    /// `input` points to a valid input whose strings are valid for the call.
-    unsafe fn read_input(input: *const Self::Input) -> RunInput;
-    /// # Safety
-    /// `infer` is NULL or points to a valid infer param.
-    unsafe fn read_infer(infer: *const Self::InferParam) -> InferOptions;
-}
+use std::ptr;
 
 /// `rkllm_createDefaultParam`'s values are undocumented; the simulator
 /// gives the values the vendor demos set, and `max_new_tokens` -1 (no limit).
-fn default_extend_param() -> RKLLMExtendParam {
-    RKLLMExtendParam {
-        base_domain_id: 0,
-        embed_flash: 0,
-        enabled_cpus_num: 0,
-        enabled_cpus_mask: 0,
-        n_batch: 1,
-        use_cross_attn: 0,
-        reserved: [0; 104],
-    }
-}
-
-const DEFAULT_SAMPLING: SamplingParams = SamplingParams::RKLLM_DEFAULTS;
-const DEFAULT_MAX_CONTEXT_LEN: i32 = 4096;
-
-/// The fields both `RKLLMParam` layouts share.
-macro_rules! read_common_param {
-    ($p:ident, $abi:expr, $ignore_eos:expr, $img:expr) => {
-        InitParams {
-            abi: $abi,
-            // SAFETY: model_path is NULL or a C string (the caller's contract).
-            model_path: unsafe { call::text($p.model_path) },
-            max_context_len: $p.max_context_len,
-            max_new_tokens: $p.max_new_tokens,
-            n_keep: $p.n_keep,
-            sampling: SamplingParams {
-                top_k: $p.top_k,
-                top_p: $p.top_p,
-                temperature: $p.temperature,
-                repeat_penalty: $p.repeat_penalty,
-                frequency_penalty: $p.frequency_penalty,
-                presence_penalty: $p.presence_penalty,
-                mirostat: $p.mirostat,
-                mirostat_tau: $p.mirostat_tau,
-                mirostat_eta: $p.mirostat_eta,
-            },
-            skip_special_token: $p.skip_special_token,
-            ignore_eos_token: $ignore_eos,
-            is_async: $p.is_async,
-            img: $img,
-            extend: $p.extend_param,
-        }
+fn default_param<A: Marshal>() -> A::Param {
+    let fields = ParamFields {
+        model_path: ptr::null(),
+        max_context_len: 4096,
+        max_new_tokens: -1,
+        n_keep: -1,
+        sampling: SamplingParams::RKLLM_DEFAULTS,
+        skip_special_token: true,
+        ignore_eos_token: Some(false),
+        is_async: false,
+        image_tags: Some([ptr::null(); 3]),
+        extend: RKLLMExtendParam {
+            base_domain_id: 0,
+            embed_flash: 0,
+            enabled_cpus_num: 0,
+            enabled_cpus_mask: 0,
+            n_batch: 1,
+            use_cross_attn: 0,
+            reserved: [0; 104],
+        },
     };
+    // SAFETY: every field of an RKLLMParam is a pointer, an integer, a
+    // float or a bool, for all of which zero bytes are valid.
+    let mut param: A::Param = unsafe { std::mem::zeroed() };
+    A::write_param(&mut param, &fields);
+    param
 }
 
-/// The leading fields both `RKLLMInput` layouts share. Enums are read as
-/// integers through their address: C may pass any value.
-macro_rules! read_input {
-    ($input:ident) => {{
-        // SAFETY: the caller's contract (see `SimAbi::read_input`).
-        unsafe {
-            let input_type = addr_of!((*$input).input_type).cast::<i32>().read();
-            RunInput {
-                role: call::text((*$input).role),
-                enable_thinking: (*$input).enable_thinking,
-                input_type,
-                prompt: if input_type == RKLLMInputType::Prompt as i32 {
-                    call::text((*$input).input.prompt_input)
-                } else {
-                    None
-                },
-                token_ids: if input_type == RKLLMInputType::Token as i32 {
-                    let tokens = (*$input).input.token_input;
-                    (!tokens.input_ids.is_null())
-                        .then(|| std::slice::from_raw_parts(tokens.input_ids, tokens.n_tokens).to_vec())
-                } else {
-                    None
-                },
-                images: None,
-            }
-        }
-    }};
+/// An `RKLLMParam` (either layout) read into neutral values.
+///
+/// # Safety
+/// Its strings are NULL or C strings.
+unsafe fn read_param<A: Listed>(param: &A::Param) -> InitParams {
+    let p = A::read_param(param);
+    // SAFETY: the caller's contract.
+    let text = |s| unsafe { call::text(s) };
+    InitParams {
+        abi: A::ABI,
+        model_path: text(p.model_path),
+        max_context_len: p.max_context_len,
+        max_new_tokens: p.max_new_tokens,
+        n_keep: p.n_keep,
+        sampling: p.sampling,
+        skip_special_token: p.skip_special_token,
+        ignore_eos_token: p.ignore_eos_token,
+        is_async: p.is_async,
+        img: p.image_tags.map(|tags| tags.map(text)),
+        extend: p.extend,
+    }
 }
 
-/// The fields both `RKLLMInferParam` layouts share.
-macro_rules! read_common_infer {
-    ($p:ident) => {{
-        // SAFETY: the caller's contract (see `SimAbi::read_infer`); the
-        // nested pointers are NULL or valid.
-        unsafe {
-            let lora = $p.lora_params.as_ref();
-            let cache = $p.prompt_cache_params.as_ref();
-            InferOptions {
-                mode: addr_of!($p.mode).cast::<i32>().read(),
-                lora_adapter: lora.and_then(|l| call::text(l.lora_adapter_name)),
-                prompt_cache: cache.map(|c| (c.save_prompt_cache, call::text(c.prompt_cache_path))),
-                keep_history: $p.keep_history != 0,
-                max_new_tokens: None,
-                sampling: None,
-            }
+/// An `RKLLMInput` (either layout) read into neutral values.
+///
+/// # Safety
+/// `input` points to a valid input whose strings and buffers are valid for the call.
+unsafe fn read_input<A: Marshal>(input: *const A::Input) -> RunInput {
+    // SAFETY: the caller's contract.
+    let fields = unsafe { A::read_input(input) };
+    let text = |s| unsafe { call::text(s) };
+    let mut read = RunInput {
+        role: text(fields.role),
+        enable_thinking: fields.enable_thinking,
+        input_type: fields.input_type,
+        prompt: None,
+        token_ids: None,
+        images: None,
+    };
+    match fields.data {
+        Some(InputData::Prompt(prompt)) => read.prompt = text(prompt),
+        Some(InputData::Tokens(tokens)) => {
+            read.token_ids = (!tokens.input_ids.is_null())
+                // SAFETY: n_tokens ids (the caller's contract).
+                .then(|| unsafe { std::slice::from_raw_parts(tokens.input_ids, tokens.n_tokens) }.to_vec());
         }
-    }};
-}
-
-impl SimAbi for V1_2 {
-    fn default_param() -> v1_2::RKLLMParam {
-        let s = DEFAULT_SAMPLING;
-        v1_2::RKLLMParam {
-            model_path: ptr::null(),
-            max_context_len: DEFAULT_MAX_CONTEXT_LEN,
-            max_new_tokens: -1,
-            top_k: s.top_k,
-            n_keep: -1,
-            top_p: s.top_p,
-            temperature: s.temperature,
-            repeat_penalty: s.repeat_penalty,
-            frequency_penalty: s.frequency_penalty,
-            presence_penalty: s.presence_penalty,
-            mirostat: s.mirostat,
-            mirostat_tau: s.mirostat_tau,
-            mirostat_eta: s.mirostat_eta,
-            skip_special_token: true,
-            is_async: false,
-            img_start: ptr::null(),
-            img_end: ptr::null(),
-            img_content: ptr::null(),
-            extend_param: default_extend_param(),
-        }
-    }
-
-    fn read_param(p: &v1_2::RKLLMParam) -> InitParams {
-        // SAFETY: the image strings are NULL or C strings.
-        let img = unsafe { [call::text(p.img_start), call::text(p.img_end), call::text(p.img_content)] };
-        read_common_param!(p, rkllm_sys::Abi::V1_2, None, Some(img))
-    }
-
-    unsafe fn read_callback(callback: LLMResultCallback) -> Callback {
-        Callback::new(Some(callback), ptr::null_mut())
-    }
-
-    unsafe fn read_input(input: *const v1_2::RKLLMInput) -> RunInput {
-        let mut read = read_input!(input);
-        if read.input_type == RKLLMInputType::Multimodal as i32 {
-            // SAFETY: the caller's contract; the image fields are the 1.2 header's.
-            unsafe {
-                let m = (*input).input.multimodal_input;
-                read.prompt = call::text(m.prompt);
-                read.images = Some(vision::read(
+        Some(InputData::Multimodal(m)) => {
+            read.prompt = text(m.prompt);
+            // SAFETY: the embedding holds what its counts say (the caller's contract).
+            read.images = Some(unsafe {
+                vision::read(
                     EMBD_SIZE,
-                    m.image_embed,
+                    m.embed,
                     m.n_image,
                     m.n_image_tokens,
-                    m.image_width,
-                    m.image_height,
-                    None,
-                ));
-            }
+                    m.width,
+                    m.height,
+                    m.tags.map(|tags| tags.map(text)),
+                )
+            });
         }
-        read
+        None => {}
     }
-
-    unsafe fn read_infer(infer: *const v1_2::RKLLMInferParam) -> InferOptions {
-        // SAFETY: NULL or valid (the caller's contract).
-        match unsafe { infer.as_ref() } {
-            Some(p) => read_common_infer!(p),
-            None => InferOptions::default(),
-        }
-    }
+    read
 }
 
-impl SimAbi for V1_3 {
-    fn default_param() -> v1_3::RKLLMParam {
-        let s = DEFAULT_SAMPLING;
-        v1_3::RKLLMParam {
-            model_path: ptr::null(),
-            max_context_len: DEFAULT_MAX_CONTEXT_LEN,
-            max_new_tokens: -1,
-            top_k: s.top_k,
-            n_keep: -1,
-            top_p: s.top_p,
-            temperature: s.temperature,
-            repeat_penalty: s.repeat_penalty,
-            frequency_penalty: s.frequency_penalty,
-            presence_penalty: s.presence_penalty,
-            mirostat: s.mirostat,
-            mirostat_tau: s.mirostat_tau,
-            mirostat_eta: s.mirostat_eta,
-            skip_special_token: true,
-            ignore_eos_token: false,
-            is_async: false,
-            extend_param: default_extend_param(),
+/// An `RKLLMInferParam` (either layout) read into neutral values; all
+/// defaults for NULL.
+///
+/// # Safety
+/// `infer` is NULL or valid, and so are the pointers it holds.
+unsafe fn read_infer<A: Marshal>(infer: *const A::InferParam) -> InferOptions {
+    // SAFETY: the caller's contract.
+    let Some(infer) = (unsafe { infer.as_ref() }) else {
+        return InferOptions::default();
+    };
+    let p = A::read_infer(infer);
+    // SAFETY: the nested pointers are NULL or valid, their strings NULL or C strings.
+    unsafe {
+        InferOptions {
+            mode: p.mode,
+            lora_adapter: p.lora.as_ref().and_then(|l| call::text(l.lora_adapter_name)),
+            prompt_cache: p.prompt_cache.as_ref().map(|c| (c.save_prompt_cache, call::text(c.prompt_cache_path))),
+            keep_history: p.keep_history,
+            max_new_tokens: p.max_new_tokens,
+            sampling: p.sampling.as_ref().map(SamplingParams::from_ffi),
         }
-    }
-
-    fn read_param(p: &v1_3::RKLLMParam) -> InitParams {
-        read_common_param!(p, rkllm_sys::Abi::V1_3, Some(p.ignore_eos_token), None)
-    }
-
-    unsafe fn read_callback(callback: *mut v1_3::RKLLMCallback) -> Callback {
-        // SAFETY: NULL or valid (the caller's contract). The struct is copied:
-        // the caller need not keep it alive.
-        match unsafe { callback.as_ref() } {
-            Some(c) => Callback::new(c.result_callback, c.result_userdata),
-            None => Callback::new(None, ptr::null_mut()),
-        }
-    }
-
-    unsafe fn read_input(input: *const v1_3::RKLLMInput) -> RunInput {
-        let mut read = read_input!(input);
-        if read.input_type == RKLLMInputType::Multimodal as i32 {
-            // SAFETY: the caller's contract; the tags are NULL or C strings.
-            unsafe {
-                let m = (*input).input.multimodal_input;
-                let i = m.image;
-                let tags = [call::text(i.image_start), call::text(i.image_end), call::text(i.image_content)];
-                read.prompt = call::text(m.prompt);
-                read.images = Some(vision::read(
-                    EMBD_SIZE,
-                    i.image_embed,
-                    i.n_image,
-                    i.n_image_tokens,
-                    i.image_width,
-                    i.image_height,
-                    Some(tags),
-                ));
-            }
-        }
-        read
-    }
-
-    unsafe fn read_infer(infer: *const v1_3::RKLLMInferParam) -> InferOptions {
-        // SAFETY: NULL or valid (the caller's contract).
-        let Some(p) = (unsafe { infer.as_ref() }) else {
-            return InferOptions::default();
-        };
-        // SAFETY: sampling_params is NULL or valid.
-        let sampling = unsafe { p.sampling_params.as_ref() }.map(|s| SamplingParams {
-            top_k: s.top_k,
-            top_p: s.top_p,
-            temperature: s.temperature,
-            repeat_penalty: s.repeat_penalty,
-            frequency_penalty: s.frequency_penalty,
-            presence_penalty: s.presence_penalty,
-            mirostat: s.mirostat,
-            mirostat_tau: s.mirostat_tau,
-            mirostat_eta: s.mirostat_eta,
-        });
-        InferOptions { max_new_tokens: Some(p.max_new_tokens), sampling, ..read_common_infer!(p) }
     }
 }
 
@@ -294,13 +157,13 @@ fn with_model(handle: LLMHandle, call: &str, f: impl FnOnce(&SimModel) -> c_int)
     })
 }
 
-pub(crate) unsafe extern "C" fn create_default_param<A: SimAbi>() -> A::Param {
-    // SAFETY (fallback): every field of either RKLLMParam is a pointer, an
+pub(crate) unsafe extern "C" fn create_default_param<A: Marshal>() -> A::Param {
+    // SAFETY (fallback): every field of an RKLLMParam is a pointer, an
     // integer, a float or a bool, for all of which zero bytes are valid.
-    catch_unwind(A::default_param).unwrap_or_else(|_| unsafe { std::mem::zeroed() })
+    catch_unwind(default_param::<A>).unwrap_or_else(|_| unsafe { std::mem::zeroed() })
 }
 
-pub(crate) unsafe extern "C" fn init<A: SimAbi>(
+pub(crate) unsafe extern "C" fn init<A: Listed>(
     handle: *mut LLMHandle,
     param: *mut A::Param,
     callback: A::InitCallback,
@@ -314,8 +177,9 @@ pub(crate) unsafe extern "C" fn init<A: SimAbi>(
         // contract); the handle stays NULL unless init succeeds.
         unsafe {
             *handle = ptr::null_mut();
-            let params = A::read_param(&*param);
-            match SimModel::init(params, A::read_callback(callback)) {
+            let params = read_param::<A>(&*param);
+            let (result_callback, result_userdata) = A::read_callback(callback);
+            match SimModel::init(params, Callback::new(result_callback, result_userdata)) {
                 Ok(model) => {
                     *handle = handles::insert(model);
                     0
@@ -326,7 +190,7 @@ pub(crate) unsafe extern "C" fn init<A: SimAbi>(
     })
 }
 
-pub(crate) unsafe extern "C" fn run<A: SimAbi>(
+pub(crate) unsafe extern "C" fn run<A: Marshal>(
     handle: LLMHandle,
     input: *mut A::Input,
     infer: *mut A::InferParam,
@@ -342,7 +206,7 @@ pub(crate) unsafe extern "C" fn run<A: SimAbi>(
         let slots = usize::from(model.params.extend.n_batch);
         // SAFETY: valid pointers for the call's duration (the caller's contract).
         let (inputs, infer) =
-            unsafe { ((0..slots).map(|i| A::read_input(input.add(i))).collect::<Vec<_>>(), A::read_infer(infer)) };
+            unsafe { ((0..slots).map(|i| read_input::<A>(input.add(i))).collect::<Vec<_>>(), read_infer::<A>(infer)) };
         model.run(&inputs, &infer, userdata)
     })
 }
@@ -457,7 +321,7 @@ pub(crate) fn unsupported(handle: LLMHandle, call: &str) -> c_int {
 }
 
 /// The table for one ABI: the functions above, by address.
-pub(crate) fn functions<A: SimAbi>() -> Functions<A> {
+pub(crate) fn functions<A: Listed>() -> Functions<A> {
     Functions {
         create_default_param: create_default_param::<A>,
         init: init::<A>,

@@ -1,12 +1,13 @@
 //! A simulated `librkllmrt.so`: Rockchip's RKLLM runtime C functions,
-//! implemented in Rust with `rkllm-sys`'s `repr(C)` types, for both ABIs
-//! (1.2.1–1.2.3 and 1.3.0). There is no model: replies are deterministic
+//! implemented in Rust with `rkllm-sys`'s `repr(C)` types, for every ABI
+//! `rkllm-sys` lists (1.2.1–1.2.3 and 1.3.0). There is no model: replies are deterministic
 //! text, delivered at the pace of a published RK3588 model.
 //!
 //! # Two ways in
 //! * **In-process** (the daemon's mock backend): [`runtime`]`(abi)` gives a
 //!   [`rkllm_sys::Runtime`] whose [`table`] holds this crate's functions by
-//!   address. Both ABIs are offered; the 1.2 version reports `1.2.3`.
+//!   address. Every listed ABI is offered, reporting the newest runtime
+//!   version it drives (`AbiInfo::newest`: 1.2 reports `1.2.3`).
 //! * **As a shared library**: the cdylib `librkllm_sim.so` exports the real
 //!   symbol names (`rkllm_init`, `rkllm_run`, …) with ABI 1.3.0 only and
 //!   embeds `RKLLM SDK (version: 1.3.0 simulated)`, so
@@ -265,25 +266,26 @@ pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
 pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
 pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer_json, vocab_size};
 
-use rkllm_sys::{Abi, Runtime, Table, V1_2, V1_3};
+use rkllm_sys::{Abi, ForAbi, Listed, Runtime, Table};
 
 /// The name the in-process runtime reports as its origin.
 pub const NAME: &str = "rkllm-sim";
 
 /// The runtime version the simulator reports for an ABI.
 pub fn version(abi: Abi) -> &'static str {
-    match abi {
-        Abi::V1_2 => "1.2.3",
-        Abi::V1_3 => "1.3.0",
-    }
+    abi.info().newest
 }
 
 /// The simulator's functions for one ABI, by address.
 pub fn table(abi: Abi) -> Table {
-    match abi {
-        Abi::V1_2 => Table::V1_2(ffi::functions::<V1_2>()),
-        Abi::V1_3 => Table::V1_3(ffi::functions::<V1_3>()),
+    struct SimTable;
+    impl ForAbi for SimTable {
+        type Output = Table;
+        fn call<A: Listed>(self) -> Table {
+            A::table(ffi::functions::<A>())
+        }
     }
+    abi.dispatch(SimTable)
 }
 
 /// The simulated runtime, in-process, for one ABI.

@@ -49,17 +49,30 @@ fn float(x: f32) -> Value {
     format!("{x}").parse::<f64>().ok().and_then(serde_json::Number::from_f64).map_or(Value::Null, Value::Number)
 }
 
+/// Every field, taken apart with no `..`: a field added to `SamplingParams`
+/// and not recorded here does not compile.
 fn sampling(s: &SamplingParams) -> Value {
+    let SamplingParams {
+        top_k,
+        top_p,
+        temperature,
+        repeat_penalty,
+        frequency_penalty,
+        presence_penalty,
+        mirostat,
+        mirostat_tau,
+        mirostat_eta,
+    } = *s;
     json!({
-        "top_k": s.top_k,
-        "top_p": float(s.top_p),
-        "temperature": float(s.temperature),
-        "repeat_penalty": float(s.repeat_penalty),
-        "frequency_penalty": float(s.frequency_penalty),
-        "presence_penalty": float(s.presence_penalty),
-        "mirostat": s.mirostat,
-        "mirostat_tau": float(s.mirostat_tau),
-        "mirostat_eta": float(s.mirostat_eta),
+        "top_k": top_k,
+        "top_p": float(top_p),
+        "temperature": float(temperature),
+        "repeat_penalty": float(repeat_penalty),
+        "frequency_penalty": float(frequency_penalty),
+        "presence_penalty": float(presence_penalty),
+        "mirostat": mirostat,
+        "mirostat_tau": float(mirostat_tau),
+        "mirostat_eta": float(mirostat_eta),
     })
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use rkllm_sys::common::*;
-use rkllm_sys::{capture_output, v1_3, Abi, Functions, Table, V1_3};
+use rkllm_sys::{capture_output, v1_3, Abi, Functions, V1_3};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::ptr;
 use std::sync::Mutex;
@@ -73,10 +73,7 @@ struct Handle {
 }
 
 fn fns() -> Functions<V1_3> {
-    match rkllm_sim::table(Abi::V1_3) {
-        Table::V1_3(fns) => fns,
-        Table::V1_2(_) => unreachable!("asked for 1.3"),
-    }
+    rkllm_sim::table(Abi::V1_3).functions::<V1_3>().expect("asked for 1.3")
 }
 
 /// Init with `n_batch`; the code and the runtime's lines.

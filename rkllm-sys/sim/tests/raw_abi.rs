@@ -3,17 +3,14 @@
 //! prefill, bad handles and bad parameters.
 
 use rkllm_sys::common::*;
-use rkllm_sys::{capture_output, v1_3, Abi, Functions, Table, V1_3};
+use rkllm_sys::{capture_output, v1_3, Abi, Functions, V1_3};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::ptr;
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
 fn functions() -> Functions<V1_3> {
-    match rkllm_sim::table(Abi::V1_3) {
-        Table::V1_3(fns) => fns,
-        Table::V1_2(_) => unreachable!("asked for 1.3"),
-    }
+    rkllm_sim::table(Abi::V1_3).functions::<V1_3>().expect("asked for 1.3")
 }
 
 /// What one run's callbacks saw.
