@@ -359,7 +359,10 @@ async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn(
         assert_eq!(content, "I see 1 image: image 1 is #ff0000 (392x392).", "turn {turn}: the model sees the image");
         let prompt = usage["prompt_tokens"].as_u64().unwrap();
         let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-        println!("turn {turn}: {cached} of {prompt} prompt tokens cached ({:?})", timings["cache"]);
+        println!(
+            "turn {turn}: {cached} of {prompt} prompt tokens cached ({}, {}), TTFT {} ms",
+            timings["cache"], timings["cache_miss"], timings["ttft_ms"]
+        );
         if turn > 1 {
             // The previous turn's prompt, tools and image included, came
             // from its file; only its reply and the new question were prefilled.
