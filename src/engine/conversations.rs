@@ -207,12 +207,12 @@ impl Engine {
             };
             let spills = {
                 let mut saved = lock(saved);
-                let was_on = !saved.is_off();
+                let was = (saved.is_off(), saved.keeps_images());
                 match kept {
                     Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
                     None => saved.abandoned(save),
                 }
-                if was_on && saved.is_off() {
+                if (saved.is_off(), saved.keeps_images()) != was {
                     metrics.conversation_cache_off();
                 }
                 saved.take_spills()

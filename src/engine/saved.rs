@@ -11,20 +11,18 @@
 //! reply matched by its view, `kv.rs`); a new prompt that starts with the
 //! client's ids is sent as the file's ids and the rest.
 //!
-//! Conversations with images are saved and restored too, so that a chat
-//! UI's side tasks (Open WebUI's title, tags and follow-up prompts, sent
-//! between every two turns) do not cost an image conversation its whole
-//! prefill each turn. A file holds the KV positions of its run's prompt,
-//! the images' embeddings among them; a run cannot send those as ids, so a
-//! restore of a prompt with images loads the file and sends the prompt
-//! whole, as its text and embeddings (the embeddings from the encoder's
-//! cache), and the runtime matches it against the file from the start as
-//! it does ids (`generation.rs`). That needs the file to hold the ids the
-//! prompt's text gives (`conversations.rs` loads no other). The other
-//! design, keeping side tasks from displacing the image conversation,
-//! needs a second KV cache (a second handle: a second copy of the weights,
-//! or a batch slot), and recognising side tasks by their text; a file
-//! needs neither and serves any request between two turns.
+//! Conversations with images are saved too, so that a chat UI's side tasks
+//! (Open WebUI's title, tags and follow-up prompts between every two turns)
+//! do not cost an image conversation its prefill each turn. A file holds
+//! its prompt's KV positions, the images' embeddings among them, which a
+//! run cannot send as ids: a prompt with images loads the file and is sent
+//! whole, as text and embeddings (from the encoder's cache), and the
+//! runtime matches it against the file from the start as it does ids
+//! (`generation.rs`), if the file holds the ids that text gives
+//! (`conversations.rs` loads no other). The other design, keeping side
+//! tasks out of the image conversation's KV cache, needs a second one (a
+//! second handle, i.e. a second copy of the weights, or a batch slot) and
+//! side tasks recognised by their text; a file serves any request between.
 //!
 //! Nothing about the files is assumed to work: a restoring run's reuse is
 //! read from the runtime's own `perf.prefill_tokens`. A run that prefilled
@@ -273,7 +271,8 @@ impl Saved {
     /// runtime wrote it.
     pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, key: Option<&str>) {
         self.pending = None;
-        if self.is_off() {
+        let images = held.iter().any(|&id| super::kv_images::is_image(id));
+        if self.is_off() || (images && !self.keeps_images()) {
             // Switched off by this very run (its restore did not deliver).
             remove(&save.file);
             return;
@@ -281,7 +280,13 @@ impl Saved {
         let bytes = match std::fs::metadata(&save.file) {
             Ok(m) => m.len(),
             Err(e) => {
-                self.switch_off(format!("the runtime wrote no prompt-cache file ({}: {e})", save.file.display()));
+                let why = format!("the runtime wrote no prompt-cache file ({}: {e})", save.file.display());
+                // A multimodal run's save is a guess apart from a token run's.
+                if images {
+                    self.switch_off_images(why);
+                } else {
+                    self.switch_off(why);
+                }
                 return;
             }
         };
@@ -411,10 +416,9 @@ impl Saved {
         }
     }
 
-    /// A restore of a conversation with images did not deliver: drop the
-    /// files that hold images and save no more of them. Text ones stay: how
-    /// the runtime matches an image's positions against a file is a guess
-    /// of its own, one that their restores do not rest on.
+    /// Files with images did not deliver: drop them and save no more. Text
+    /// ones stay: how the runtime treats images in a file is a guess of its
+    /// own, one their restores do not rest on.
     pub fn switch_off_images(&mut self, why: String) {
         tracing::warn!(reason = %why, "saved conversations with images switched off for this model");
         let (images, text) =
@@ -572,6 +576,14 @@ mod tests {
         assert_eq!((s.held(), s.resident()), ((1, 10), None));
         assert!(!s.keeps_images() && !s.is_off());
         assert!(s.find(&[1, 2, 3], None, |_, _| true).is_some(), "text conversations keep their files");
+
+        // A multimodal run that wrote no file switches off only the files with images.
+        let mut s = saved(&dir.path().join("b"), 8, 1 << 20);
+        run(&mut s, None, &[1, 2], 10);
+        let save = s.save(None).unwrap();
+        s.saved(&save, &[1, i32::MIN, -5, i32::MIN], &[1, i32::MIN, -5, i32::MIN], None, None);
+        assert!(!s.keeps_images() && !s.is_off());
+        assert_eq!(s.held(), (1, 10));
     }
 
     #[test]
