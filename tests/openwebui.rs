@@ -324,3 +324,107 @@ async fn structured_output_is_json_of_the_schema_or_an_error() {
     .await;
     assert_eq!((status, body["error"]["param"].clone()), (400, json!("response_format.type")), "{body}");
 }
+
+/// A model with a vision encoder whose runs take a twentieth of a board's time.
+const SLOW_ENOUGH_VL: &str = "sim:qwen2.5-vl-3b?time_scale=0.05";
+
+/// Open WebUI's default settings with an image uploaded in the first turn
+/// (a chat with its tools, streamed): the title, tags and follow-up tasks
+/// take the KV cache between turns, and each follow-up is restored from
+/// the file its previous turn saved, the image's positions among it
+/// (engine/saved.rs). Before, a conversation with images could not be
+/// restored: every turn prefilled the tools and the image again.
+#[tokio::test]
+async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn() {
+    // Prefills that take time (a twentieth of a board's): without any, a
+    // file's load, slowed by a busy machine, can measure costlier than
+    // prefilling again and be skipped (`timings.cache_miss` `costlier`).
+    let d = Daemon::start(&["--model", SLOW_ENOUGH_VL, "--model-id", "m"]);
+    let image = common::data_url(&common::png(8, 8, [255, 0, 0]));
+    let mut body = chat_36_tools("m", true);
+    body["messages"] = json!([{"role": "user", "content": [
+        {"type": "text", "text": "What is in this picture?"},
+        {"type": "image_url", "image_url": {"url": image}},
+    ]}]);
+    let mut previous_prompt = 0;
+    for turn in 1..=4 {
+        let r = d.post("/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status(), 200, "turn {turn}");
+        let (events, _) = read_sse(r).await;
+        let chunks: Vec<Value> = events.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
+        let content: String =
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
+        let last = chunks.last().unwrap();
+        let (usage, timings) = (&last["usage"], &last["timings"]);
+        assert_eq!(content, "I see 1 image: image 1 is #ff0000 (392x392).", "turn {turn}: the model sees the image");
+        let prompt = usage["prompt_tokens"].as_u64().unwrap();
+        let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        println!(
+            "turn {turn}: {cached} of {prompt} prompt tokens cached ({}, {}), TTFT {} ms",
+            timings["cache"], timings["cache_miss"], timings["ttft_ms"]
+        );
+        if turn > 1 {
+            // The previous turn's prompt, tools and image included, came
+            // from its file; only its reply and the new question were prefilled.
+            assert_eq!(timings["cache"], json!("restored"), "turn {turn}: {timings}");
+            assert_eq!(cached, previous_prompt, "turn {turn}: {last}");
+            assert_eq!(cached + timings["prompt_n"].as_u64().unwrap(), prompt, "turn {turn}: {last}");
+            assert!(cached * 10 >= prompt * 9, "turn {turn}: {cached} of {prompt} cached");
+            // The image is sent again (the runtime matches it against the
+            // file), its embedding from the daemon's cache.
+            assert_eq!((&timings["images"]["encoder_runs"], &timings["images"]["cache_hits"]), (&json!(0), &json!(1)));
+        }
+        previous_prompt = prompt;
+        tasks_work(&d, "m").await;
+        let history = body["messages"].as_array_mut().unwrap();
+        history.push(json!({"role": "assistant", "content": content}));
+        history.push(json!({"role": "user", "content": format!("Tell me more about it ({turn}).")}));
+    }
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    assert!(
+        !metrics.lines().any(|l| l.starts_with("rkllmd_conversation_cache_off_total ") && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+}
+
+/// A runtime that does not match images against a loaded file (simulated:
+/// `image_cache_lies`): the first image restore that spares nothing switches
+/// off the files with images, loudly, and only them: the reply is still
+/// right, the image chat goes on by prefilling, and a text chat displaced
+/// by a side task is still restored.
+#[tokio::test]
+async fn an_image_restore_that_spares_nothing_switches_off_only_the_files_with_images() {
+    let spec = format!("{SLOW_ENOUGH_VL}&image_cache_lies=1");
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m"]);
+    let image = common::data_url(&common::png(8, 8, [0, 0, 255]));
+    let text = |t: &str| json!({"role": "user", "content": t});
+    let mut pictured = vec![json!({"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": image}},
+        {"type": "text", "text": "What is this?"},
+    ]})];
+    let mut chat = vec![text("Conversation A: hello there")];
+    let mut seen = Vec::new();
+    for turn in 1..=3 {
+        for messages in [&mut pictured, &mut chat] {
+            let (status, body) = post(&d, json!({"model": "m", "messages": messages})).await;
+            assert_eq!(status, 200, "{body}");
+            let content = body["choices"][0]["message"]["content"].as_str().unwrap().to_owned();
+            seen.push((turn, body["timings"]["cache"].clone(), body["timings"]["cache_miss"].clone(), content.clone()));
+            messages.extend([json!({"role": "assistant", "content": content}), text("Tell me more.")]);
+            // A side task between every two requests.
+            let (status, _) = post(&d, recorded("task_title.json", "m")).await;
+            assert_eq!(status, 200);
+        }
+    }
+    let caches: Vec<&str> = seen.iter().map(|s| s.1.as_str().unwrap()).collect();
+    // Image chat, text chat, per turn: the image restore at turn 2 spared nothing.
+    assert_eq!(caches, ["miss", "miss", "miss", "restored", "miss", "restored"], "{seen:?}");
+    for (turn, _, _, content) in seen.iter().step_by(2) {
+        assert_eq!(content, "I see 1 image: image 1 is #0000ff (392x392).", "turn {turn}");
+    }
+    let log = d.log();
+    assert_eq!(log.matches("did not spare its prefill").count(), 1, "{log}");
+    assert!(log.contains("saved conversations with images switched off"), "{log}");
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.lines().any(|l| l == "rkllmd_conversation_cache_off_total 1"), "{metrics}");
+}

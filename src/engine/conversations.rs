@@ -51,17 +51,22 @@ impl Engine {
         let context = self.limits.max_context_len as usize;
         let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
         plan.key = hints.conversation.clone();
-        // A conversation with images is not saved as a file nor restored from
-        // one: what a prompt-cache file of image positions holds is not
-        // documented (kv_images.rs).
         let images = ids.iter().any(|&id| super::kv_images::is_image(id));
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
-            if plan.cached == 0 && !images {
+            if plan.cached == 0 {
                 let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
-                let found = lock(saved).find(ids, lora, fits);
+                // A prompt with images is restored by sending it whole, as its
+                // text and embeddings (kv_images.rs): a file spares it only
+                // the ids that text gives, so one holding a reply that stood
+                // for the client's view of it is not loaded.
+                let found = if images && !lock(saved).keeps_images() {
+                    None
+                } else {
+                    lock(saved).find(ids, lora, fits).filter(|r| !images || r.held_ids[..] == ids[..r.client])
+                };
                 match found {
-                    Some(restore) if !lock(saved).worth_restoring(restore.held, restore.on_disk) => {
+                    Some(restore) if !lock(saved).costs.worth_restoring(restore.held, restore.on_disk) => {
                         // Prefilled instead; its new state replaces its file.
                         plan.miss = MissReason::Costlier;
                         continues = Some(restore.entry);
@@ -95,7 +100,7 @@ impl Engine {
                 }
                 lock(saved).loaded = None;
             }
-            plan.save = if images {
+            plan.save = if images && !lock(saved).keeps_images() {
                 lock(saved).displaced();
                 None
             } else {
@@ -151,7 +156,7 @@ impl Engine {
         lock(saved).loading(None);
         loaded?;
         let mut saved = lock(saved);
-        saved.measured_load(started.elapsed().as_secs_f64() * 1000.0, held, on_disk);
+        saved.costs.measured_load(started.elapsed().as_secs_f64() * 1000.0, held, on_disk);
         saved.loaded = Some(file.to_owned());
         Ok(())
     }
@@ -192,7 +197,7 @@ impl Engine {
         }
         if let (Some(saved), Some(perf)) = (&self.saved, perf) {
             let file = if plan.save.is_some() { plan.cached + plan.input.len() } else { 0 };
-            lock(saved).measured_prefill(perf.prefill_time_ms, perf.prefill_tokens, file);
+            lock(saved).costs.measured_prefill(perf.prefill_time_ms, perf.prefill_tokens, file);
         }
         if let (Some(saved), Some(save)) = (&self.saved, &plan.save) {
             let kept = {
@@ -202,12 +207,12 @@ impl Engine {
             };
             let spills = {
                 let mut saved = lock(saved);
-                let was_on = !saved.is_off();
+                let was = (saved.is_off(), saved.keeps_images());
                 match kept {
                     Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
                     None => saved.abandoned(save),
                 }
-                if was_on && saved.is_off() {
+                if (saved.is_off(), saved.keeps_images()) != was {
                     metrics.conversation_cache_off();
                 }
                 saved.take_spills()
@@ -225,7 +230,8 @@ impl Engine {
     }
 
     /// What a restoring run really reused, by the runtime's prefill count:
-    /// anything but the file's ids switches the files off.
+    /// anything but the file's ids switches the files off (those with
+    /// images only, for a prompt with images).
     fn check_restore(&self, plan: &Plan, restore: &Restore, perf: Option<&RuntimePerf>) -> (usize, CacheUse) {
         let Some(perf) = perf else {
             return (0, CacheUse::Miss(MissReason::Unknown));
@@ -243,10 +249,14 @@ impl Engine {
         );
         if let Some(saved) = &self.saved {
             crate::metrics::observer().metrics.conversation_cache_off();
-            lock(saved).switch_off(format!(
-                "a restore spared {skipped} prefilled tokens where its file holds {}",
-                restore.held
-            ));
+            let why = format!("a restore spared {skipped} prefilled tokens where its file holds {}", restore.held);
+            // A prompt with images was sent whole, as text and embeddings:
+            // that the runtime matches those against a file is what failed.
+            if plan.prompt.iter().any(|&id| super::kv_images::is_image(id)) {
+                lock(saved).switch_off_images(why);
+            } else {
+                lock(saved).switch_off(why);
+            }
         }
         (skipped, CacheUse::Miss(MissReason::Other))
     }

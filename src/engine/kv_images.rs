@@ -9,6 +9,9 @@
 //! ones, the tags all `i32::MIN`, the embedding positions an id of the
 //! image's content hash. The same image at the same place in a follow-up
 //! prompt gives the same ids, so its prefix matches; another image does not.
+//! A saved file's record holds these ids too (`saved.rs`): a prompt with
+//! the same image at the same place continues it, and is restored by
+//! sending it whole, its images as embeddings.
 
 use super::job::{ImageInput, Resent};
 

@@ -13,7 +13,7 @@ use rkllm_sys::Activity;
 use std::time::Duration;
 
 /// The least time a decoding run may go without a token before it counts as
-/// stuck and is aborted (`generation.rs`). A decode step takes well under a
+/// stuck and is aborted (`run.rs`). A decode step takes well under a
 /// second on a board, so this is tens of steps even for a large model, and
 /// short enough that a wedged runtime is told to its clients in seconds.
 pub const DECODE_STALL_FLOOR: Duration = Duration::from_secs(10);

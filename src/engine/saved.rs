@@ -11,11 +11,27 @@
 //! reply matched by its view, `kv.rs`); a new prompt that starts with the
 //! client's ids is sent as the file's ids and the rest.
 //!
+//! Conversations with images are saved too, so that a chat UI's side tasks
+//! (Open WebUI's title, tags and follow-up prompts between every two turns)
+//! do not cost an image conversation its prefill each turn. A file holds
+//! its prompt's KV positions, the images' embeddings among them, which a
+//! run cannot send as ids: a prompt with images loads the file and is sent
+//! whole, as text and embeddings (from the encoder's cache), and the
+//! runtime matches it against the file from the start as it does ids
+//! (`generation.rs`), if the file holds the ids that text gives
+//! (`conversations.rs` loads no other). The other design, keeping side
+//! tasks out of the image conversation's KV cache, needs a second one (a
+//! second handle, i.e. a second copy of the weights, or a batch slot) and
+//! side tasks recognised by their text; a file serves any request between.
+//!
 //! Nothing about the files is assumed to work: a restoring run's reuse is
 //! read from the runtime's own `perf.prefill_tokens`. A run that prefilled
 //! other than the file's ids spared switches the files off for the model
 //! (WARN, `rkllmd_conversation_cache_off_total`): the manual leaves open
 //! whether a loaded cache combines with `keep_history` (rknn-llm #399).
+//! For images the match itself is *open* too (whether the runtime compares
+//! an embedding's positions with a file's): the same check switches the
+//! files off when it does not.
 //!
 //! Budget: the files may add up to `max_bytes` and number `max_count`; past
 //! either, the least recently used go — to the disk tier when there is one
@@ -28,6 +44,8 @@
 //! one was evicted before its second turn — 0 of 40 follow-ups cached with
 //! 8 conversations after a run of 4.)
 
+use super::restore_costs::Costs;
+use super::saved_dir::{self, make_dir};
 use std::path::{Path, PathBuf};
 
 /// Where conversations are saved and how much they may take.
@@ -116,11 +134,14 @@ pub(super) struct Saved {
     pub loaded: Option<PathBuf>,
     /// Why the files were switched off, once they were.
     off: Option<String>,
+    /// Why conversations with images are no longer saved, once a restore
+    /// of one did not deliver (the rest are kept: see the module's doc).
+    images_off: Option<String>,
     /// The file the running run saves to.
     pending: Option<Save>,
     pub evictions: u64,
     /// What restoring and prefilling have cost here, per token.
-    costs: Costs,
+    pub costs: Costs,
     /// Copies to the disk tier for the engine to start.
     spills: Vec<Spill>,
     /// The file `rkllm_load_prompt_cache` is reading now, and files a
@@ -128,33 +149,6 @@ pub(super) struct Saved {
     /// the load is over, so a copy never pulls a file from under a load.
     loading: Option<PathBuf>,
     stale: Vec<PathBuf>,
-}
-
-/// Milliseconds per token, as measured on this model: loading a file
-/// (`rkllm_load_prompt_cache`, timed around the call) and prefilling (the
-/// runtime's own `perf` of runs that prefilled at least
-/// [`Costs::MIN_PREFILL`] tokens, so that a run's fixed cost does not
-/// dominate). A run's `prefill_time_ms` also holds the saving of its file
-/// (the simulator's model; whether it does on a board is *open*), which is
-/// taken out at the load's rate: so prefills are measured once a load was,
-/// and only from runs that prefilled at least half of what they saved.
-/// Each is a moving average over recent measurements.
-#[derive(Debug, Default, Clone, Copy)]
-struct Costs {
-    /// From the RAM tier, and from the disk tier.
-    load: [Option<f64>; 2],
-    prefill: Option<f64>,
-}
-
-impl Costs {
-    const MIN_PREFILL: i64 = 16;
-    const MARGIN_MS: f64 = 5.0;
-    /// The weight of a new measurement.
-    const NEW: f64 = 0.25;
-
-    fn mix(old: Option<f64>, new: f64) -> Option<f64> {
-        Some(old.map_or(new, |old| old + Self::NEW * (new - old)))
-    }
 }
 
 impl Saved {
@@ -175,6 +169,7 @@ impl Saved {
             resident: None,
             loaded: None,
             off: None,
+            images_off: None,
             pending: None,
             evictions: 0,
             costs: Costs::default(),
@@ -186,6 +181,11 @@ impl Saved {
 
     pub fn is_off(&self) -> bool {
         self.off.is_some()
+    }
+
+    /// Whether conversations with images are saved and restored.
+    pub fn keeps_images(&self) -> bool {
+        !self.is_off() && self.images_off.is_none()
     }
 
     /// Files kept and their bytes, on both tiers.
@@ -223,45 +223,6 @@ impl Saved {
             held_ids: entry.held.clone(),
             on_disk: entry.tier == Tier::Disk,
         })
-    }
-
-    /// Whether loading a file of `held` ids beats prefilling them, by what
-    /// each cost here: a load is skipped once it measures clearly slower —
-    /// twice the prefill and [`Costs::MARGIN_MS`] more (a load's time is
-    /// taken around a call to the runtime thread, which a busy machine
-    /// delays; where prefilling is nearly free, as on a simulator without
-    /// delays, that is noise). Restoring until both were measured: the
-    /// vendor's figures make it 10–100× cheaper on tmpfs
-    /// (shared/rkllm-runtime.md).
-    pub fn worth_restoring(&self, held: usize, on_disk: bool) -> bool {
-        match (self.costs.load[usize::from(on_disk)], self.costs.prefill) {
-            (Some(load), Some(prefill)) => {
-                let (load, prefill) = (load * held as f64, prefill * held as f64);
-                load < 2.0 * prefill || load < prefill + Costs::MARGIN_MS
-            }
-            _ => true,
-        }
-    }
-
-    /// A load of a file holding `tokens` ids took `ms`.
-    pub fn measured_load(&mut self, ms: f64, tokens: usize, on_disk: bool) {
-        let load = &mut self.costs.load[usize::from(on_disk)];
-        if tokens > 0 {
-            *load = Costs::mix(*load, ms / tokens as f64);
-        }
-    }
-
-    /// A run prefilled `tokens` ids in `ms` (the runtime's figures) and
-    /// saved a file of `saved` ids.
-    pub fn measured_prefill(&mut self, ms: f64, tokens: i64, saved: usize) {
-        // Runs save to the RAM tier.
-        let Some(load) = self.costs.load[0] else { return };
-        let ms = ms - load * saved as f64;
-        // A run whose save outweighs its prefill leaves mostly that guess.
-        let prefill_counts = tokens >= Costs::MIN_PREFILL && usize::try_from(tokens).unwrap_or(0) * 2 >= saved;
-        if prefill_counts && ms > 0.0 {
-            self.costs.prefill = Costs::mix(self.costs.prefill, ms / tokens as f64);
-        }
     }
 
     /// Where the coming run saves its prompt: a fresh file (the entry's old
@@ -310,7 +271,8 @@ impl Saved {
     /// runtime wrote it.
     pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, key: Option<&str>) {
         self.pending = None;
-        if self.is_off() {
+        let images = held.iter().any(|&id| super::kv_images::is_image(id));
+        if self.is_off() || (images && !self.keeps_images()) {
             // Switched off by this very run (its restore did not deliver).
             remove(&save.file);
             return;
@@ -318,7 +280,13 @@ impl Saved {
         let bytes = match std::fs::metadata(&save.file) {
             Ok(m) => m.len(),
             Err(e) => {
-                self.switch_off(format!("the runtime wrote no prompt-cache file ({}: {e})", save.file.display()));
+                let why = format!("the runtime wrote no prompt-cache file ({}: {e})", save.file.display());
+                // A multimodal run's save is a guess apart from a token run's.
+                if images {
+                    self.switch_off_images(why);
+                } else {
+                    self.switch_off(why);
+                }
                 return;
             }
         };
@@ -448,6 +416,23 @@ impl Saved {
         }
     }
 
+    /// Files with images did not deliver: drop them and save no more. Text
+    /// ones stay: how the runtime treats images in a file is a guess of its
+    /// own, one their restores do not rest on.
+    pub fn switch_off_images(&mut self, why: String) {
+        tracing::warn!(reason = %why, "saved conversations with images switched off for this model");
+        let (images, text) =
+            self.entries.drain(..).partition(|e| e.held.iter().any(|&id| super::kv_images::is_image(id)));
+        self.entries = text;
+        for e in images {
+            if Some(e.id) == self.resident {
+                self.resident = None;
+            }
+            self.discard(&e.file);
+        }
+        self.images_off = Some(why);
+    }
+
     /// The files did not deliver: drop them all and save no more.
     pub fn switch_off(&mut self, why: String) {
         tracing::warn!(reason = %why, "saved conversations switched off for this model");
@@ -471,36 +456,9 @@ impl Drop for Saved {
     }
 }
 
-/// Makes a model's directory, after sweeping what gone daemons left beside it.
-fn make_dir(dir: &Path) -> std::io::Result<()> {
-    if let Some(parent) = dir.parent() {
-        sweep(parent);
-    }
-    std::fs::create_dir_all(dir)
-}
-
-/// Removes what daemons that are gone left in `parent` (`rkllmd-PID-N-MODEL`
-/// directories): a daemon killed without its shutdown leaves its files.
-fn sweep(parent: &Path) {
-    let Ok(dir) = std::fs::read_dir(parent) else { return };
-    for entry in dir.flatten() {
-        let name = entry.file_name();
-        let pid = name.to_str().and_then(|n| n.strip_prefix("rkllmd-")).and_then(|n| n.split('-').next());
-        let gone = pid.and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists());
-        if gone {
-            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
-                tracing::debug!(dir = %entry.path().display(), error = %e, "cannot remove a gone daemon's saved conversations");
-            }
-        }
-    }
-}
-
+/// Removes a saved conversation's file.
 fn remove(file: &Path) {
-    if let Err(e) = std::fs::remove_file(file) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(file = %file.display(), error = %e, "cannot remove a saved conversation");
-        }
-    }
+    saved_dir::remove(file, "a saved conversation");
 }
 
 #[cfg(test)]
@@ -555,32 +513,6 @@ mod tests {
     }
 
     #[test]
-    fn a_restore_is_made_while_it_measures_cheaper_than_the_prefill() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut s = saved(dir.path(), 8, 1 << 20);
-        assert!(s.worth_restoring(100, false), "nothing measured yet: restore");
-        s.measured_prefill(50.0, 100, 0);
-        s.measured_load(400.0, 100, false);
-        assert!(s.worth_restoring(100, false), "a prefill before any load cannot take its saving out: not counted");
-        s.measured_prefill(50.0, 10, 0);
-        assert!(s.worth_restoring(100, false), "a prefill of 10 tokens is mostly its fixed cost: not counted");
-        s.measured_prefill(1_000.0, 100, 300);
-        assert!(s.worth_restoring(100, false), "a save three times the prefill: not counted");
-        s.measured_prefill(550.0, 100, 100);
-        assert!(
-            !s.worth_restoring(100, false),
-            "loading 4 ms a token, prefilling 1.5 ms (550 less the 400 of its save)"
-        );
-        for _ in 0..8 {
-            s.measured_load(250.0, 100, false);
-        }
-        assert!(s.worth_restoring(100, false), "the average follows faster loads; 2.5 ms is within twice 1.5");
-        s.measured_load(1_000.0, 100, false);
-        assert!(!s.worth_restoring(100, false));
-        assert!(s.worth_restoring(1, false), "a small file: a few ms either way");
-    }
-
-    #[test]
     fn past_the_ram_budget_the_least_recently_used_spill_to_disk_and_past_its_budget_go() {
         let dir = tempfile::tempdir().unwrap();
         let disk = DiskTier { dir: dir.path().join("disk/m"), max_bytes: 15 };
@@ -631,6 +563,27 @@ mod tests {
         assert!(from.exists(), "still being read");
         s.loading(None);
         assert!(!from.exists());
+    }
+
+    #[test]
+    fn a_failed_image_restore_drops_only_the_files_with_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = saved(dir.path(), 8, 1 << 20);
+        run(&mut s, None, &[1, 2], 10);
+        let image = run(&mut s, None, &[1, i32::MIN, -5, i32::MIN], 10);
+        assert_eq!(s.resident(), Some(image));
+        s.switch_off_images("spared nothing".into());
+        assert_eq!((s.held(), s.resident()), ((1, 10), None));
+        assert!(!s.keeps_images() && !s.is_off());
+        assert!(s.find(&[1, 2, 3], None, |_, _| true).is_some(), "text conversations keep their files");
+
+        // A multimodal run that wrote no file switches off only the files with images.
+        let mut s = saved(&dir.path().join("b"), 8, 1 << 20);
+        run(&mut s, None, &[1, 2], 10);
+        let save = s.save(None).unwrap();
+        s.saved(&save, &[1, i32::MIN, -5, i32::MIN], &[1, i32::MIN, -5, i32::MIN], None, None);
+        assert!(!s.keeps_images() && !s.is_off());
+        assert_eq!(s.held(), (1, 10));
     }
 
     #[test]

@@ -27,7 +27,7 @@
 //!   reports the prefill of both runs (a miss: its turn prefilled it all).
 //! * **Restored** for each later conversation that starts with a file's ids
 //!   (the longest such file), while loading measures cheaper than prefilling
-//!   (`Saved::worth_restoring`, the saved conversations' own measurements).
+//!   (`Costs::worth_restoring`, the saved conversations' own measurements).
 //! * **Checked** by the runtime's prefill count, as every restore: a run
 //!   that did not spare exactly the prefix switches the prefix files off
 //!   for the model (WARN, `rkllmd_shared_prefix_off_total`); its reply is
@@ -40,6 +40,7 @@ use super::kv::{Made, Plan, Shared};
 use super::outcome::{CacheUse, MissReason};
 use super::prompt_cache::{saved_tokens, saving_request};
 use super::saved::Saved;
+use super::saved_dir;
 use super::{lock, Engine};
 use crate::metrics::RuntimePerf;
 use rkllm_sys::{Event, RunInput};
@@ -200,12 +201,9 @@ impl Drop for SharedPrefixes {
     }
 }
 
+/// Removes a shared prefix's file.
 fn remove(file: &Path) {
-    if let Err(e) = std::fs::remove_file(file) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(file = %file.display(), error = %e, "cannot remove a shared prefix's file");
-        }
-    }
+    saved_dir::remove(file, "a shared prefix's file");
 }
 
 impl Engine {
@@ -224,7 +222,7 @@ impl Engine {
         let Some(prefixes) = &self.prefixes else { return };
         let found = lock(prefixes).find(ids, lora);
         // Restored (or made) only while loading measures cheaper than prefilling.
-        let worth = |held: usize| lock(saved).worth_restoring(held, false);
+        let worth = |held: usize| lock(saved).costs.worth_restoring(held, false);
         let (file, held, made) = match found {
             Some((file, held)) if worth(held) => (file, held, None),
             Some(_) => return,

@@ -209,6 +209,19 @@ pub fn chat(model: &str, content: &str) -> serde_json::Value {
 }
 
 /// The simulated runtime built as a drop-in librkllmrt.so (a cdylib of the workspace).
+/// A `width`×`height` PNG of one colour.
+pub fn png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    image::RgbImage::from_pixel(width, height, image::Rgb(rgb)).write_to(&mut out, image::ImageFormat::Png).unwrap();
+    out.into_inner()
+}
+
+/// A PNG's bytes as a `data:` URL, as chat clients send images.
+pub fn data_url(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
 pub fn sim_cdylib() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();

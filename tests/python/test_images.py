@@ -165,3 +165,23 @@ def test_through_dlopen_of_both_cdylibs(start_daemon):
     assert c.choices[0].message.content == seen("#0000ff", "#ff0000")
     # The encoder came from the library, not the in-process simulator.
     assert d.http().get("/v1/models").json()["data"][0]["vision"]["origin"].endswith("librknn_sim.so")
+
+
+def test_an_image_chat_is_restored_after_a_side_task_took_the_cache(start_daemon):
+    # Prefills that take time (a twentieth of a board's), so that a file's load on a busy
+    # machine never measures costlier than prefilling again.
+    client = start_daemon(model="sim:qwen2.5-vl-3b?time_scale=0.05").client()
+    red = png(16, 16, (255, 0, 0))
+    turn1 = [{"role": "user", "content": [{"type": "text", "text": "What colour?"}, image_part(red)]}]
+    first = client.chat.completions.create(model=MODEL_ID, messages=turn1)
+    # A chat UI's title task between the turns takes the KV cache.
+    task = "### Task:\nGenerate a concise title.\n<chat_history>\nUSER: What colour?\n</chat_history>"
+    client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": task}])
+    history = turn1 + [{"role": "assistant", "content": first.choices[0].message.content}]
+    second = client.chat.completions.create(model=MODEL_ID, messages=history + [{"role": "user", "content": "Sure?"}])
+    assert second.choices[0].message.content == seen("#ff0000"), "the model still sees the image"
+    # Turn 1's saved file held its whole prompt, the image's positions among it.
+    timings = second.model_extra["timings"]
+    assert timings["cache"] == "restored", timings
+    assert second.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens
+    assert images_of(second)["encoder_runs"] == 0 and images_of(second)["cache_hits"] == 1

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 21] = [
+pub const KEYS: [&str; 22] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -24,6 +24,7 @@ pub const KEYS: [&str; 21] = [
     "eos_in_cache",
     "batch_abort_ignored",
     "cache_lies",
+    "image_cache_lies",
     "batch_history_lies",
     "cache_file_ms",
     "init_ms",
@@ -63,6 +64,8 @@ pub(crate) struct SimConfig {
     pub batch_abort_ignored: bool,
     /// A loaded prompt cache spares no prefill (a fault).
     pub cache_lies: bool,
+    /// A loaded prompt cache spares no multimodal run's prefill (a fault).
+    pub image_cache_lies: bool,
     /// A batched run that keeps history prefills the slots' cached tokens
     /// again (a fault).
     pub batch_history_lies: bool,
@@ -127,6 +130,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         eos_in_cache: switch(&value, "eos_in_cache")?,
         batch_abort_ignored: switch(&value, "batch_abort_ignored")?,
         cache_lies: switch(&value, "cache_lies")?,
+        image_cache_lies: switch(&value, "image_cache_lies")?,
         batch_history_lies: switch(&value, "batch_history_lies")?,
         cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,

@@ -54,6 +54,7 @@
 //! | `eos_in_cache` | `0` (default) or `1` | `1`: a reply that ends by EOS leaves the EOS token (`<|im_end|>`) in the KV cache (see *KV cache*) |
 //! | `batch_abort_ignored` | `0` (default) or `1` | a fault: a batched run ignores `rkllm_abort` and decodes every slot, filler slots too, to its end (unpaced after the abort); for the check that reports such a runtime |
 //! | `cache_lies` | `0` (default) or `1` | a fault: `rkllm_load_prompt_cache` succeeds but the loaded cache spares no later prefill (a prompt cache that does not speed up, rknn-llm #399) |
+//! | `image_cache_lies` | `0` (default) or `1` | a fault: a loaded prompt cache spares a token run as usual but no multimodal run (a runtime that does not match images against a file) |
 //! | `batch_history_lies` | `0` (default) or `1` | a fault: a batched run with `keep_history = 1` prefills every slot's cached tokens again (counted in `perf.prefill_tokens` and in the prefill time), as a runtime whose batch slots keep no history would; the replies and sizes stay as they were |
 //! | `split_chars` | `bytes` (default), `repeat`, `empty`, `null`, `raw`, `lost` | how a character split over tokens is delivered (the manual leaves it open): `bytes` WAITING carries the token's own bytes and the next text the rest; `repeat` WAITING carries the bytes since the last whole character and the completing NORMAL text repeats them (NORMAL texts are whole characters, as Rockchip's demo reads them); `empty` and `null` WAITING carries `""` or NULL and the completing NORMAL text the whole characters; `raw` no WAITING, every token's own bytes as NORMAL; `lost` a fault: WAITING carries NULL and the completing text only its own bytes, so a split character's first bytes never arrive. In a batch (state always NORMAL) each slot's texts follow the same rule |
 //! | `cache_file_ms` | number, default 10 | milliseconds per 1000 tokens to load a prompt-cache file (in `rkllm_load_prompt_cache`) or save one (added to the saving run's prefill), × `time_scale`: ~28 KiB of Qwen2.5-1.5B KV per token on tmpfs |
@@ -223,6 +224,11 @@
 //!   the prefill time and `perf.prefill_tokens` count only the rest. The
 //!   loaded cache stays across runs, `keep_history` and
 //!   `rkllm_clear_kv_cache` (*open* on the real runtime).
+//! * Images are positions like any other: a file saved by a run whose cache
+//!   holds images keeps them, and a multimodal run (each image's positions
+//!   where its `<image>` marker is) whose ids start with a loaded file's is
+//!   spared them too (*open* on the real runtime: the daemon checks every
+//!   restore against `perf.prefill_tokens`).
 //!
 //! # The record file
 //! One JSON object per line with `"call"`: `init` (every `RKLLMParam` field,

@@ -46,8 +46,8 @@ pub(crate) struct SlotInput {
     pub ids: Vec<u32>,
     /// How many of `ids` are the template's system part.
     pub system: usize,
-    /// A multimodal input's images (`vision`).
-    pub vision: Option<crate::call::ImageInput>,
+    /// A multimodal input's images (`vision`) and where each starts in `ids`.
+    pub vision: Option<(crate::call::ImageInput, Vec<usize>)>,
 }
 
 impl SimModel {
@@ -191,7 +191,7 @@ impl SimModel {
                     text: checked.text,
                     ids: checked.ids,
                     system: system.len(),
-                    vision: Some(checked.images),
+                    vision: Some((checked.images, checked.at)),
                 })
             }
             other => Err(format!(
@@ -239,7 +239,7 @@ impl SimModel {
             // A model that sees images says what they are: this input's
             // and those its cache holds from earlier turns.
             let mut seen = crate::vision::held(&state.images, slot, &state.kv[slot]);
-            if let Some(images) = &checked.vision {
+            if let Some((images, _)) = &checked.vision {
                 seen.extend(images.seen());
             }
             let vision = (!seen.is_empty()).then(|| crate::vision::describe(&seen));
@@ -253,7 +253,9 @@ impl SimModel {
                 limit,
                 split: self.config.split_chars,
             });
-            let spared = state.prompt_cache_hit(slot, &checked.ids);
+            // image_cache_lies: images are never matched against a loaded file.
+            let lies = self.config.image_cache_lies && checked.vision.is_some();
+            let spared = if lies { 0 } else { state.prompt_cache_hit(slot, &checked.ids) };
             slots.push((checked, spared, SlotReply { pieces, next: 0, truncated }));
         }
         // What the KV cache holds after the prefill, as a saved prompt cache.
@@ -272,8 +274,8 @@ impl SimModel {
         let prefill_tokens = prefill_tokens + lied;
         crate::vision::prune(&mut state.images, &state.kv);
         for (slot, ((input, _, _), kv)) in slots.iter().zip(state.kv.iter_mut()).enumerate() {
-            if let Some(images) = &input.vision {
-                state.images.extend(crate::vision::placed(images, slot, kv.len(), input.ids.len()));
+            if let Some((images, at)) = &input.vision {
+                state.images.extend(crate::vision::placed(images, at, slot, kv.len()));
             }
             kv.extend(&input.ids);
         }

@@ -35,6 +35,16 @@ impl ChatTemplate {
         token_ids(&self.system)
     }
 
+    /// The text before a turn's prompt.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The text after a turn's prompt.
+    pub fn postfix(&self) -> &str {
+        &self.postfix
+    }
+
     /// Ids of one turn: `prefix + prompt + postfix`, tokenized as one text.
     pub fn turn_ids(&self, prompt: &str) -> Vec<u32> {
         token_ids(&format!("{}{}{}", self.prefix, prompt, self.postfix))

@@ -97,20 +97,20 @@ pub(crate) fn prune(all: &mut Vec<Held>, kv: &[Vec<u32>]) {
     all.retain(|h| kv.get(h.slot).and_then(|slot| slot.get(h.at)) == Some(&image_token_id()));
 }
 
-/// Where each image of an input (`ids`, prefilled after `cached` ids)
-/// lands in the cache: the input's image tokens come last, image after image.
-pub(crate) fn placed(images: &ImageInput, slot: usize, cached: usize, ids: usize) -> Vec<Held> {
-    let per_image = images.n_image_tokens + 2;
-    let first = cached + ids - per_image * images.colours.len();
-    images.seen().into_iter().enumerate().map(|(i, seen)| Held { slot, at: first + i * per_image, seen }).collect()
+/// Where each image of an input (`images`, its first positions `at` within
+/// the input) lands in slot `slot`'s cache, prefilled after `cached` ids.
+pub(crate) fn placed(images: &ImageInput, at: &[usize], slot: usize, cached: usize) -> Vec<Held> {
+    images.seen().into_iter().zip(at).map(|(seen, at)| Held { slot, at: cached + at, seen }).collect()
 }
 
 /// A checked multimodal input: the text the model reads (the prompt
-/// without its markers), the ids it prefills, and its images.
+/// without its markers), the ids it prefills, its images and where each
+/// starts among the ids.
 pub(crate) struct Checked {
     pub text: String,
     pub ids: Vec<u32>,
     pub images: ImageInput,
+    pub at: Vec<usize>,
 }
 
 /// Checks a multimodal input and what it prefills: `system`, the turn
@@ -140,10 +140,26 @@ pub(crate) fn check(
         return Err("E rkllm: multimodal input with image_width or image_height 0".into());
     }
     let text = prompt.replace(MARKER, "");
+    // Each image stands where its marker was, as `rkllm.h` describes the
+    // prompt; the text between markers is tokenized piece by piece (the
+    // markers split it), the template's prefix with the first piece and its
+    // postfix with the last. A follow-up that resends an image at the same
+    // place so starts with the same ids: what a loaded prompt-cache file of
+    // the earlier turn is matched against (`adapters.rs`).
     let per_image = images.n_image_tokens + 2;
-    let mut ids = [system, &template.turn_ids(&text)].concat();
-    ids.extend(std::iter::repeat_n(image_token_id(), per_image * images.colours.len()));
-    Ok(Checked { text, ids, images: images.clone() })
+    let pieces: Vec<&str> = prompt.split(MARKER).collect();
+    let mut ids = system.to_vec();
+    let mut at = Vec::with_capacity(images.colours.len());
+    for (i, piece) in pieces.iter().enumerate() {
+        let first = if i == 0 { template.prefix() } else { "" };
+        let last = if i + 1 == pieces.len() { template.postfix() } else { "" };
+        ids.extend(crate::token_ids(&format!("{first}{piece}{last}")));
+        if i + 1 < pieces.len() {
+            at.push(ids.len());
+            ids.extend(std::iter::repeat_n(image_token_id(), per_image));
+        }
+    }
+    Ok(Checked { text, ids, images: images.clone(), at })
 }
 
 #[cfg(test)]
@@ -161,5 +177,24 @@ mod tests {
             describe(&images.seen()),
             "I see 2 images: image 1 is #ff0000 (392x392), image 2 is #0080ff (392x392)."
         );
+    }
+
+    #[test]
+    fn each_image_stands_where_its_marker_was() {
+        let template = ChatTemplate::new("", "", "");
+        let images = ImageInput { colours: vec![[1, 2, 3]], n_image_tokens: 3, width: 4, height: 4, tags: None };
+        let one = check(
+            "ab<image>cd",
+            &images,
+            Some(&[Some("s".into()), Some("e".into()), Some("c".into())]),
+            &template,
+            &[],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let text = |t: &str| crate::token_ids(t);
+        let image = vec![image_token_id(); 5];
+        assert_eq!(one.ids, [text("ab"), image, text("cd")].concat());
+        assert_eq!(one.at, vec![text("ab").len()]);
+        assert_eq!(placed(&one.images, &one.at, 0, 7)[0].at, 7 + text("ab").len());
     }
 }
