@@ -22,8 +22,8 @@ pub struct AbiInfo {
     pub name: &'static str,
     /// The runtime versions it drives, as messages show them, e.g. "1.2.1-1.2.3".
     pub runtimes: &'static str,
-    /// Whether it drives the runtime version `major.minor[.patch]`.
-    pub drives: fn(u32, u32, Option<u32>) -> bool,
+    /// Whether it drives the runtime version `major.minor.patch`.
+    pub drives: fn(u32, u32, u32) -> bool,
     /// The newest runtime version it drives (the version the simulator reports).
     pub newest: &'static str,
     /// Whether sampling parameters and `max_new_tokens` can be set per run.
@@ -149,10 +149,12 @@ impl Abi {
         self.info().per_run_sampling
     }
 
-    /// The ABI that drives runtime `version` ("X.Y" or "X.Y.Z"), if any.
+    /// The ABI that drives runtime `version` ("X.Y.Z"), if any: the listed ABI
+    /// whose module says it drives it (`AbiInfo::drives`).
     pub fn of_version(version: &str) -> Option<Abi> {
-        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-        let (major, minor, patch) = (parts.next()??, parts.next()??, parts.next().flatten());
+        // Exactly major.minor.patch, all numbers: "1.3.", "1.3.foo" or "1.3.0.9" is no version.
+        let parts: Vec<u32> = version.split('.').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+        let [major, minor, patch] = parts[..] else { return None };
         Abi::ALL.iter().copied().find(|abi| (abi.info().drives)(major, minor, patch))
     }
 
@@ -160,6 +162,11 @@ impl Abi {
     /// "1.3.x (ABI 1.3) and 1.2.1-1.2.3 (ABI 1.2)".
     pub fn supported() -> String {
         listing(|info| format!("{} (ABI {})", info.runtimes, info.name), " and ")
+    }
+
+    /// What `runtime_abi` may be set to, e.g. "\"1.3\" (runtime 1.3.x) or \"1.2\" (runtime 1.2.1-1.2.3)".
+    pub fn choices() -> String {
+        listing(|info| format!("\"{}\" (runtime {})", info.name, info.runtimes), " or ")
     }
 }
 
@@ -185,10 +192,9 @@ impl std::str::FromStr for Abi {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         let named = Abi::ALL.iter().copied().find(|abi| abi.as_str() == s);
-        named.or_else(|| Abi::of_version(s)).ok_or_else(|| {
-            let choices = listing(|info| format!("\"{}\" (runtime {})", info.name, info.runtimes), " or ");
-            format!("unsupported runtime ABI {s:?}: use {choices}")
-        })
+        named
+            .or_else(|| Abi::of_version(s))
+            .ok_or_else(|| format!("unsupported runtime ABI {s:?}: use {}", Abi::choices()))
     }
 }
 

@@ -18,7 +18,7 @@ pub enum SniffError {
     Read { path: String, source: std::io::Error },
     #[error("runtime library {path} is version {version}, which rkllmd cannot drive: supported are {}. Install a supported librkllmrt.so", Abi::supported())]
     Unsupported { path: String, version: String },
-    #[error("runtime library {path} carries no \"RKLLM SDK (version: …\" marker, so its ABI is unknown. Set runtime_abi = \"1.3\" or \"1.2\" in the config (or --runtime-abi / RKLLMD_RUNTIME_ABI) to the version of the library you installed")]
+    #[error("runtime library {path} carries no \"RKLLM SDK (version: …\" marker, so its ABI is unknown. Set runtime_abi to one of {} in the config (or --runtime-abi / RKLLMD_RUNTIME_ABI) to the version of the library you installed", Abi::choices())]
     NoMarker { path: String },
     #[error("runtime library {path} says version {version} (ABI {found}) but runtime_abi is set to {configured}; remove runtime_abi or install the library you meant")]
     Conflict { path: String, version: String, found: Abi, configured: Abi },
@@ -40,12 +40,6 @@ pub fn find_version(bytes: &[u8]) -> Option<String> {
     (!version.is_empty()).then(|| version.to_owned())
 }
 
-/// The ABI of a runtime version string, if supported: the listed ABI whose
-/// module says it drives that version (`AbiInfo::drives`).
-pub fn abi_of_version(version: &str) -> Option<Abi> {
-    Abi::of_version(version)
-}
-
 /// Decides the ABI from the bytes of a library file and the optional override.
 pub fn sniff_bytes(path: &str, bytes: &[u8], configured: Option<Abi>) -> Result<Sniffed, SniffError> {
     let Some(version) = find_version(bytes) else {
@@ -54,7 +48,7 @@ pub fn sniff_bytes(path: &str, bytes: &[u8], configured: Option<Abi>) -> Result<
             None => Err(SniffError::NoMarker { path: path.into() }),
         };
     };
-    let Some(found) = abi_of_version(&version) else {
+    let Some(found) = Abi::of_version(&version) else {
         return Err(SniffError::Unsupported { path: path.into(), version });
     };
     match configured {

@@ -13,7 +13,7 @@ impl AbiTypes for V1_2 {
     const INFO: AbiInfo = AbiInfo {
         name: "1.2",
         runtimes: "1.2.1-1.2.3",
-        drives: |major, minor, patch| matches!((major, minor, patch), (1, 2, Some(1..=3))),
+        drives: |major, minor, patch| matches!((major, minor, patch), (1, 2, 1..=3)),
         newest: "1.2.3",
         // Sampling and `max_new_tokens` are fixed at init.
         per_run_sampling: false,

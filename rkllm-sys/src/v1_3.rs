@@ -1,4 +1,4 @@
-//! ABI of runtime 1.3.0.
+//! ABI of runtime 1.3.x (written from 1.3.0's header).
 
 use crate::abi::{AbiInfo, AbiTypes, Functions};
 use crate::common::*;

@@ -7,7 +7,7 @@
 
 use rkllm_sys::abi::Abi;
 use rkllm_sys::loader::{find_library, search_paths, LoadError, Runtime, LIBRARY_NAME, SYSTEM_DIRS};
-use rkllm_sys::sniff::{abi_of_version, find_version, sniff_bytes, sniff_file, SniffError, Sniffed, VERSION_MARKER};
+use rkllm_sys::sniff::{find_version, sniff_bytes, sniff_file, SniffError, Sniffed, VERSION_MARKER};
 use std::path::{Path, PathBuf};
 
 /// The marker as the library carries it, followed by `version`.
@@ -85,21 +85,23 @@ fn find_version_in_binary_junk_at_any_offset() {
 }
 
 // ---------------------------------------------------------------------------
-// abi_of_version
+// Abi::of_version
 // ---------------------------------------------------------------------------
 
 #[test]
 fn abi_of_supported_versions() {
-    assert_eq!(abi_of_version("1.3.0"), Some(Abi::V1_3));
-    assert_eq!(abi_of_version("1.2.1"), Some(Abi::V1_2));
-    assert_eq!(abi_of_version("1.2.2"), Some(Abi::V1_2));
-    assert_eq!(abi_of_version("1.2.3"), Some(Abi::V1_2));
+    assert_eq!(Abi::of_version("1.3.0"), Some(Abi::V1_3));
+    assert_eq!(Abi::of_version("1.2.1"), Some(Abi::V1_2));
+    assert_eq!(Abi::of_version("1.2.2"), Some(Abi::V1_2));
+    assert_eq!(Abi::of_version("1.2.3"), Some(Abi::V1_2));
 }
 
 #[test]
 fn abi_of_unsupported_versions() {
-    for version in ["1.2.0", "1.1.4", "1.1.0", "1.0.1", "0.9.8", "2.0.0", "1.2", "1", "", "x.y.z"] {
-        assert_eq!(abi_of_version(version), None, "version {version:?}");
+    for version in
+        ["1.2.0", "1.1.4", "1.1.0", "1.0.1", "0.9.8", "2.0.0", "1.2", "1", "", "x.y.z", "1.3.", "1.3.foo", "1.3.0.9"]
+    {
+        assert_eq!(Abi::of_version(version), None, "version {version:?}");
     }
 }
 

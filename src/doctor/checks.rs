@@ -85,9 +85,12 @@ pub fn library(board: &Board, plan: &Plan, report: &mut Report) -> Option<Runtim
             Some(runtime)
         }
         Err(e) => {
-            let fix = "install librkllmrt.so 1.3.0 or 1.2.1-1.2.3 for this architecture; \
-                       `strings librkllmrt.so | grep 'RKLLM SDK'` shows a library's version";
-            report.push(plan.missing(LIBRARY, e.to_string(), fix));
+            let fix = format!(
+                "install librkllmrt.so {} for this architecture; \
+                 `strings librkllmrt.so | grep 'RKLLM SDK'` shows a library's version",
+                rkllm_sys::Abi::supported()
+            );
+            report.push(plan.missing(LIBRARY, e.to_string(), &fix));
             None
         }
     }

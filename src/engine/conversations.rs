@@ -63,7 +63,7 @@ impl Engine {
                 let found = if images && !lock(saved).keeps_images() {
                     None
                 } else {
-                    lock(saved).find(ids, lora, fits).filter(|r| !images || r.held_ids[..] == ids[..r.client])
+                    lock(saved).find(ids, lora, fits, images)
                 };
                 match found {
                     Some(restore) if !lock(saved).costs.worth_restoring(restore.held, restore.on_disk) => {
@@ -163,14 +163,16 @@ impl Engine {
 
     /// After a cached run (turn still held): checks the cache's size against
     /// what was sent and generated, and a restore's reuse against the
-    /// runtime's prefill count; keeps the saved file. Returns the tokens the
-    /// run reused and how it found them.
+    /// runtime's prefill count; keeps the saved file. `failed`: the runtime
+    /// ended the run with an error. Returns the tokens the run reused and
+    /// how it found them.
     pub(super) async fn settle_kv(
         &self,
         job: &str,
         plan: &Plan,
         generated: &[i32],
         perf: Option<&RuntimePerf>,
+        failed: bool,
     ) -> (u32, CacheUse) {
         let Some(kv) = self.kv.as_ref() else { return (0, CacheUse::Miss(MissReason::Empty)) };
         let reported = match self.model.kv_cache_size().await {
@@ -210,7 +212,19 @@ impl Engine {
                 let was = (saved.is_off(), saved.keeps_images());
                 match kept {
                     Some((held, lora)) => saved.saved(save, &held, &plan.prompt, lora.as_deref(), plan.key.as_deref()),
-                    None => saved.abandoned(save),
+                    None => {
+                        saved.abandoned(save);
+                        // Whether the runtime saves a multimodal run at all is
+                        // open: one that failed, or left a cache of another
+                        // size, when asked to save is not asked again.
+                        let images = plan.prompt.iter().any(|&id| super::kv_images::is_image(id));
+                        if images && saved.keeps_images() && (failed || settled.is_err()) {
+                            saved.switch_off_images(format!(
+                                "a run with images asked to save its prompt {}",
+                                if failed { "ended with a runtime error" } else { "left a KV cache of another size" }
+                            ));
+                        }
+                    }
                 }
                 if (saved.is_off(), saved.keeps_images()) != was {
                     metrics.conversation_cache_off();

@@ -231,7 +231,8 @@ impl Run {
         let (cached_tokens, cache) = match &self.plan {
             Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {
-                let (reused, found) = engine.settle_kv(&self.job, plan, &self.generated, perf.as_ref()).await;
+                let (reused, found) =
+                    engine.settle_kv(&self.job, plan, &self.generated, perf.as_ref(), finish.is_error()).await;
                 (reused, Some(found))
             }
             None => {

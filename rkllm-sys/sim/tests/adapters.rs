@@ -12,7 +12,7 @@ fn adapter(name: &str, path: &std::path::Path) -> LoraAdapter {
 
 #[test]
 fn a_loaded_adapter_is_selected_per_run_and_an_unknown_one_fails() {
-    for abi in [Abi::V1_2, Abi::V1_3] {
+    for &abi in Abi::ALL {
         let record = temp_path("lora.jsonl");
         let file = temp_path("lora.rkllm");
         std::fs::write(&file, "adapter").unwrap();

@@ -15,7 +15,7 @@ fn capture(model: &rkllm_sys::Model, text: &str, capture: Capture) -> (Matrix, O
 
 #[test]
 fn hidden_layer_rows_are_copied_and_the_buffer_released() {
-    for abi in [Abi::V1_2, Abi::V1_3] {
+    for &abi in Abi::ALL {
         let record = temp_path(&format!("forward-hidden-{abi}"));
         let model = load(abi, &format!("sim:instant?record={}", record.display()));
         let text = "The cat sat on the mat";
