@@ -26,7 +26,7 @@
 
 use super::auth::Key;
 use super::error::ApiError;
-use super::AppState;
+use super::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
 use axum::middleware::Next;

@@ -8,7 +8,7 @@
 //! bounds each time it is served (`doc_models`).
 
 use super::request::{MAX_INPUTS, MAX_STOPS, MAX_TOOLS};
-use super::AppState;
+use super::state::AppState;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::StatusCode;

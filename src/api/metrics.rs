@@ -4,8 +4,8 @@
 
 use super::error::Said;
 use super::record::Counting;
+use super::state::AppState;
 use super::system::SystemInfo;
-use super::AppState;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::scrape::{self, Live, SavedTotals};
 use crate::metrics::Kind;
@@ -230,7 +230,7 @@ mod tests {
 
     /// `/v1/rerank` answered by `handler`, counted as the router counts it.
     fn counted(handler: axum::routing::MethodRouter<AppState>) -> Router {
-        let state = AppState::new(crate::api::Settings {
+        let state = AppState::new(crate::api::state::Settings {
             api_key: None,
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),

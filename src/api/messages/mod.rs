@@ -12,8 +12,8 @@ pub(super) mod wire;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{head_wait, submit, tools_dropped_header};
-use super::AppState;
+use super::state::AppState;
+use super::submit::{head_wait, submit};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -99,23 +99,20 @@ pub async fn create(
         let (max_tokens, clamped) = super::ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
         chat.common.max_tokens = Some(max_tokens);
         system::place(&mut chat, &model.prompter);
-        let v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
+        let mut v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
+        v.checks.clamped = clamped;
         Ok((v, clamped))
     })
     .await?;
     let head = reply::Head { id: id.clone(), model: model.served_id(), clamped };
     let wait = head_wait(&v, state.settings.head_wait);
     let s = submit(&state, model, place, v, &id, &counting, wait).await;
-    let mut response = if s.streamed {
-        reply::stream(s.pieces?, head, state.settings.keepalive)
-    } else {
-        reply::collect(s.pieces?, head).await
+    let response = match s.pieces {
+        Ok(pieces) if s.streamed => reply::stream(pieces, head, state.settings.keepalive),
+        Ok(pieces) => reply::collect(pieces, head).await,
+        Err(e) => AnthropicError(e).into_response(),
     };
-    tools_dropped_header(&mut response, s.tools_dropped);
-    if let Some(clamped) = clamped {
-        clamped.header(&mut response);
-    }
-    Ok(response)
+    Ok(s.served.finish(response))
 }
 
 /// Counts the prompt a message request would send (its tools included), by the model's tokenizer.

@@ -7,9 +7,9 @@ use crate::api::request::{
     self as openai, ChatMessage, ChatPolicy, ChatRole, Content, ContentPart, ImageUrl, Prompt, StopSequences,
     Validated, MAX_STOPS,
 };
-use crate::api::Loaded;
 use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::KeepAlive;
+use crate::registry::Loaded;
 use serde_json::{json, Map, Value};
 
 /// `keep_alive`: seconds or a duration string; `null`/absent = the daemon's.

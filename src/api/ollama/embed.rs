@@ -8,7 +8,7 @@ use crate::api::embeddings::{check_count, check_inputs, known_dimensions, text_i
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::engine::RunInput;
 use axum::body::Bytes;
 use axum::extract::State;

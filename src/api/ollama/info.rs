@@ -2,7 +2,7 @@
 
 use super::wire::{Details, ModelEntry, Models, Show, ShowRequest, Version};
 use crate::api::error::ApiError;
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::conversation::Prompter;
 use crate::registry::{adapter_id, ModelSpec, Status};
 use axum::body::Bytes;

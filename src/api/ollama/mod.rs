@@ -18,8 +18,8 @@ use super::metrics::CountedRoutes;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{submit, HeadWait};
-use super::AppState;
+use super::state::AppState;
+use super::submit::{submit, HeadWait};
 use crate::metrics::Kind;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -120,7 +120,7 @@ async fn chat(
     let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let tools_overflow = state.settings.tools_overflow;
-    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow);
+    let validate = move |id: &str, model: &crate::registry::Loaded| convert::chat(&req, id, model, tools_overflow);
     answer(&state, &common, Shape::Chat, received, &counting, validate).await
 }
 
@@ -144,7 +144,7 @@ async fn generate(
     let received = Instant::now();
     let req: GenerateRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
+    let validate = move |id: &str, model: &crate::registry::Loaded| convert::generate(&req, id, model);
     answer(&state, &common, Shape::Generate, received, &counting, validate).await
 }
 
@@ -157,7 +157,9 @@ async fn answer(
     shape: Shape,
     received: Instant,
     counting: &Counting,
-    validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
+    validate: impl FnOnce(&str, &crate::registry::Loaded) -> Result<Option<super::request::Validated>, ApiError>
+        + Send
+        + 'static,
 ) -> Result<Response, ApiError> {
     if common.model.is_empty() {
         return Err(ApiError::invalid_value("model", "model is required"));
@@ -168,11 +170,15 @@ async fn answer(
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
-    let Some(v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
+    // `num_predict` above the server's limit is served as a ceiling (`convert::common`), and said.
+    let limit = model.engine.limits().max_new_tokens;
+    let asked = common.options.as_ref().and_then(|o| o.num_predict).filter(|&n| n > 0);
+    let clamped = asked.and_then(|n| super::ceiling::clamp(u32::try_from(n).unwrap_or(u32::MAX), limit).1);
+    let Some(mut v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
         let unload = keep_alive.is_some_and(|k| k.is_zero());
         drop(model);
         if unload {
-            state.models()?.unload(&frame.model).await.map_err(|e| super::registry_error(&e))?;
+            state.unload(&frame.model).await?;
         }
         let empty = frame.chunk(String::new(), String::new(), Vec::new());
         let stats = wire::Stats {
@@ -183,10 +189,13 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
+    v.checks.clamped = clamped;
     let wait = HeadWait::RunStart(state.settings.head_wait);
     let s = submit(state, model, place, v, &id, counting, wait).await;
-    let mut response =
-        if s.streamed { reply::stream(s.pieces?, frame) } else { reply::collect(s.pieces?, frame).await };
-    super::respond::tools_dropped_header(&mut response, s.tools_dropped);
-    Ok(response)
+    let response = match s.pieces {
+        Ok(pieces) if s.streamed => reply::stream(pieces, frame),
+        Ok(pieces) => reply::collect(pieces, frame).await,
+        Err(e) => e.into_response(),
+    };
+    Ok(s.served.finish(response))
 }

@@ -3,7 +3,7 @@
 //! Off unless `allow_pull`: a pull writes gigabytes to the board's disk.
 
 use crate::api::error::ApiError;
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::pull::{Event, Hub, Options, PullError, Wanted};
 use axum::body::{Body, Bytes};
 use axum::extract::State;

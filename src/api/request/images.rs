@@ -4,8 +4,8 @@
 
 use super::Job;
 use crate::api::error::ApiError;
-use crate::api::Loaded;
 use crate::engine::ImageInput;
+use crate::registry::Loaded;
 use crate::vision::{preprocess, FetchError, ImageError, ImageLimits, UrlFetch};
 use base64::Engine as _;
 use std::sync::Arc;

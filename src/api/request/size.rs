@@ -284,18 +284,7 @@ mod tests {
     use super::*;
 
     fn job(max_new_tokens: Option<u32>) -> Job {
-        Job {
-            id: "x".into(),
-            prompt: String::new(),
-            max_new_tokens,
-            sampling: Default::default(),
-            enable_thinking: false,
-            tokens: None,
-            lora: None,
-            images: Vec::new(),
-            image_timings: Default::default(),
-            cache: Default::default(),
-        }
+        Job { max_new_tokens, ..Job::new("x", "") }
     }
 
     #[test]
