@@ -1,6 +1,6 @@
-//! Optional API-key authentication for every API route (`api_routes` in
-//! `api/mod.rs`: `/v1/*`, Ollama's `/api/*`, `/tokenize`, `/detokenize`,
-//! `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
+//! Optional API-key authentication for every API route (those the route
+//! table describes as guarded, `route.rs`: `/v1/*`, Ollama's `/api/*`,
+//! `/tokenize`, `/detokenize`, `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
 //! `x-api-key: KEY` (Anthropic-style clients, proxies). `/`, `/health`,
 //! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` stay public.
 //! Each listener has its own key: the main one `api_key`, the Ollama

@@ -28,6 +28,7 @@ mod rerank;
 mod respond;
 pub mod response;
 mod responses;
+mod route;
 mod runtime_info;
 mod schema_rules;
 mod state;
@@ -37,6 +38,9 @@ mod submit;
 mod system;
 mod tokenize;
 
+#[cfg(test)]
+mod tests;
+
 use crate::metrics::Kind;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
@@ -44,6 +48,7 @@ use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::{HeaderName, HeaderValue, Method, Uri};
 use axum::Router;
 use error::ApiError;
+use route::{Route, Routes};
 pub use state::{mark_instance, unix_now, AppState, Settings};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
@@ -57,46 +62,47 @@ use utoipa_axum::routes;
 )]
 struct ApiDoc;
 
-/// The API's routes (authenticated) and what their handlers' annotations
-/// say of them; each counted route registered in `counted` with its kind
-/// (`rkllmd_requests_total`).
-fn api_routes(counted: &mut metrics::CountedRoutes) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+/// The route table: the API's routes (behind the key), each described in
+/// `table` where it is registered (`route.rs`), and what their handlers'
+/// annotations say of them.
+fn api_routes(table: &mut Routes) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
-        .routes(counted.openapi(Kind::Completion, routes!(completions::create)))
-        .routes(counted.openapi(Kind::Completion, routes!(responses::create)))
-        .routes(counted.openapi(Kind::Completion, routes!(messages::create)))
-        .routes(routes!(messages::count_tokens))
-        .routes(counted.openapi(Kind::Embedding, routes!(embeddings::create)))
-        .routes(counted.openapi(Kind::Rerank, routes!(rerank::create)))
-        .routes(counted.openapi(Kind::Rerank, routes!(rerank::create_unversioned)))
-        .routes(routes!(models::list))
-        .routes(routes!(models::get))
-        .routes(routes!(models::load))
-        .routes(routes!(models::unload))
-        .routes(routes!(system::get))
-        .routes(routes!(tokenize::tokenize))
-        .routes(routes!(tokenize::detokenize))
-        .merge(ollama::routes(counted))
+        .routes(table.add(Route::GENERATION, routes!(chat::create)))
+        .routes(table.add(Route::GENERATION, routes!(completions::create)))
+        .routes(table.add(Route::GENERATION, routes!(responses::create)))
+        .routes(table.add(Route::GENERATION, routes!(messages::create)))
+        .routes(table.add(Route::JSON, routes!(messages::count_tokens)))
+        .routes(table.add(Route::counted(Kind::Embedding), routes!(embeddings::create)))
+        .routes(table.add(Route::counted(Kind::Rerank), routes!(rerank::create)))
+        .routes(table.add(Route::counted(Kind::Rerank), routes!(rerank::create_unversioned)))
+        .routes(table.add(Route::JSON, routes!(models::list)))
+        .routes(table.add(Route::JSON, routes!(models::get)))
+        .routes(table.add(Route::JSON, routes!(models::load)))
+        .routes(table.add(Route::JSON, routes!(models::unload)))
+        .routes(table.add(Route::JSON, routes!(system::get)))
+        .routes(table.add(Route::JSON, routes!(tokenize::tokenize)))
+        .routes(table.add(Route::JSON, routes!(tokenize::detokenize)))
+        .merge(ollama::routes(table))
         .split_for_parts()
 }
 
 /// The whole application: API routes (authenticated), health and docs
 /// (public), OpenAI-style fallbacks, body limit and CORS.
 pub fn router(state: AppState) -> Router {
-    let mut counted = metrics::CountedRoutes::default();
-    let (api, openapi) = api_routes(&mut counted);
-    let (public, health_doc) =
-        OpenApiRouter::new().routes(routes!(health::live)).routes(routes!(health::ready)).split_for_parts();
-    let mut openapi = openapi;
+    let mut table = Routes::default();
+    let (api, mut openapi) = api_routes(&mut table);
+    let (public, health_doc) = OpenApiRouter::new()
+        .routes(table.add(Route::PUBLIC, routes!(health::live)))
+        .routes(table.add(Route::PUBLIC, routes!(health::ready)))
+        .split_for_parts();
     openapi.merge(health_doc);
     let doc_settings = docs::DocSettings { api_key: state.settings.api_key.is_some() };
-    docs::complete(&mut openapi, &doc_settings);
+    docs::complete(&mut openapi, &doc_settings, &table);
     let public = public
         .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))
         .merge(metrics::main_routes(&state));
     let key = auth::Key::new(state.settings.api_key.as_deref());
-    guarded(api, public, counted, key, state)
+    guarded(api, public, table, key, state)
 }
 
 /// The Ollama clients' listener (`ollama_listen`): the Ollama routes and
@@ -105,27 +111,21 @@ pub fn router(state: AppState) -> Router {
 /// (`ollama_api_key`; `None`: no key), for clients that cannot send one.
 /// `GET /` answers as Ollama's does, for clients that probe it.
 pub fn ollama_router(state: AppState, key: Option<&str>) -> Router {
-    let mut counted = metrics::CountedRoutes::default();
-    let (api, _) = ollama::routes(&mut counted)
-        .routes(counted.openapi(Kind::Completion, routes!(chat::create)))
-        .routes(routes!(models::list))
+    let mut table = Routes::default();
+    let (api, _) = ollama::routes(&mut table)
+        .routes(table.add(Route::GENERATION, routes!(chat::create)))
+        .routes(table.add(Route::JSON, routes!(models::list)))
         .split_for_parts();
     let public = Router::new().route("/", axum::routing::get(|| async { "Ollama is running" }));
-    guarded(api, public, counted, auth::Key::new(key), state)
+    guarded(api, public, table, auth::Key::new(key), state)
 }
 
 /// A listener's routes behind what guards every one: `key` on the API
 /// routes (not on `public`), request counting, the body limit, CORS, the
 /// Host and Origin checks, Ollama's error shape and the instance header.
-fn guarded(
-    api: Router<AppState>,
-    public: Router<AppState>,
-    counted: metrics::CountedRoutes,
-    key: auth::Key,
-    state: AppState,
-) -> Router {
+fn guarded(api: Router<AppState>, public: Router<AppState>, table: Routes, key: auth::Key, state: AppState) -> Router {
     let api = api.layer(axum::middleware::from_fn_with_state(key.clone(), auth::require_key));
-    let counter = metrics::Counter::new(counted, state.clone());
+    let counter = metrics::Counter::new(table, state.clone());
     let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
     let mut app = Router::new()
         .merge(api)

@@ -14,10 +14,10 @@ mod reply;
 pub(super) mod wire;
 
 use super::error::{ApiError, ErrorBody, Said};
-use super::metrics::CountedRoutes;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
+use super::route::{Route, Routes};
 use super::state::AppState;
 use super::submit::{submit, HeadWait};
 use crate::metrics::Kind;
@@ -77,17 +77,17 @@ struct OllamaDoc;
 
 /// The routes, with their part of the OpenAPI document (`api::docs` adds
 /// the responses every route can give, in Ollama's error shape).
-pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
+pub fn routes(table: &mut Routes) -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(OllamaDoc::openapi())
-        .routes(routes!(info::version))
-        .routes(routes!(info::tags))
-        .routes(routes!(info::ps))
-        .routes(routes!(info::show))
-        .routes(routes!(pull::pull))
-        .routes(counted.openapi(Kind::Completion, routes!(chat)))
-        .routes(counted.openapi(Kind::Completion, routes!(generate)))
-        .routes(counted.openapi(Kind::Embedding, routes!(embed::embed)))
-        .routes(counted.openapi(Kind::Embedding, routes!(embed::legacy)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::version)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::tags)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::ps)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::show)))
+        .routes(table.add(Route::JSON.ollama(), routes!(pull::pull)))
+        .routes(table.add(Route::GENERATION.ollama(), routes!(chat)))
+        .routes(table.add(Route::GENERATION.ollama(), routes!(generate)))
+        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::embed)))
+        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::legacy)))
 }
 
 /// A counted request's body as JSON, whatever its content type (as
