@@ -6,7 +6,7 @@
 //! Each listener has its own key: the main one `api_key`, the Ollama
 //! clients' one `ollama_api_key`.
 
-use super::error::ApiError;
+use super::error::{ApiError, Refuse};
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
@@ -37,11 +37,11 @@ impl Key {
     }
 }
 
-pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Response {
     if key.is_set() && !key.carried_by(req.headers()) {
-        return Err(ApiError::unauthorized());
+        return Refuse::of(&req).with(ApiError::unauthorized());
     }
-    Ok(next.run(req).await)
+    next.run(req).await
 }
 
 fn given_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {

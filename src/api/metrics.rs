@@ -114,8 +114,8 @@ pub struct Counter {
 }
 
 impl Counter {
-    pub fn new(routes: Routes, state: AppState) -> Counter {
-        Counter { routes: Arc::new(routes), state }
+    pub fn new(routes: Arc<Routes>, state: AppState) -> Counter {
+        Counter { routes, state }
     }
 
     /// The `model` label of a request counted before the engine: the model
@@ -226,7 +226,7 @@ mod tests {
         let mut routes = Routes::default();
         routes.insert("/v1/rerank", crate::api::route::Route::counted(Kind::Rerank));
         let router = Router::new().route("/v1/rerank", handler);
-        let counter = Counter::new(routes, state.clone());
+        let counter = Counter::new(Arc::new(routes), state.clone());
         router.layer(axum::middleware::from_fn_with_state(counter, count_requests)).with_state(state)
     }
 

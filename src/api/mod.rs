@@ -42,14 +42,16 @@ mod tokenize;
 mod tests;
 
 use crate::metrics::Kind;
-use axum::extract::DefaultBodyLimit;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
-use axum::http::{HeaderName, HeaderValue, Method, Uri};
+use axum::http::{HeaderName, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
-use error::ApiError;
-use route::{Route, Routes};
+use error::{ApiError, Refuse};
+use route::{Errors, Route, Routes};
 pub use state::{mark_instance, unix_now, AppState, Settings};
+use std::sync::Arc;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -122,16 +124,20 @@ pub fn ollama_router(state: AppState, key: Option<&str>) -> Router {
 
 /// A listener's routes behind what guards every one: `key` on the API
 /// routes (not on `public`), request counting, the body limit, CORS, the
-/// Host and Origin checks, Ollama's error shape and the instance header.
+/// Host and Origin checks, each refusal in its route's error shape, and
+/// the instance header.
 fn guarded(api: Router<AppState>, public: Router<AppState>, table: Routes, key: auth::Key, state: AppState) -> Router {
     let api = api.layer(axum::middleware::from_fn_with_state(key.clone(), auth::require_key));
-    let counter = metrics::Counter::new(table, state.clone());
+    let table = Arc::new(table);
+    let counter = metrics::Counter::new(table.clone(), state.clone());
     let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
     let mut app = Router::new()
         .merge(api)
         .merge(public)
-        .fallback(|uri: Uri| async move { ApiError::route_not_found(uri.path()) })
-        .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
+        .fallback(|req: Request| async move { Refuse::of(&req).with(ApiError::route_not_found(req.uri().path())) })
+        .method_not_allowed_fallback(
+            |req: Request| async move { Refuse::of(&req).with(ApiError::method_not_allowed()) },
+        )
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
         .layer(axum::middleware::from_fn_with_state(state.clone(), refuse_announced_oversize));
     if let Some(cors) = cors(&state.settings.cors_origins) {
@@ -141,13 +147,24 @@ fn guarded(api: Router<AppState>, public: Router<AppState>, table: Routes, key: 
     // instance header is on every response, the refusals included.
     let guard = cross_site::Guard { state: state.clone(), key };
     app.layer(axum::middleware::from_fn_with_state(guard, cross_site::check))
-        .layer(axum::middleware::from_fn(ollama::error_shape))
+        .layer(axum::middleware::from_fn_with_state(table, refusals))
         .layer(axum::middleware::from_fn(instance_header))
         .with_state(state)
 }
 
+/// Puts on each request how its refusals are written (`Refuse`): in its
+/// route's error shape (`route.rs`), before any guard can refuse it.
+async fn refusals(State(table): State<Arc<Routes>>, mut req: Request, next: Next) -> Response {
+    let refuse = match table.errors_for(req.uri().path()) {
+        Errors::OpenAi => Refuse(IntoResponse::into_response),
+        Errors::Ollama => Refuse(ollama::error::refusal),
+    };
+    req.extensions_mut().insert(refuse);
+    next.run(req).await
+}
+
 /// Names the board on every response (`state::mark_instance`).
-async fn instance_header(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+async fn instance_header(req: Request, next: Next) -> Response {
     let mut response = next.run(req).await;
     mark_instance(&mut response);
     response
@@ -155,17 +172,13 @@ async fn instance_header(req: axum::extract::Request, next: axum::middleware::Ne
 
 /// A body whose `Content-Length` is over the limit is refused before any of
 /// it is read (the body limit alone would wait for the bytes to arrive).
-async fn refuse_announced_oversize(
-    State(state): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Result<axum::response::Response, ApiError> {
+async fn refuse_announced_oversize(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let limit = state.settings.body_limit_bytes;
     let announced = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if announced.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::payload_too_large(limit));
+        return Refuse::of(&req).with(ApiError::payload_too_large(limit));
     }
-    Ok(next.run(req).await)
+    next.run(req).await
 }
 
 fn cors(origins: &[String]) -> Option<CorsLayer> {

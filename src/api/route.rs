@@ -86,6 +86,23 @@ impl Routes {
         self.0.get(path).copied()
     }
 
+    /// The error shape of a request to `path` (its own path): its route's,
+    /// else that of the routes under the same first segment when they all
+    /// have one (a path under Ollama's `/api/` that is no route answers as
+    /// Ollama does), else OpenAI's.
+    pub fn errors_for(&self, path: &str) -> Errors {
+        if let Some(route) = self.0.get(path) {
+            return route.errors;
+        }
+        let first = |p: &str| p.trim_start_matches('/').split('/').next().unwrap_or_default().to_owned();
+        let segment = first(path);
+        let mut shapes = self.0.iter().filter(|(p, _)| first(p) == segment).map(|(_, r)| r.errors);
+        match shapes.next() {
+            Some(shape) if shapes.all(|other| other == shape) => shape,
+            _ => Errors::OpenAi,
+        }
+    }
+
     /// The kind a POST to `path` (a request's own path) is counted as.
     pub fn counted(&self, path: &str) -> Option<Kind> {
         self.0.get(path).and_then(|r| r.counted)

@@ -3,7 +3,7 @@
 //! started, filled and stopped, `message_delta` with the stop reason and
 //! usage, `message_stop`.
 
-use super::AnthropicError;
+use super::error::AnthropicError;
 use crate::api::ceiling::Clamped;
 use crate::api::reply::{Piece, Summary};
 use crate::conversation::{CallDelta, Delta};

@@ -8,12 +8,13 @@
 
 mod convert;
 mod embed;
+pub(super) mod error;
 mod info;
 mod pull;
 mod reply;
 pub(super) mod wire;
 
-use super::error::{ApiError, ErrorBody, Said};
+use super::error::ApiError;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
@@ -21,54 +22,17 @@ use super::route::{Route, Routes};
 use super::state::AppState;
 use super::submit::{submit, HeadWait};
 use crate::metrics::Kind;
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
+use axum::body::Bytes;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use error::OllamaError;
 use reply::{Frame, Shape};
 use std::time::Instant;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
-
-/// An error in Ollama's words: `{"error": "…"}`, its text what clients match on.
-fn error_body(status: StatusCode, said: &ErrorBody) -> ErrorReply {
-    let error = match (said.code, said.overflow) {
-        (Some("model_not_found"), _) if status == StatusCode::NOT_FOUND => {
-            format!("model '{}' not found", said.message.split('`').nth(1).unwrap_or_default())
-        }
-        // Ollama's words for a prompt that does not fit (its runner's, with
-        // `truncate: false`), the numbers after them.
-        (_, Some(o)) => {
-            format!(
-                "the input length exceeds the context length ({} tokens > {}). {}",
-                o.tokens, o.context, said.message
-            )
-        }
-        _ => said.message.clone(),
-    };
-    ErrorReply { error }
-}
-
-/// Every error on Ollama's routes in Ollama's shape: the handlers' and
-/// those met before a handler (a missing key, a foreign origin, a body too
-/// large), rewritten from what the response said ([`Said`]).
-pub async fn error_shape(req: Request, next: Next) -> Response {
-    let ollama = req.uri().path().starts_with("/api/");
-    let response = next.run(req).await;
-    let Some(Said(said)) = response.extensions().get::<Said>().filter(|_| ollama).cloned() else {
-        return response;
-    };
-    let (mut parts, _) = response.into_parts();
-    let body = serde_json::to_vec(&error_body(parts.status, &said)).unwrap_or_default();
-    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    parts.headers.remove(CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(body))
-}
 
 /// The error shape, which `api::docs` names for every refusal on these routes.
 #[derive(utoipa::OpenApi)]
@@ -115,13 +79,13 @@ async fn chat(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: ChatRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let tools_overflow = state.settings.tools_overflow;
     let validate = move |id: &str, model: &crate::registry::Loaded| convert::chat(&req, id, model, tools_overflow);
-    answer(&state, &common, Shape::Chat, received, &counting, validate).await
+    Ok(answer(&state, &common, Shape::Chat, received, &counting, validate).await?)
 }
 
 /// Ollama's generate: a completion of `prompt` (with the model's template unless `raw`).
@@ -140,12 +104,12 @@ async fn generate(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: GenerateRequest = parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let validate = move |id: &str, model: &crate::registry::Loaded| convert::generate(&req, id, model);
-    answer(&state, &common, Shape::Generate, received, &counting, validate).await
+    Ok(answer(&state, &common, Shape::Generate, received, &counting, validate).await?)
 }
 
 /// Loads the model, converts the request, and answers with NDJSON or one
@@ -195,7 +159,7 @@ async fn answer(
     let response = match s.pieces {
         Ok(pieces) if s.streamed => reply::stream(pieces, frame),
         Ok(pieces) => reply::collect(pieces, frame).await,
-        Err(e) => e.into_response(),
+        Err(e) => OllamaError(e).into_response(),
     };
     Ok(s.served.finish(response))
 }

@@ -99,7 +99,7 @@ fn done_reason(finish_reason: &'static str) -> &'static str {
 pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Response {
     let (mut reply, summary) = match crate::api::reply::collect(pieces).await {
         Ok(collected) => collected,
-        Err(e) => return e.into_response(),
+        Err(e) => return super::error::OllamaError(e).into_response(),
     };
     let calls = calls(&mut reply);
     let chunk = frame.chunk(reply.content, reply.reasoning, calls);
@@ -131,7 +131,7 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
                     reply.absorb(Delta { calls, ..Delta::default() });
                 }
                 Piece::Failed(e) => {
-                    yield line(StreamLine::Error(super::error_body(e.status, &e.body)));
+                    yield line(StreamLine::Error(super::error::body(e.status, &e.body)));
                 }
                 Piece::Finished(summary) => {
                     let calls = calls(&mut reply);
