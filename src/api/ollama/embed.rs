@@ -2,9 +2,9 @@
 //! over the path of `/v1/embeddings` (validation, pooling, the engine's
 //! hidden-layer job and the request record: `api::embeddings::vectors`).
 
+use super::convert::{self, parse_counted};
 use super::error::OllamaError;
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
-use super::{convert, parse_counted};
 use crate::api::embeddings::{check_count, check_inputs, known_dimensions, text_inputs, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;

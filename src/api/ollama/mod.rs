@@ -15,7 +15,6 @@ mod reply;
 pub(super) mod wire;
 
 use super::error::ApiError;
-use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
 use super::route::{Route, Routes};
@@ -54,15 +53,6 @@ pub fn routes(table: &mut Routes) -> OpenApiRouter<AppState> {
         .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::legacy)))
 }
 
-/// A counted request's body as JSON, whatever its content type (as
-/// Ollama's server reads it); the model it names is told to its counting.
-fn parse_counted<T: serde::de::DeserializeOwned + utoipa::ToSchema + NamesModel>(
-    body: &Bytes,
-    counting: &Counting,
-) -> Result<T, ApiError> {
-    super::extract::parse_named(body, Some(counting))
-}
-
 /// Ollama's chat: NDJSON objects as tokens come (`stream`, the default), or one.
 #[utoipa::path(
     post,
@@ -81,7 +71,7 @@ async fn chat(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: ChatRequest = parse_counted(&body, &counting)?;
+    let req: ChatRequest = convert::parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let tools_overflow = state.settings.tools_overflow;
     let validate = move |id: &str, model: &crate::registry::Loaded| convert::chat(&req, id, model, tools_overflow);
@@ -106,7 +96,7 @@ async fn generate(
     body: Bytes,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: GenerateRequest = parse_counted(&body, &counting)?;
+    let req: GenerateRequest = convert::parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let validate = move |id: &str, model: &crate::registry::Loaded| convert::generate(&req, id, model);
     Ok(answer(&state, &common, Shape::Generate, received, &counting, validate).await?)

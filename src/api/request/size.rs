@@ -11,8 +11,8 @@
 //!   on this bound is clearly too long (only text made mostly of long runs
 //!   of one character, which some vocabularies merge, could beat it).
 
-use super::Job;
 use crate::api::error::{ApiError, Overflow};
+use crate::engine::Job;
 use serde_json::Value;
 
 /// The most bytes one token of a prompt stands for, on average, in any
