@@ -135,6 +135,19 @@ async fn api_key_guards_the_api_but_not_health() {
         let req = d.client().request(method.parse().unwrap(), format!("{}{path}", d.url));
         let r = req.json(&json!({"model": "m"})).send().await.unwrap();
         assert_eq!(r.status(), 401, "{method} {path}");
+        // In the route's own error shape: Ollama's `{"error": "…"}` on its routes.
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"].is_string(), path.starts_with("/api/"), "{method} {path}: {b}");
+    }
+    // A path under Ollama's routes that is none, or a method they do not take: Ollama's shape too.
+    for (method, path, status) in
+        [("GET", "/api/no-such-route", 404), ("GET", "/api/chat", 405), ("GET", "/v1/nope", 404)]
+    {
+        let req = d.client().request(method.parse().unwrap(), format!("{}{path}", d.url)).bearer_auth("sekrit");
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), status, "{method} {path}");
+        let b: Value = r.json().await.unwrap();
+        assert_eq!(b["error"].is_string(), path.starts_with("/api/"), "{method} {path}: {b}");
     }
     for (path, status) in [("/metrics", 200), ("/health/ready", 200), ("/openapi.json", 200), ("/no-such-route", 404)] {
         let r = d.client().get(format!("{}{path}", d.url)).send().await.unwrap();

@@ -1,12 +1,12 @@
-//! Optional API-key authentication for every API route (`api_routes` in
-//! `api/mod.rs`: `/v1/*`, Ollama's `/api/*`, `/tokenize`, `/detokenize`,
-//! `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
+//! Optional API-key authentication for every API route (those the route
+//! table describes as guarded, `route.rs`: `/v1/*`, Ollama's `/api/*`,
+//! `/tokenize`, `/detokenize`, `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
 //! `x-api-key: KEY` (Anthropic-style clients, proxies). `/`, `/health`,
 //! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` stay public.
 //! Each listener has its own key: the main one `api_key`, the Ollama
 //! clients' one `ollama_api_key`.
 
-use super::error::ApiError;
+use super::error::{ApiError, Refuse};
 use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
@@ -37,11 +37,11 @@ impl Key {
     }
 }
 
-pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Response {
     if key.is_set() && !key.carried_by(req.headers()) {
-        return Err(ApiError::unauthorized());
+        return Refuse::of(&req).with(ApiError::unauthorized());
     }
-    Ok(next.run(req).await)
+    next.run(req).await
 }
 
 fn given_keys(headers: &HeaderMap) -> impl Iterator<Item = &str> {

@@ -4,9 +4,9 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
 use super::request::{prepare, session_key, ChatCompletionRequest};
-use super::respond::{respond, Shape};
+use super::respond::{respond, Meta, Shape};
 use super::response::ChatCompletion;
-use super::AppState;
+use super::state::AppState;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -36,13 +36,10 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     session_key(&mut req.common, &headers)?;
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
-    let meta = AppState::meta("chatcmpl", &model);
+    let meta = Meta::new("chatcmpl", &model);
     let (id, policy) = (meta.id.clone(), state.settings.chat_policy());
     let clamped = req.clamp_max_tokens(model.engine.limits().max_new_tokens);
-    let validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
-    let mut response = respond(&state, model, place, validated, Shape::Chat, meta, &counting).await?;
-    if let Some(clamped) = clamped {
-        clamped.header(&mut response);
-    }
-    Ok(response)
+    let mut validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
+    validated.checks.clamped = clamped;
+    Ok(respond(&state, model, place, validated, Shape::Chat, meta, &counting).await)
 }

@@ -4,9 +4,9 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
 use super::request::{prepare, session_key, CompletionRequest};
-use super::respond::{respond, Shape};
+use super::respond::{respond, Meta, Shape};
 use super::response::TextCompletion;
-use super::AppState;
+use super::state::AppState;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -37,7 +37,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     session_key(&mut req.common, &headers)?;
     let (model, place) = state.lease_queued(&req.common.model, None).await?;
-    let meta = AppState::meta("cmpl", &model);
+    let meta = Meta::new("cmpl", &model);
     let id = meta.id.clone();
     // A ceiling, as on every front end (`ceiling.rs`).
     let limit = model.engine.limits().max_new_tokens;
@@ -46,10 +46,7 @@ pub async fn create(
         req.common.max_tokens = Some(served);
         clamped
     });
-    let validated = prepare(&model, move |model| req.validate(&id, model)).await?;
-    let mut response = respond(&state, model, place, validated, Shape::Text, meta, &counting).await?;
-    if let Some(clamped) = clamped {
-        clamped.header(&mut response);
-    }
-    Ok(response)
+    let mut validated = prepare(&model, move |model| req.validate(&id, model)).await?;
+    validated.checks.clamped = clamped;
+    Ok(respond(&state, model, place, validated, Shape::Text, meta, &counting).await)
 }

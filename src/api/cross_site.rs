@@ -25,8 +25,8 @@
 //! proxy or the application read another).
 
 use super::auth::Key;
-use super::error::ApiError;
-use super::AppState;
+use super::error::{ApiError, Refuse};
+use super::state::AppState;
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
 use axum::middleware::Next;
@@ -44,9 +44,17 @@ pub struct Guard {
     pub key: Key,
 }
 
-pub async fn check(State(guard): State<Guard>, req: Request, next: Next) -> Result<Response, ApiError> {
+pub async fn check(State(guard): State<Guard>, req: Request, next: Next) -> Response {
+    match allowed(&guard, &req) {
+        Ok(()) => next.run(req).await,
+        Err(e) => Refuse::of(&req).with(e),
+    }
+}
+
+/// Refuses a request under a foreign host name or from a foreign origin.
+fn allowed(guard: &Guard, req: &Request) -> Result<(), ApiError> {
     let settings = &guard.state.settings;
-    let host = host(&req)?;
+    let host = host(req)?;
     if let Some(host) = host.filter(|_| !guard.key.carried_by(req.headers())) {
         if !host_allowed(host, &settings.allowed_hosts) {
             let or_key = if guard.key.is_set() { ", or send the API key" } else { "" };
@@ -71,7 +79,7 @@ pub async fn check(State(guard): State<Guard>, req: Request, next: Next) -> Resu
             ));
         }
     }
-    Ok(next.run(req).await)
+    Ok(())
 }
 
 /// The host the request names: HTTP/2's `:authority` (or an absolute

@@ -8,7 +8,9 @@
 //! bounds each time it is served (`doc_models`).
 
 use super::request::{MAX_INPUTS, MAX_STOPS, MAX_TOOLS};
-use super::AppState;
+use super::route::{Errors, Routes};
+use super::state::AppState;
+use crate::metrics::Kind;
 use crate::sampling::SamplingOverrides;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::http::StatusCode;
@@ -66,14 +68,9 @@ pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
 /// Swagger UI's files are ([`ui_dir`]). The document is the handlers' with
 /// the served models' bounds as they are when it is asked for (`doc_models`).
 pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>, state: AppState) -> Router<S> {
-    let doc = match serialised(&openapi) {
-        Ok(doc) => {
-            // The served document's schemas are the ones `nul.rs` walks: made once, here.
-            SCHEMAS.get_or_init(|| component_schemas(doc.clone()));
-            doc
-        }
-        Err(e) => serde_json::json!({"error": e.to_string()}),
-    };
+    // The served document's schemas are the ones `nul.rs` walks: made once, here.
+    SCHEMAS.get_or_init(|| schemas_of(&openapi));
+    let doc = serialised(&openapi).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
     let doc = Arc::new(doc);
     let served = move || {
         let mut doc = Value::clone(&doc);
@@ -124,17 +121,20 @@ fn serialised(openapi: &OpenApi) -> Result<serde_json::Value, serde_json::Error>
 }
 
 /// The document's component schemas as served, where `nul.rs` reads which
-/// members of a body are declared: set by the first [`routes`]. Which
-/// members exist does not depend on the configuration (it changes statuses
-/// and ranges). Without a router (a unit test) the API's routes are
-/// described here, apart from any app.
+/// members of a body are declared: set by the first [`routes`] (the main
+/// router, which the daemon builds before it serves). Which members exist
+/// does not depend on the configuration (it changes statuses and ranges).
 static SCHEMAS: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
 
+/// The served document's component schemas (empty before a router is built).
 pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> {
-    SCHEMAS.get_or_init(|| {
-        let (_, openapi) = super::api_routes(&mut super::metrics::CountedRoutes::default());
-        component_schemas(serialised(&openapi).unwrap_or_default())
-    })
+    static NONE: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
+    SCHEMAS.get().unwrap_or_else(|| NONE.get_or_init(serde_json::Map::new))
+}
+
+/// The component schemas of `openapi` as it would be served.
+pub fn schemas_of(openapi: &OpenApi) -> serde_json::Map<String, serde_json::Value> {
+    component_schemas(serialised(openapi).unwrap_or_default())
 }
 
 fn component_schemas(mut doc: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
@@ -149,43 +149,43 @@ pub struct DocSettings {
     pub api_key: bool,
 }
 
-/// Completes the handlers' document (see the module doc).
-pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
+/// Completes the handlers' document (see the module doc) from what each
+/// route's description says of it (`route.rs`).
+pub fn complete(openapi: &mut OpenApi, settings: &DocSettings, table: &Routes) {
     security(openapi, settings.api_key);
     for (path, item) in openapi.paths.paths.iter_mut() {
-        // Ollama's routes: its error shape, any content type (`api::ollama`).
-        let ollama = path.starts_with("/api/");
-        let api = path.starts_with("/v1/") || ollama;
-        let error_schema = if ollama { "OllamaError" } else { "ErrorEnvelope" };
-        let streams = path.ends_with("completions") || path == "/v1/responses" || path == "/v1/messages";
+        let Some(route) = table.get(path) else {
+            tracing::error!(%path, "a documented route without a description: the document says less of it");
+            continue;
+        };
+        let ollama = route.errors == Errors::Ollama;
         for (op, post) in [(&mut item.get, false), (&mut item.post, true)] {
             let Some(op) = op.as_mut() else { continue };
             let mut add = |status: &str, description: &str| {
-                let error = Content::new(Some(Ref::from_schema_name(error_schema)));
+                let error = Content::new(Some(Ref::from_schema_name(route.errors.schema())));
                 let response = Response::builder().description(description).content("application/json", error);
                 op.responses.responses.entry(status.to_owned()).or_insert_with(|| response.into());
             };
-            if api && settings.api_key {
+            if route.guarded && settings.api_key {
                 add("401", "Missing or wrong API key");
             }
             // Any route: a browser request from a foreign web origin or under a foreign host name,
             // and a malformed Host (`api::cross_site`).
             add("403", "A foreign Origin (cors_origins) or Host (allowed_hosts)");
             add("400", "Invalid request (on every route: more than one Host, or one with a port that is not a number)");
-            if api {
+            if route.guarded {
                 add(
                     "503",
                     "The model is loading, the server is shutting down, or the runtime is stuck in an aborted run",
                 );
             }
             if ollama && post {
-                // Ollama's routes share their refusals (`api::ollama`).
-                add("400", "Invalid request");
+                // Ollama's handlers share their refusals (`api::ollama`): said here, not by each.
                 add("404", "Unknown model");
-                if path != "/api/show" {
+                if route.counted.is_some() {
                     add("429", "Queue full");
                 }
-                if path == "/api/chat" || path == "/api/generate" {
+                if route.counted == Some(Kind::Completion) {
                     add(
                         "500",
                         "The model failed to load or the runtime failed, or the reply is not the `format` asked for",
@@ -202,13 +202,13 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings) {
                     add("415", "The body is not JSON (Content-Type)");
                 }
             }
-            if streams {
+            if route.streams {
                 if let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") {
                     // Each event's data is a chunk, an error envelope or `[DONE]`: no one schema.
                     ok.content.insert("text/event-stream".into(), Content::new(None::<RefOr<Schema>>));
                 }
             }
-            op.security = (api && settings.api_key).then(|| {
+            op.security = (route.guarded && settings.api_key).then(|| {
                 vec![
                     SecurityRequirement::new("bearer", Vec::<String>::new()),
                     SecurityRequirement::new("api_key", Vec::<String>::new()),

@@ -8,11 +8,13 @@ use super::forward;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::{prepare, MAX_INPUTS};
-use super::{status, AppState, Loaded};
+use super::state::AppState;
+use super::status;
 use crate::embed;
 use crate::engine::{Capture, EndReason, Place, RunInput};
 use crate::metrics::{Kind, Timings};
 use crate::registry::Lease;
+use crate::registry::Loaded;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 

@@ -303,6 +303,24 @@ impl ApiError {
     }
 }
 
+/// How a refusal met before a handler (a missing key, a foreign origin, a
+/// body too large, no such route) is written: in the shape of the route's
+/// errors, which the route table's first guard puts on the request
+/// (`api/mod.rs`, from `route.rs`); OpenAI's envelope when none is.
+#[derive(Debug, Clone, Copy)]
+pub struct Refuse(pub fn(ApiError) -> Response);
+
+impl Refuse {
+    /// How refusals of this request are written.
+    pub fn of(req: &axum::extract::Request) -> Refuse {
+        req.extensions().get::<Refuse>().copied().unwrap_or(Refuse(IntoResponse::into_response))
+    }
+
+    pub fn with(self, e: ApiError) -> Response {
+        (self.0)(e)
+    }
+}
+
 /// What an error response said, kept on the response for the counting
 /// middleware's log line (the body is already serialised by then).
 #[derive(Debug, Clone)]
@@ -310,7 +328,16 @@ pub struct Said(pub ErrorBody);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, axum::Json(self.envelope())).into_response();
+        let envelope = self.envelope();
+        self.respond_with(&envelope)
+    }
+}
+
+impl ApiError {
+    /// This error's response with `body`, a front end's own shape of it:
+    /// its status, `Retry-After`, `x-should-retry` and what it [`Said`].
+    pub fn respond_with(self, body: &impl Serialize) -> Response {
+        let mut response = (self.status, axum::Json(body)).into_response();
         response.extensions_mut().insert(Said(self.body.clone()));
         let headers = response.headers_mut();
         if let Some(secs) = self.retry_after {

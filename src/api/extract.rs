@@ -5,7 +5,7 @@
 use super::error::ApiError;
 use super::named::NamesModel;
 use super::record::Counting;
-use super::AppState;
+use super::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;

@@ -1,7 +1,7 @@
 //! `GET /health` (liveness) and `GET /health/ready` (readiness); public.
 
 use super::runtime_info::{Queue, Runtime};
-use super::AppState;
+use super::state::AppState;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;

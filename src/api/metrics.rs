@@ -4,8 +4,9 @@
 
 use super::error::Said;
 use super::record::Counting;
+use super::route::Routes;
+use super::state::AppState;
 use super::system::SystemInfo;
-use super::AppState;
 use crate::metrics::process::ProcessStats;
 use crate::metrics::scrape::{self, Live, SavedTotals};
 use crate::metrics::Kind;
@@ -16,9 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use std::collections::HashMap;
 use std::sync::Arc;
-use utoipa_axum::router::UtoipaMethodRouter;
 
 /// The exposition: accumulated request metrics and this moment's gauges.
 pub async fn scrape(State(state): State<AppState>) -> Response {
@@ -106,37 +105,17 @@ pub async fn serve_separately(state: &AppState, addr: std::net::SocketAddr) -> R
     Ok(())
 }
 
-/// The counted routes and their kinds, filled where the routes are registered
-/// (`api/mod.rs`, `ollama::routes`): a route is named with its kind once.
-#[derive(Default)]
-pub struct CountedRoutes(HashMap<String, Kind>);
-
-impl CountedRoutes {
-    /// A route of the OpenAPI router, its POST requests counted as `kind`.
-    pub fn openapi(&mut self, kind: Kind, route: UtoipaMethodRouter<AppState>) -> UtoipaMethodRouter<AppState> {
-        for path in route.1.paths.keys() {
-            self.count(path, kind);
-        }
-        route
-    }
-
-    /// POST requests to `path` counted as `kind`.
-    fn count(&mut self, path: &str, kind: Kind) {
-        self.0.insert(path.to_owned(), kind);
-    }
-}
-
-/// What the counting middleware reads: the counted routes, and the state
+/// What the counting middleware reads: the routes (`route.rs`), and the state
 /// (whose registry turns the model a body named into the `model` label).
 #[derive(Clone)]
 pub struct Counter {
-    routes: Arc<CountedRoutes>,
+    routes: Arc<Routes>,
     state: AppState,
 }
 
 impl Counter {
-    pub fn new(routes: CountedRoutes, state: AppState) -> Counter {
-        Counter { routes: Arc::new(routes), state }
+    pub fn new(routes: Arc<Routes>, state: AppState) -> Counter {
+        Counter { routes, state }
     }
 
     /// The `model` label of a request counted before the engine: the model
@@ -160,8 +139,8 @@ impl Counter {
 /// away before then (499). The request record counts the others: it takes
 /// the request's [`Counting`] over when the request reaches the engine.
 pub async fn count_requests(State(counter): State<Counter>, mut req: Request, next: Next) -> Response {
-    let kind = match counter.routes.0.get(req.uri().path()) {
-        Some(kind) if req.method() == Method::POST => *kind,
+    let kind = match counter.routes.counted(req.uri().path()) {
+        Some(kind) if req.method() == Method::POST => kind,
         _ => return next.run(req).await,
     };
     let counting = Counting::default();
@@ -230,7 +209,7 @@ mod tests {
 
     /// `/v1/rerank` answered by `handler`, counted as the router counts it.
     fn counted(handler: axum::routing::MethodRouter<AppState>) -> Router {
-        let state = AppState::new(crate::api::Settings {
+        let state = AppState::new(crate::api::state::Settings {
             api_key: None,
             cors_origins: Vec::new(),
             allowed_hosts: Vec::new(),
@@ -244,10 +223,10 @@ mod tests {
             allow_pull: false,
             docs_dir: None,
         });
-        let mut routes = CountedRoutes::default();
-        routes.count("/v1/rerank", Kind::Rerank);
+        let mut routes = Routes::default();
+        routes.insert("/v1/rerank", crate::api::route::Route::counted(Kind::Rerank));
         let router = Router::new().route("/v1/rerank", handler);
-        let counter = Counter::new(routes, state.clone());
+        let counter = Counter::new(Arc::new(routes), state.clone());
         router.layer(axum::middleware::from_fn_with_state(counter, count_requests)).with_state(state)
     }
 

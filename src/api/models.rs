@@ -3,7 +3,7 @@
 
 use super::error::{ApiError, ErrorEnvelope};
 use super::runtime_info::Conversations;
-use super::AppState;
+use super::state::AppState;
 use crate::registry::{adapter_id, KeepAlive, Status};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -188,6 +188,6 @@ pub async fn load(State(state): State<AppState>, Path(id): Path<String>) -> Resu
     security(("bearer" = []))
 )]
 pub async fn unload(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
-    state.models()?.unload(&id).await.map_err(|e| super::registry_error(&e))?;
+    state.unload(&id).await?;
     find(&state, &id).map(Json)
 }

@@ -13,16 +13,20 @@ use serde_json::{Map, Value};
 
 const SCHEMAS: &str = "#/components/schemas/";
 
-/// Refuses a body whose texts, where `schema` (a component of the
+/// Refuses a body whose texts, where `schema` (a component of the served
 /// document) declares them, hold a NUL, naming the first such text.
 pub fn refuse(bytes: &[u8], schema: &str) -> Result<(), ApiError> {
+    refuse_in(bytes, schema, super::docs::request_schemas())
+}
+
+/// [`refuse`] along the component schemas `schemas`.
+pub fn refuse_in(bytes: &[u8], schema: &str, schemas: &Map<String, Value>) -> Result<(), ApiError> {
     // JSON carries a NUL only as the escape `\u0000`.
     if memchr::memmem::find(bytes, br"\u0000").is_none() {
         return Ok(());
     }
     // The typed parse took the body, so it is valid JSON.
     let value: Value = serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(None, e.to_string()))?;
-    let schemas = super::docs::request_schemas();
     // A body type the document does not name (a bug `tests` below would
     // catch) is held to the strictest rule: no NUL anywhere.
     let root = schemas.get(schema).or_else(|| schemas.get(super::schema_rules::NO_NUL_NAME));
@@ -115,64 +119,4 @@ fn member<'a>(here: &[&'a Value], key: &str) -> Vec<&'a Value> {
             declared.or_else(|| s.get("additionalProperties").filter(|a| a.is_object()))
         })
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::refuse;
-    use utoipa::ToSchema;
-
-    fn param(body: &[u8], schema: &str) -> Option<String> {
-        refuse(body, schema).err().map(|e| e.body.param.unwrap_or_default())
-    }
-
-    #[test]
-    fn a_nul_in_a_declared_text_is_refused_naming_where() {
-        let chat = crate::api::request::ChatCompletionRequest::name();
-        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "a\u0000b"}]}"#;
-        assert_eq!(param(body, &chat).as_deref(), Some("messages[0].content"));
-        let tools = br#"{"model": "m", "messages": [], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"x": {"enum": ["ok", "\u0000"]}}}}}]}"#;
-        assert_eq!(param(tools, &chat).as_deref(), Some("tools[0].function.parameters.properties.x.enum[1]"));
-        let kwargs = br#"{"model": "m", "messages": [], "chat_template_kwargs": {"a\u0000": 1}}"#;
-        assert_eq!(param(kwargs, &chat).as_deref(), Some("chat_template_kwargs.a\\u0000"));
-        // Ollama's schemas are named as the document names them.
-        let ollama = crate::api::ollama::wire::ChatRequest::name();
-        let body = br#"{"model": "m", "messages": [{"role": "user", "content": "\u0000"}]}"#;
-        assert_eq!(param(body, &ollama).as_deref(), Some("messages[0].content"));
-    }
-
-    #[test]
-    fn a_nul_in_an_undeclared_member_is_left_alone_as_the_member_is() {
-        let chat = crate::api::request::ChatCompletionRequest::name();
-        for body in [
-            &br#"{"model": "m", "messages": [], "x\u0000": "y"}"#[..],
-            br#"{"model": "m", "messages": [], "unknown": {"a": "\u0000"}}"#,
-            br#"{"model": "m", "messages": [{"role": "user", "content": "u", "extra": "\u0000"}]}"#,
-            // An escaped backslash before `u0000` is text.
-            br#"{"model": "m", "messages": [{"role": "user", "content": "C:\\u0000"}]}"#,
-        ] {
-            assert_eq!(param(body, &chat), None, "{}", String::from_utf8_lossy(body));
-        }
-    }
-
-    #[test]
-    fn every_parsed_body_is_a_schema_of_the_document() {
-        let schemas = crate::api::docs::request_schemas();
-        for name in [
-            crate::api::request::ChatCompletionRequest::name(),
-            crate::api::request::CompletionRequest::name(),
-            crate::api::responses::wire::CreateResponse::name(),
-            crate::api::messages::wire::CreateMessage::name(),
-            crate::api::messages::wire::CountTokens::name(),
-            crate::api::embeddings::EmbeddingRequest::name(),
-            crate::api::rerank::RerankRequest::name(),
-            crate::api::tokenize::TokenizeRequest::name(),
-            crate::api::tokenize::DetokenizeRequest::name(),
-            crate::api::ollama::wire::ChatRequest::name(),
-            crate::api::ollama::wire::GenerateRequest::name(),
-            crate::api::ollama::wire::ShowRequest::name(),
-        ] {
-            assert!(schemas.contains_key(name.as_ref()), "{name} is not in the document");
-        }
-    }
 }

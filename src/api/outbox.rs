@@ -64,7 +64,8 @@ async fn pump<T>(source: impl Stream<Item = T>, tx: mpsc::Sender<T>, write_timeo
                 }
                 None => ended = true,
             },
-            () = sleep_until(give_up), if give_up.is_some() => {
+            // Disabled without `give_up`: the future is made but never polled.
+            () = async { if let Some(at) = give_up { tokio::time::sleep_until(at).await } }, if give_up.is_some() => {
                 tracing::warn!(
                     waiting = buffered.len(),
                     "the client read nothing for {} s: its response is dropped",
@@ -73,12 +74,5 @@ async fn pump<T>(source: impl Stream<Item = T>, tx: mpsc::Sender<T>, write_timeo
                 return;
             }
         }
-    }
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -115,3 +115,19 @@ pub fn pieces(
         }
     }
 }
+
+/// A reply that is not streamed: its pieces gathered until it finished (or
+/// failed), for each front end to write as one body.
+pub async fn collect(pieces: impl Stream<Item = Piece>) -> Result<(Reply, Summary), ApiError> {
+    let mut pieces = std::pin::pin!(pieces);
+    let mut reply = Reply::default();
+    while let Some(piece) = pieces.next().await {
+        match piece {
+            Piece::Started => {}
+            Piece::Delta(delta) => reply.absorb(delta),
+            Piece::Failed(e) => return Err(*e),
+            Piece::Finished(summary) => return Ok((reply, *summary)),
+        }
+    }
+    Err(ApiError::runtime("the generation ended without a result"))
+}

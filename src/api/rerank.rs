@@ -10,7 +10,7 @@ use super::forward;
 use super::named::NamesModel;
 use super::record::Counting;
 use super::request::prepare;
-use super::AppState;
+use super::state::AppState;
 use crate::embed::DEFAULT_INSTRUCTION;
 use crate::engine::{Capture, Rows};
 use crate::metrics::Kind;
@@ -139,7 +139,7 @@ async fn rerank(
     check_count(req.documents.len(), "documents")?;
     // Held until the reply is built, so the model is not unloaded under it.
     let (lease, place) = state.lease_queued(&req.model, None).await?;
-    let loaded: &super::Loaded = &lease;
+    let loaded: &crate::registry::Loaded = &lease;
     let format = loaded.embed.rerank_format;
     let answers = format.answer_tokens();
     let columns: Option<Vec<u32>> = answers.iter().map(|t| loaded.prompter.token_id(t)).collect();

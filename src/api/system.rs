@@ -4,7 +4,7 @@
 
 use super::error::ApiError;
 use super::runtime_info::Runtime;
-use super::AppState;
+use super::state::AppState;
 use crate::engine::BackendKind;
 use crate::metrics::init_log::InitFacts;
 use crate::metrics::process::ProcessStats;

@@ -5,7 +5,7 @@
 use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::request::{most_token_ids, prepare, refuse_unfittable};
-use super::AppState;
+use super::state::AppState;
 use crate::registry::Lease;
 use axum::extract::State;
 use axum::Json;

@@ -6,7 +6,6 @@ use super::checks::version_parts;
 use super::{Check, Report};
 use crate::config::Config;
 use crate::engine::{GenEvent, Job};
-use crate::sampling::SamplingOverrides;
 use futures_util::StreamExt;
 use std::time::Instant;
 
@@ -41,18 +40,7 @@ pub async fn run(config: &Config, report: &mut Report) {
         ),
     ));
     toolkit(config, info.version.as_deref(), engine.init_log(), report);
-    let job = Job {
-        id: "doctor-smoke".into(),
-        prompt: "Hello".into(),
-        max_new_tokens: Some(1),
-        sampling: SamplingOverrides::default(),
-        enable_thinking: false,
-        tokens: None,
-        lora: None,
-        images: Vec::new(),
-        image_timings: Default::default(),
-        cache: Default::default(),
-    };
+    let job = Job { max_new_tokens: Some(1), ..Job::new("doctor-smoke", "Hello") };
     let mut generation = match engine.reserve() {
         Ok(place) => engine.submit(place, job),
         Err(e) => {

@@ -29,6 +29,26 @@ pub struct Job {
     pub cache: CacheHints,
 }
 
+impl Job {
+    /// A job of `prompt` asking nothing else: the configured token limit,
+    /// RKLLM's sampling, no thinking, token ids, adapter, images or cache
+    /// hints. Callers set what they ask with `Job { …, ..Job::new(id, prompt) }`.
+    pub fn new(id: impl Into<String>, prompt: impl Into<String>) -> Job {
+        Job {
+            id: id.into(),
+            prompt: prompt.into(),
+            max_new_tokens: None,
+            sampling: SamplingOverrides::default(),
+            enable_thinking: false,
+            tokens: None,
+            lora: None,
+            images: Vec::new(),
+            image_timings: Default::default(),
+            cache: CacheHints::default(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CacheHints {
     /// Where the prompt resends the reply of an earlier turn (chat requests

@@ -57,18 +57,7 @@ impl RunPlan {
     /// A run of `prompt` alone with the init sampling, limited to `limit`
     /// tokens (the prompt-cache file's saving run).
     pub fn plain(abi: Abi, prompt: &str, limit: u32) -> RunPlan {
-        let job = Job {
-            id: String::new(),
-            prompt: prompt.to_owned(),
-            max_new_tokens: Some(limit),
-            sampling: Default::default(),
-            enable_thinking: false,
-            tokens: None,
-            lora: None,
-            images: Vec::new(),
-            image_timings: Default::default(),
-            cache: Default::default(),
-        };
+        let job = Job { max_new_tokens: Some(limit), ..Job::new("", prompt) };
         RunPlan::new(abi, SamplingParams::RKLLM_DEFAULTS, limit, job)
     }
 
@@ -112,18 +101,7 @@ mod tests {
     use crate::sampling::SamplingOverrides;
 
     fn job(sampling: SamplingOverrides, max_new_tokens: Option<u32>) -> Job {
-        Job {
-            id: "j".into(),
-            prompt: "p".into(),
-            max_new_tokens,
-            sampling,
-            enable_thinking: false,
-            tokens: None,
-            lora: None,
-            images: Vec::new(),
-            image_timings: Default::default(),
-            cache: Default::default(),
-        }
+        Job { max_new_tokens, sampling, ..Job::new("j", "p") }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! have Anthropic's shape and the daemon's one status table.
 
 mod convert;
+mod error;
 mod reply;
 mod system;
 pub(super) mod wire;
@@ -12,58 +13,14 @@ pub(super) mod wire;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{head_wait, submit, tools_dropped_header};
-use super::AppState;
+use super::state::AppState;
+use super::submit::{head_wait, submit};
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use wire::{CountTokens, CreateMessage, ErrorDetail, ErrorResponse, TokenCount};
-
-/// An error as Anthropic sends it: `{"type": "error", "error": {"type", "message"}}`.
-pub struct AnthropicError(pub ApiError);
-
-impl From<ApiError> for AnthropicError {
-    fn from(e: ApiError) -> Self {
-        AnthropicError(e)
-    }
-}
-
-impl AnthropicError {
-    fn body(&self) -> ErrorResponse {
-        let kind = match self.0.status {
-            StatusCode::UNAUTHORIZED => "authentication_error",
-            StatusCode::FORBIDDEN => "permission_error",
-            StatusCode::NOT_FOUND => "not_found_error",
-            StatusCode::PAYLOAD_TOO_LARGE => "request_too_large",
-            StatusCode::TOO_MANY_REQUESTS => "rate_limit_error",
-            StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
-            s if s.is_client_error() => "invalid_request_error",
-            _ => "api_error",
-        };
-        // Anthropic's own words for a prompt that does not fit, which agents
-        // (Claude Code) read to compact the conversation once, numbers first.
-        let message = match self.0.body.overflow {
-            Some(o) => {
-                format!("prompt is too long: {} tokens > {} maximum. {}", o.tokens, o.context, self.0.body.message)
-            }
-            None => self.0.body.message.clone(),
-        };
-        ErrorResponse { kind: "error", error: ErrorDetail { kind, message } }
-    }
-}
-
-impl IntoResponse for AnthropicError {
-    fn into_response(self) -> Response {
-        let mut response = (self.0.status, Json(self.body())).into_response();
-        if let Some(secs) = self.0.retry_after {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response.extensions_mut().insert(super::error::Said(self.0.body));
-        response
-    }
-}
+use error::AnthropicError;
+use wire::{CountTokens, CreateMessage, ErrorResponse, TokenCount};
 
 fn parse<T: serde::de::DeserializeOwned + utoipa::ToSchema>(body: &Bytes) -> Result<T, AnthropicError> {
     super::extract::parse(body).map_err(AnthropicError)
@@ -99,23 +56,20 @@ pub async fn create(
         let (max_tokens, clamped) = super::ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
         chat.common.max_tokens = Some(max_tokens);
         system::place(&mut chat, &model.prompter);
-        let v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
+        let mut v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
+        v.checks.clamped = clamped;
         Ok((v, clamped))
     })
     .await?;
     let head = reply::Head { id: id.clone(), model: model.served_id(), clamped };
     let wait = head_wait(&v, state.settings.head_wait);
     let s = submit(&state, model, place, v, &id, &counting, wait).await;
-    let mut response = if s.streamed {
-        reply::stream(s.pieces?, head, state.settings.keepalive)
-    } else {
-        reply::collect(s.pieces?, head).await
+    let response = match s.pieces {
+        Ok(pieces) if s.streamed => reply::stream(pieces, head, state.settings.keepalive),
+        Ok(pieces) => reply::collect(pieces, head).await,
+        Err(e) => AnthropicError(e).into_response(),
     };
-    tools_dropped_header(&mut response, s.tools_dropped);
-    if let Some(clamped) = clamped {
-        clamped.header(&mut response);
-    }
-    Ok(response)
+    Ok(s.served.finish(response))
 }
 
 /// Counts the prompt a message request would send (its tools included), by the model's tokenizer.

@@ -3,10 +3,10 @@
 //! started, filled and stopped, `message_delta` with the stop reason and
 //! usage, `message_stop`.
 
-use super::AnthropicError;
+use super::error::AnthropicError;
 use crate::api::ceiling::Clamped;
 use crate::api::reply::{Piece, Summary};
-use crate::conversation::{CallDelta, Delta, Reply};
+use crate::conversation::{CallDelta, Delta};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -55,34 +55,27 @@ fn input(arguments: &str) -> Value {
     serde_json::from_str::<Value>(arguments).ok().filter(Value::is_object).unwrap_or(json!({}))
 }
 
+/// The whole reply as one message.
 pub async fn collect(pieces: impl Stream<Item = Piece>, head: Head) -> Response {
-    let mut pieces = std::pin::pin!(pieces);
-    let mut reply = Reply::default();
-    while let Some(piece) = pieces.next().await {
-        match piece {
-            Piece::Delta(delta) => reply.absorb(delta),
-            Piece::Started => {}
-            Piece::Failed(e) => return AnthropicError(*e).into_response(),
-            Piece::Finished(summary) => {
-                let mut content = Vec::new();
-                if !reply.reasoning.is_empty() {
-                    content.push(json!({"type": "thinking", "thinking": reply.reasoning, "signature": ""}));
-                }
-                if !reply.content.is_empty() || reply.calls.is_empty() {
-                    content.push(json!({"type": "text", "text": reply.content}));
-                }
-                for c in &reply.calls {
-                    content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input(&c.arguments)}));
-                }
-                let (stop_reason, stop_sequence) = stop(&summary);
-                let body = json!({"id": head.id, "type": "message", "role": "assistant", "model": head.model,
-                    "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
-                    "usage": usage(&summary), "timings": timings(&summary, &head)});
-                return axum::Json(body).into_response();
-            }
-        }
+    let (reply, summary) = match crate::api::reply::collect(pieces).await {
+        Ok(collected) => collected,
+        Err(e) => return AnthropicError(e).into_response(),
+    };
+    let mut content = Vec::new();
+    if !reply.reasoning.is_empty() {
+        content.push(json!({"type": "thinking", "thinking": reply.reasoning, "signature": ""}));
     }
-    AnthropicError(crate::api::error::ApiError::runtime("the generation ended without a result")).into_response()
+    if !reply.content.is_empty() || reply.calls.is_empty() {
+        content.push(json!({"type": "text", "text": reply.content}));
+    }
+    for c in &reply.calls {
+        content.push(json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input(&c.arguments)}));
+    }
+    let (stop_reason, stop_sequence) = stop(&summary);
+    let body = json!({"id": head.id, "type": "message", "role": "assistant", "model": head.model,
+        "content": content, "stop_reason": stop_reason, "stop_sequence": stop_sequence,
+        "usage": usage(&summary), "timings": timings(&summary, &head)});
+    axum::Json(body).into_response()
 }
 
 #[derive(PartialEq, Eq)]

@@ -11,8 +11,8 @@
 use super::wire::{self, Conversation};
 use crate::api::error::ApiError;
 use crate::api::request::{ChatCompletionRequest, ChatMessage, ChatRole, Content};
-use crate::api::Loaded;
 use crate::conversation::{ChatInput, Message, Prompter, Role};
+use crate::registry::Loaded;
 
 /// Places the request's system messages for this model's template.
 pub fn place(chat: &mut ChatCompletionRequest, prompter: &Prompter) {

@@ -3,14 +3,25 @@
 
 use super::wire::{ChatRequest, Common, GenerateRequest, InMessage, Options};
 use crate::api::error::ApiError;
+use crate::api::named::NamesModel;
+use crate::api::record::Counting;
 use crate::api::request::{
     self as openai, ChatMessage, ChatPolicy, ChatRole, Content, ContentPart, ImageUrl, Prompt, StopSequences,
     Validated, MAX_STOPS,
 };
-use crate::api::Loaded;
 use crate::conversation::{ReasoningMode, ToolsOverflow};
 use crate::registry::KeepAlive;
+use crate::registry::Loaded;
 use serde_json::{json, Map, Value};
+
+/// A counted request's body as JSON, whatever its content type (as
+/// Ollama's server reads it); the model it names is told to its counting.
+pub fn parse_counted<T: serde::de::DeserializeOwned + utoipa::ToSchema + NamesModel>(
+    body: &[u8],
+    counting: &Counting,
+) -> Result<T, ApiError> {
+    crate::api::extract::parse_named(body, Some(counting))
+}
 
 /// `keep_alive`: seconds or a duration string; `null`/absent = the daemon's.
 pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> {

@@ -2,13 +2,14 @@
 //! over the path of `/v1/embeddings` (validation, pooling, the engine's
 //! hidden-layer job and the request record: `api::embeddings::vectors`).
 
+use super::convert::{self, parse_counted};
+use super::error::OllamaError;
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
-use super::{convert, parse_counted};
 use crate::api::embeddings::{check_count, check_inputs, known_dimensions, text_inputs, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::engine::RunInput;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -31,7 +32,7 @@ pub async fn embed(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Json<EmbedResponse>, ApiError> {
+) -> Result<Json<EmbedResponse>, OllamaError> {
     let received = Instant::now();
     let req: EmbedRequest = parse_counted(&body, &counting)?;
     let texts = match req.input {
@@ -77,7 +78,7 @@ pub async fn legacy(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Json<LegacyEmbedResponse>, ApiError> {
+) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
     let req: LegacyEmbedRequest = parse_counted(&body, &counting)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();
     let ask = Ask {

@@ -1,8 +1,9 @@
 //! `GET /api/version`, `GET /api/tags`, `GET /api/ps`, `POST /api/show`.
 
+use super::error::OllamaError;
 use super::wire::{Details, ModelEntry, Models, Show, ShowRequest, Version};
 use crate::api::error::ApiError;
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::conversation::Prompter;
 use crate::registry::{adapter_id, ModelSpec, Status};
 use axum::body::Bytes;
@@ -78,7 +79,7 @@ fn entry(status: &Status, running: bool) -> ModelEntry {
 /// as Ollama names a model's variants by tag).
 #[utoipa::path(get, path = "/api/tags",
     operation_id = "ollama_tags", tag = "ollama", responses((status = 200, description = "The registered models", body = Models)))]
-pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, ApiError> {
+pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
     let statuses = state.models()?.statuses();
     let models = statuses
         .iter()
@@ -102,7 +103,7 @@ pub async fn tags(State(state): State<AppState>) -> Result<Json<Models>, ApiErro
 /// The loaded models.
 #[utoipa::path(get, path = "/api/ps",
     operation_id = "ollama_ps", tag = "ollama", responses((status = 200, description = "The loaded models", body = Models)))]
-pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, ApiError> {
+pub async fn ps(State(state): State<AppState>) -> Result<Json<Models>, OllamaError> {
     let statuses = state.models()?.statuses();
     let models = statuses.iter().filter(|s| s.loaded.is_some()).map(|s| entry(s, true)).collect();
     Ok(Json(Models { models }))
@@ -139,7 +140,7 @@ async fn capabilities(status: &Status) -> Vec<&'static str> {
         (status = 200, description = "The model's template, parameters and capabilities", body = Show),
     )
 )]
-pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, ApiError> {
+pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
     let req: ShowRequest = crate::api::extract::parse(&body)?;
     let registry = state.models()?;
     // An adapter (`BASE:NAME`) is shown as its base model.

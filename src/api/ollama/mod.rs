@@ -8,67 +8,30 @@
 
 mod convert;
 mod embed;
+pub(super) mod error;
 mod info;
 mod pull;
 mod reply;
 pub(super) mod wire;
 
-use super::error::{ApiError, ErrorBody, Said};
-use super::metrics::CountedRoutes;
-use super::named::NamesModel;
+use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{submit, HeadWait};
-use super::AppState;
+use super::route::{Route, Routes};
+use super::state::AppState;
+use super::submit::{submit, HeadWait};
 use crate::metrics::Kind;
-use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
-use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
+use axum::body::Bytes;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use error::OllamaError;
 use reply::{Frame, Shape};
 use std::time::Instant;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
-
-/// An error in Ollama's words: `{"error": "…"}`, its text what clients match on.
-fn error_body(status: StatusCode, said: &ErrorBody) -> ErrorReply {
-    let error = match (said.code, said.overflow) {
-        (Some("model_not_found"), _) if status == StatusCode::NOT_FOUND => {
-            format!("model '{}' not found", said.message.split('`').nth(1).unwrap_or_default())
-        }
-        // Ollama's words for a prompt that does not fit (its runner's, with
-        // `truncate: false`), the numbers after them.
-        (_, Some(o)) => {
-            format!(
-                "the input length exceeds the context length ({} tokens > {}). {}",
-                o.tokens, o.context, said.message
-            )
-        }
-        _ => said.message.clone(),
-    };
-    ErrorReply { error }
-}
-
-/// Every error on Ollama's routes in Ollama's shape: the handlers' and
-/// those met before a handler (a missing key, a foreign origin, a body too
-/// large), rewritten from what the response said ([`Said`]).
-pub async fn error_shape(req: Request, next: Next) -> Response {
-    let ollama = req.uri().path().starts_with("/api/");
-    let response = next.run(req).await;
-    let Some(Said(said)) = response.extensions().get::<Said>().filter(|_| ollama).cloned() else {
-        return response;
-    };
-    let (mut parts, _) = response.into_parts();
-    let body = serde_json::to_vec(&error_body(parts.status, &said)).unwrap_or_default();
-    parts.headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    parts.headers.remove(CONTENT_LENGTH);
-    Response::from_parts(parts, Body::from(body))
-}
 
 /// The error shape, which `api::docs` names for every refusal on these routes.
 #[derive(utoipa::OpenApi)]
@@ -77,26 +40,17 @@ struct OllamaDoc;
 
 /// The routes, with their part of the OpenAPI document (`api::docs` adds
 /// the responses every route can give, in Ollama's error shape).
-pub fn routes(counted: &mut CountedRoutes) -> OpenApiRouter<AppState> {
+pub fn routes(table: &mut Routes) -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(OllamaDoc::openapi())
-        .routes(routes!(info::version))
-        .routes(routes!(info::tags))
-        .routes(routes!(info::ps))
-        .routes(routes!(info::show))
-        .routes(routes!(pull::pull))
-        .routes(counted.openapi(Kind::Completion, routes!(chat)))
-        .routes(counted.openapi(Kind::Completion, routes!(generate)))
-        .routes(counted.openapi(Kind::Embedding, routes!(embed::embed)))
-        .routes(counted.openapi(Kind::Embedding, routes!(embed::legacy)))
-}
-
-/// A counted request's body as JSON, whatever its content type (as
-/// Ollama's server reads it); the model it names is told to its counting.
-fn parse_counted<T: serde::de::DeserializeOwned + utoipa::ToSchema + NamesModel>(
-    body: &Bytes,
-    counting: &Counting,
-) -> Result<T, ApiError> {
-    super::extract::parse_named(body, Some(counting))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::version)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::tags)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::ps)))
+        .routes(table.add(Route::JSON.ollama(), routes!(info::show)))
+        .routes(table.add(Route::JSON.ollama(), routes!(pull::pull)))
+        .routes(table.add(Route::GENERATION.ollama(), routes!(chat)))
+        .routes(table.add(Route::GENERATION.ollama(), routes!(generate)))
+        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::embed)))
+        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::legacy)))
 }
 
 /// Ollama's chat: NDJSON objects as tokens come (`stream`, the default), or one.
@@ -115,13 +69,13 @@ async fn chat(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: ChatRequest = parse_counted(&body, &counting)?;
+    let req: ChatRequest = convert::parse_counted(&body, &counting)?;
     let common = req.common.clone();
     let tools_overflow = state.settings.tools_overflow;
-    let validate = move |id: &str, model: &super::Loaded| convert::chat(&req, id, model, tools_overflow);
-    answer(&state, &common, Shape::Chat, received, &counting, validate).await
+    let validate = move |id: &str, model: &crate::registry::Loaded| convert::chat(&req, id, model, tools_overflow);
+    Ok(answer(&state, &common, Shape::Chat, received, &counting, validate).await?)
 }
 
 /// Ollama's generate: a completion of `prompt` (with the model's template unless `raw`).
@@ -140,12 +94,12 @@ async fn generate(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<Response, OllamaError> {
     let received = Instant::now();
-    let req: GenerateRequest = parse_counted(&body, &counting)?;
+    let req: GenerateRequest = convert::parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    let validate = move |id: &str, model: &super::Loaded| convert::generate(&req, id, model);
-    answer(&state, &common, Shape::Generate, received, &counting, validate).await
+    let validate = move |id: &str, model: &crate::registry::Loaded| convert::generate(&req, id, model);
+    Ok(answer(&state, &common, Shape::Generate, received, &counting, validate).await?)
 }
 
 /// Loads the model, converts the request, and answers with NDJSON or one
@@ -157,7 +111,9 @@ async fn answer(
     shape: Shape,
     received: Instant,
     counting: &Counting,
-    validate: impl FnOnce(&str, &super::Loaded) -> Result<Option<super::request::Validated>, ApiError> + Send + 'static,
+    validate: impl FnOnce(&str, &crate::registry::Loaded) -> Result<Option<super::request::Validated>, ApiError>
+        + Send
+        + 'static,
 ) -> Result<Response, ApiError> {
     if common.model.is_empty() {
         return Err(ApiError::invalid_value("model", "model is required"));
@@ -168,11 +124,15 @@ async fn answer(
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
     let for_job = id.clone();
-    let Some(v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
+    // `num_predict` above the server's limit is served as a ceiling (`convert::common`), and said.
+    let limit = model.engine.limits().max_new_tokens;
+    let asked = common.options.as_ref().and_then(|o| o.num_predict).filter(|&n| n > 0);
+    let clamped = asked.and_then(|n| super::ceiling::clamp(u32::try_from(n).unwrap_or(u32::MAX), limit).1);
+    let Some(mut v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
         let unload = keep_alive.is_some_and(|k| k.is_zero());
         drop(model);
         if unload {
-            state.models()?.unload(&frame.model).await.map_err(|e| super::registry_error(&e))?;
+            state.unload(&frame.model).await?;
         }
         let empty = frame.chunk(String::new(), String::new(), Vec::new());
         let stats = wire::Stats {
@@ -183,10 +143,13 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
+    v.checks.clamped = clamped;
     let wait = HeadWait::RunStart(state.settings.head_wait);
     let s = submit(state, model, place, v, &id, counting, wait).await;
-    let mut response =
-        if s.streamed { reply::stream(s.pieces?, frame) } else { reply::collect(s.pieces?, frame).await };
-    super::respond::tools_dropped_header(&mut response, s.tools_dropped);
-    Ok(response)
+    let response = match s.pieces {
+        Ok(pieces) if s.streamed => reply::stream(pieces, frame),
+        Ok(pieces) => reply::collect(pieces, frame).await,
+        Err(e) => OllamaError(e).into_response(),
+    };
+    Ok(s.served.finish(response))
 }

@@ -2,8 +2,9 @@
 //! (`crate::pull`), with Ollama's progress lines, then served at once.
 //! Off unless `allow_pull`: a pull writes gigabytes to the board's disk.
 
+use super::error::OllamaError;
 use crate::api::error::ApiError;
-use crate::api::AppState;
+use crate::api::state::AppState;
 use crate::pull::{Event, Hub, Options, PullError, Wanted};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -80,10 +81,10 @@ impl Drop for AbortOnDrop {
         (status = 502, description = "The Hub failed, the download broke off (a new pull resumes it), or a file's digest was wrong"),
     )
 )]
-pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
     let req: PullRequest = crate::api::extract::parse(&body)?;
     if !state.settings.allow_pull {
-        return Err(ApiError::pull_off());
+        return Err(ApiError::pull_off().into());
     }
     let registry = state.models()?.clone();
     let models_dir = registry.models_dir().ok_or_else(ApiError::pull_off)?.to_owned();
@@ -143,10 +144,10 @@ pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response
         while let Some(line) = rx.recv().await {
             if let Line::Done(done) = line {
                 drop(guard);
-                return done.map(|_| Json(Progress::status("success")).into_response());
+                return Ok(done.map(|_| Json(Progress::status("success")).into_response())?);
             }
         }
-        return Err(ApiError::pull(&PullError::Setup("the pull ended without a result".into())));
+        return Err(ApiError::pull(&PullError::Setup("the pull ended without a result".into())).into());
     }
     let body = async_stream::stream! {
         // The guard lives as long as the body: a client that leaves ends the pull.

@@ -97,23 +97,14 @@ fn done_reason(finish_reason: &'static str) -> &'static str {
 
 /// The whole reply as one object.
 pub async fn collect(pieces: impl Stream<Item = Piece>, frame: Frame) -> Response {
-    let mut pieces = std::pin::pin!(pieces);
-    let mut reply = Reply::default();
-    while let Some(piece) = pieces.next().await {
-        match piece {
-            Piece::Started => {}
-            Piece::Delta(delta) => reply.absorb(delta),
-            Piece::Failed(e) => return e.into_response(),
-            Piece::Finished(summary) => {
-                let calls = calls(&mut reply);
-                let chunk =
-                    frame.chunk(std::mem::take(&mut reply.content), std::mem::take(&mut reply.reasoning), calls);
-                let stats = frame.stats(&summary);
-                return axum::Json(frame.done(chunk, done_reason(summary.finish_reason), Some(stats))).into_response();
-            }
-        }
-    }
-    crate::api::error::ApiError::runtime("the generation ended without a result").into_response()
+    let (mut reply, summary) = match crate::api::reply::collect(pieces).await {
+        Ok(collected) => collected,
+        Err(e) => return super::error::OllamaError(e).into_response(),
+    };
+    let calls = calls(&mut reply);
+    let chunk = frame.chunk(reply.content, reply.reasoning, calls);
+    let stats = frame.stats(&summary);
+    axum::Json(frame.done(chunk, done_reason(summary.finish_reason), Some(stats))).into_response()
 }
 
 fn line(value: StreamLine) -> Bytes {
@@ -140,7 +131,7 @@ pub fn stream(pieces: impl Stream<Item = Piece> + Send + 'static, frame: Frame) 
                     reply.absorb(Delta { calls, ..Delta::default() });
                 }
                 Piece::Failed(e) => {
-                    yield line(StreamLine::Error(super::error_body(e.status, &e.body)));
+                    yield line(StreamLine::Error(super::error::body(e.status, &e.body)));
                 }
                 Piece::Finished(summary) => {
                     let calls = calls(&mut reply);

@@ -2,10 +2,10 @@
 //! preprocessed for the model's encoder (`crate::vision`), and the prompt's
 //! markers checked against them. Runs inside `prepare`, on the blocking pool.
 
-use super::Job;
 use crate::api::error::ApiError;
-use crate::api::Loaded;
 use crate::engine::ImageInput;
+use crate::engine::Job;
+use crate::registry::Loaded;
 use crate::vision::{preprocess, FetchError, ImageError, ImageLimits, UrlFetch};
 use base64::Engine as _;
 use std::sync::Arc;

@@ -15,12 +15,12 @@ pub use wire::*;
 use super::ceiling::{clamp, Clamped};
 use super::error::ApiError;
 use super::structured::ResponseFormat;
-use super::Loaded;
 use crate::conversation::{
     ChatInput, Message, PromptError, ReasoningMode, ReplyRules, Role, ToolChoice, ToolsOverflow,
 };
 use crate::engine::{CacheHints, Job, Resent};
 use crate::registry::Lease;
+use crate::registry::Loaded;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
 
@@ -69,6 +69,9 @@ pub struct Checks {
     pub format: Option<ResponseFormat>,
     /// Tool definitions left out because they did not fit (`tools_overflow = "select"`).
     pub tools_dropped: usize,
+    /// A `max_tokens` above the server's limit, served as a ceiling (set by
+    /// the front end that clamped it, `ceiling.rs`).
+    pub clamped: Option<Clamped>,
 }
 
 /// The longest conversation key (`prompt_cache_key`, `X-Session-Id`) taken.
@@ -135,16 +138,10 @@ impl Common {
         }
         Ok(Validated {
             job: Job {
-                id: id.to_owned(),
-                prompt,
                 max_new_tokens: max_tokens,
                 sampling,
-                enable_thinking: false,
-                tokens: None,
-                lora: None,
-                images: Vec::new(),
-                image_timings: Default::default(),
-                cache: CacheHints { resent: None, conversation: self.prompt_cache_key.clone(), stable: None },
+                cache: CacheHints { conversation: self.prompt_cache_key.clone(), ..CacheHints::default() },
+                ..Job::new(id, prompt)
             },
             stream,
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
@@ -227,7 +224,7 @@ impl ChatCompletionRequest {
             size.without_tools = without_tools(model, chat.clone());
         }
         size.check(&v.job)?;
-        v.checks = Checks { size, format, tools_dropped };
+        v.checks = Checks { size, format, tools_dropped, clamped: None };
         v.job.enable_thinking = enable_thinking;
         v.rules =
             ReplyRules { reasoning: policy.reasoning, starts_in_thinking: rendered.starts_in_thinking, tool_syntax };

@@ -11,8 +11,8 @@
 //!   on this bound is clearly too long (only text made mostly of long runs
 //!   of one character, which some vocabularies merge, could beat it).
 
-use super::Job;
 use crate::api::error::{ApiError, Overflow};
+use crate::engine::Job;
 use serde_json::Value;
 
 /// The most bytes one token of a prompt stands for, on average, in any
@@ -284,18 +284,7 @@ mod tests {
     use super::*;
 
     fn job(max_new_tokens: Option<u32>) -> Job {
-        Job {
-            id: "x".into(),
-            prompt: String::new(),
-            max_new_tokens,
-            sampling: Default::default(),
-            enable_thinking: false,
-            tokens: None,
-            lora: None,
-            images: Vec::new(),
-            image_timings: Default::default(),
-            cache: Default::default(),
-        }
+        Job { max_new_tokens, ..Job::new("x", "") }
     }
 
     #[test]

@@ -29,8 +29,8 @@
 //! The price: up to one step of the context left unused by tools.
 
 use super::size::{self, PromptSize};
-use super::Loaded;
 use crate::conversation::{rank_tools, ChatInput, Message, Rendered, Role, ToolChoice};
+use crate::registry::Loaded;
 use serde_json::Value;
 use std::collections::BTreeSet;
 

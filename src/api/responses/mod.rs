@@ -12,17 +12,13 @@ use super::error::{ApiError, ErrorEnvelope};
 use super::extract::ApiJson;
 use super::record::Counting;
 use super::request::prepare;
-use super::respond::{head_wait, ignored_params_header, submit, tools_dropped_header};
-use super::AppState;
+use super::state::AppState;
+use super::submit::{head_wait, submit};
 use axum::extract::State;
-use axum::http::{HeaderName, HeaderValue};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde_json::json;
 pub use wire::CreateResponse;
-
-/// Tools left out of the prompt for their type (docs/api.md, "Responses API").
-const TOOLS_UNSUPPORTED: HeaderName = HeaderName::from_static("x-rkllmd-tools-unsupported");
 
 /// Creates a model response (`stream: true` for the Responses API's server-sent events).
 #[utoipa::path(
@@ -54,7 +50,7 @@ pub async fn create(
     let job_id = id.clone();
     // A ceiling, as OpenAI's own limit is: the most the server produces, not a refusal.
     let clamped = chat.clamp_max_tokens(model.engine.limits().max_new_tokens);
-    let (v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
+    let (mut v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
         Ok(v) => Ok((v, tools)),
         Err(mut e) => {
             // Chat's field names, as this request calls them.
@@ -76,29 +72,21 @@ pub async fn create(
     echo.insert("parallel_tool_calls".into(), req.extra.get("parallel_tool_calls").cloned().unwrap_or(json!(true)));
     let head = reply::Head {
         id: id.clone(),
-        created_at: super::unix_now(),
+        created_at: crate::api::state::unix_now(),
         model: model.served_id(),
         echo,
         names: tools.names,
         unsupported: tools.unsupported.len(),
     };
-    let ignored = convert::ignored(&req);
+    v.checks.clamped = clamped;
     let wait = head_wait(&v, state.settings.head_wait);
-    let s = submit(&state, model, place, v, &id, &counting, wait).await;
-    let mut response = if s.streamed {
-        reply::stream(s.pieces?, head, state.settings.keepalive)
-    } else {
-        reply::collect(s.pieces?, head).await?
+    let mut s = submit(&state, model, place, v, &id, &counting, wait).await;
+    s.served.ignored.extend(convert::ignored(&req));
+    s.served.tools_unsupported = tools.unsupported;
+    let response = match s.pieces {
+        Ok(pieces) if s.streamed => reply::stream(pieces, head, state.settings.keepalive),
+        Ok(pieces) => reply::collect(pieces, head).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
     };
-    tools_dropped_header(&mut response, s.tools_dropped);
-    let ignored = s.ignored.split(',').filter(|p| !p.is_empty()).map(str::to_owned).chain(ignored);
-    ignored_params_header(&mut response, &ignored.collect::<Vec<_>>().join(","));
-    let unsupported = tools.unsupported.join(",");
-    if let Some(value) = Some(unsupported).filter(|u| !u.is_empty()).and_then(|u| HeaderValue::from_str(&u).ok()) {
-        response.headers_mut().insert(TOOLS_UNSUPPORTED, value);
-    }
-    if let Some(clamped) = clamped {
-        clamped.header(&mut response);
-    }
-    Ok(response)
+    Ok(s.served.finish(response))
 }

@@ -5,7 +5,7 @@
 use super::tools::{custom_input, Names};
 use crate::api::error::ApiError;
 use crate::api::reply::{Piece, Summary};
-use crate::conversation::{CallDelta, Delta, Reply};
+use crate::conversation::{CallDelta, Delta};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -84,29 +84,18 @@ fn call_item(names: &Names, id: &str, call_id: &str, name: &str, arguments: &str
 
 /// The whole reply as one response object.
 pub async fn collect(pieces: impl Stream<Item = Piece>, head: Head) -> Result<Response, ApiError> {
-    let mut pieces = std::pin::pin!(pieces);
-    let mut reply = Reply::default();
-    while let Some(piece) = pieces.next().await {
-        match piece {
-            Piece::Delta(delta) => reply.absorb(delta),
-            Piece::Started => {}
-            Piece::Failed(e) => return Err(*e),
-            Piece::Finished(summary) => {
-                let mut output = Vec::new();
-                if !reply.reasoning.is_empty() {
-                    output.push(reasoning_item(&item_id("rs"), &reply.reasoning));
-                }
-                if !reply.content.is_empty() || reply.calls.is_empty() {
-                    output.push(message_item(&item_id("msg"), &reply.content, "completed"));
-                }
-                for c in &reply.calls {
-                    output.push(call_item(&head.names, &item_id("fc"), &c.id, &c.name, &c.arguments, "completed"));
-                }
-                return Ok(axum::Json(head.object("completed", output, Some(&summary))).into_response());
-            }
-        }
+    let (reply, summary) = crate::api::reply::collect(pieces).await?;
+    let mut output = Vec::new();
+    if !reply.reasoning.is_empty() {
+        output.push(reasoning_item(&item_id("rs"), &reply.reasoning));
     }
-    Err(ApiError::runtime("the generation ended without a result"))
+    if !reply.content.is_empty() || reply.calls.is_empty() {
+        output.push(message_item(&item_id("msg"), &reply.content, "completed"));
+    }
+    for c in &reply.calls {
+        output.push(call_item(&head.names, &item_id("fc"), &c.id, &c.name, &c.arguments, "completed"));
+    }
+    Ok(axum::Json(head.object("completed", output, Some(&summary))).into_response())
 }
 
 /// The output item being written.
