@@ -138,6 +138,87 @@ async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
     assert_eq!(reply["usage"]["completion_tokens"], 2, "{reply}");
 }
 
+/// The documented bound on telling a hung prefill's clients (docs/api.md,
+/// "Time-outs"): a prompt this short gets the prefill allowance's floor,
+/// 10 s, plus the abort's 1 s.
+const PREFILL_BOUND: Duration = Duration::from_secs(11);
+
+/// With every time-out at its default (first token 120 s + 4 s per KiB), a
+/// run that hangs before its first token (`hang_after=0`) is caught by the
+/// prefill's own allowance: the running stream gets an error event naming
+/// the prefill stall and `[DONE]`, the queued one and a new request 503
+/// `runtime_unresponsive` with `Retry-After`, readiness 503 `stalled`.
+#[tokio::test]
+async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answered() {
+    let args = ["--backend", "sim", "--model", "sim:instant?hang_after=0&reply_tokens=10", "--model-id", "m"];
+    let d = Daemon::start(&args);
+    let body = stream_body("first");
+    let running = tokio::spawn(d.client().post(format!("{}/v1/chat/completions", d.url)).json(&body).send());
+    d.wait_queue(|running, _| running == 1).await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let (code, health) = d.get_json("/health").await;
+    assert_eq!((code, health["queue"]["running_tokens"].as_u64()), (200, Some(0)), "still prefilling: {health}");
+
+    let running = tokio::time::timeout(PREFILL_BOUND * 4, running).await.expect("the running stream ended");
+    let response = running.unwrap().unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let events = read_sse(response).await.0;
+    assert_eq!(error_then_done(&events), (Some("timeout".into()), true), "{events:?}");
+    let error = events[events.len() - 2].json();
+    assert!(error["error"]["message"].as_str().unwrap().contains("prefill stall"), "{error}");
+    let ending = tokio::time::timeout(PREFILL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
+
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+/// A runtime whose first run hangs in its prefill for 20 s (past the
+/// prefill's allowance and the abort's grace) and then returns: the request
+/// gets 504 naming the prefill stall, requests are refused meanwhile, and
+/// once the run returned the model is ready and serves again.
+#[tokio::test]
+async fn a_runtime_that_comes_back_after_a_hung_prefill_is_used_again() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=0&hang_ms=20000&hang_runs=1&reply_tokens=10",
+        "--model-id",
+        "m",
+    ]);
+    let url = format!("{}/v1/chat/completions", d.url);
+    let stalled = tokio::spawn(d.client().post(&url).json(&chat("m", "first")).send());
+    d.wait_queue(|running, _| running == 1).await;
+    let r = tokio::time::timeout(PREFILL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "timeout", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
+
+    // The run has not returned yet (it hangs 20 s, the error came at ~11 s).
+    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let deadline = Instant::now() + PREFILL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = d.post("/v1/chat/completions", chat("m", "again")).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 10, "{reply}");
+}
+
 #[tokio::test]
 async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let d = wedging_daemon(&["--request-timeout-secs", "2"]);

@@ -227,15 +227,18 @@ impl Start {
         let mut timeline = Timeline::new(self.received);
         timeline.images = image_figures.or((!self.plan.images.is_empty()).then_some(self.plan.image_timings));
         let abandoned = self.waiting.start();
-        let (control, events, plan) = match submitted {
+        let (control, events, plan, prefill_stall) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
+                let ids = self.prompt_tokens.map(|n| n as usize).or(self.tokens.as_ref().map(|t| t.len()));
+                let sent = plan.as_ref().map(|p| p.input.len());
+                let prefill_stall = engine.prefill_stall(sent, (ids, self.plan.prompt.len()), batch_n);
                 if let Some(plan) = &plan {
                     // The prompt the model reads: the cache and what was sent
                     // after it (a cached reply may stand for the resent one).
                     self.prompt_tokens = u32::try_from(plan.cached + plan.input.len()).ok();
                 }
-                (control, events, plan)
+                (control, events, plan, prefill_stall)
             }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
@@ -271,6 +274,7 @@ impl Start {
             limit: self.plan.limit,
             aborts_at_limit: self.plan.aborts_at_limit(),
             first_token_timeout,
+            prefill_stall,
             deadline,
             request_end: None,
             reason,
@@ -342,6 +346,8 @@ struct Run {
     /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
     aborts_at_limit: bool,
     first_token_timeout: std::time::Duration,
+    /// From the run's start to its first token, by the model's pace (`liveness.rs`).
+    prefill_stall: std::time::Duration,
     /// First-token (from submission, then from admission), then the earlier
     /// of the request's end and the decode stall's.
     deadline: Option<tokio::time::Instant>,
@@ -446,12 +452,12 @@ impl Run {
     /// Ends the run early for `reason` (unless something already decided its end).
     /// Which deadline a run past its deadline missed.
     fn missed_deadline(&self) -> Deadline {
-        if self.guard.timeline.first_token.is_none() {
-            Deadline::FirstToken
-        } else if self.deadline == self.request_end {
-            Deadline::Request
-        } else {
-            Deadline::Stall
+        let timeline = &self.guard.timeline;
+        match timeline.first_token {
+            None if timeline.admitted.is_some() && self.prefill_stall < self.first_token_timeout => Deadline::Prefill,
+            None => Deadline::FirstToken,
+            Some(_) if self.deadline == self.request_end => Deadline::Request,
+            Some(_) => Deadline::Stall,
         }
     }
 
@@ -465,7 +471,8 @@ impl Run {
         match event {
             Event::Started { at } => {
                 self.guard.timeline.admitted = Some(self.plan.as_ref().map_or(at, |p| p.admitted(at)));
-                self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
+                let allowed = self.first_token_timeout.min(self.prefill_stall);
+                self.deadline = Some(tokio::time::Instant::from_std(at + allowed));
                 Step::Started
             }
             Event::Token(token) => {
@@ -533,6 +540,8 @@ impl Run {
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let perf = finish.perf.map(RuntimePerf::from);
+        // A timed-out run's prefill may hold a hang: not the model's pace.
+        engine.prefill_pace.measured(perf.as_ref().filter(|_| !matches!(self.reason, Some(EndReason::Timeout(_)))));
         let (cached_tokens, cache) = match &self.plan {
             Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {
