@@ -152,8 +152,11 @@ const PREFILL_BOUND: Duration = Duration::from_secs(11);
 async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answered() {
     let args = ["--backend", "sim", "--model", "sim:instant?hang_after=0&reply_tokens=10", "--model-id", "m"];
     let d = Daemon::start(&args);
-    let body = stream_body("first");
-    let running = tokio::spawn(d.client().post(format!("{}/v1/chat/completions", d.url)).json(&body).send());
+    let request = d.client().post(format!("{}/v1/chat/completions", d.url)).json(&stream_body("first")).send();
+    let running = tokio::spawn(async move {
+        let response = request.await.unwrap();
+        (response.status().as_u16(), read_sse(response).await.0)
+    });
     d.wait_queue(|running, _| running == 1).await;
     let queued = spawn_stream(&d, "second");
     d.wait_queue(|_, waiting| waiting == 1).await;
@@ -161,9 +164,8 @@ async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answ
     assert_eq!((code, health["queue"]["running_tokens"].as_u64()), (200, Some(0)), "still prefilling: {health}");
 
     let running = tokio::time::timeout(PREFILL_BOUND * 4, running).await.expect("the running stream ended");
-    let response = running.unwrap().unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let events = read_sse(response).await.0;
+    let (status, events) = running.unwrap();
+    assert_eq!(status, 200);
     assert_eq!(error_then_done(&events), (Some("timeout".into()), true), "{events:?}");
     let error = events[events.len() - 2].json();
     assert!(error["error"]["message"].as_str().unwrap().contains("prefill stall"), "{error}");
