@@ -221,6 +221,33 @@ async fn a_runtime_that_comes_back_after_a_hung_prefill_is_used_again() {
     assert_eq!(reply["usage"]["completion_tokens"], 10, "{reply}");
 }
 
+/// A model slower than the prior pace (12 s for a prompt of ~300 tokens,
+/// where 2.6 ms a token expects 0.8 s): its first such prompt is aborted as
+/// a prefill stall at the 10 s floor, but the runtime's figures of that run,
+/// once it returned, teach the model's pace, and the same prompt is then
+/// served in its 12 s.
+#[tokio::test]
+async fn a_model_slower_than_the_prior_loses_one_request_then_is_served_at_its_pace() {
+    let spec = "sim:instant?prefill_extra_ms=12000&reply_tokens=4";
+    let d = Daemon::start(&["--backend", "sim", "--model", spec, "--model-id", "m"]);
+    let prompt = "word ".repeat(300);
+    let r = d.post("/v1/chat/completions", chat("m", &prompt)).await;
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
+
+    let deadline = Instant::now() + PREFILL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = d.post("/v1/chat/completions", chat("m", &prompt)).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert!(reply["timings"]["prompt_ms"].as_f64().unwrap() >= 12_000.0, "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 4, "{reply}");
+}
+
 #[tokio::test]
 async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let d = wedging_daemon(&["--request-timeout-secs", "2"]);

@@ -540,8 +540,7 @@ impl Run {
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let perf = finish.perf.map(RuntimePerf::from);
-        // A timed-out run's prefill may hold a hang: not the model's pace.
-        engine.prefill_pace.measured(perf.as_ref().filter(|_| !matches!(self.reason, Some(EndReason::Timeout(_)))));
+        engine.prefill_pace.measured(perf.as_ref());
         let (cached_tokens, cache) = match &self.plan {
             Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {

@@ -65,7 +65,10 @@ const BYTES_PER_TOKEN: usize = 2;
 
 /// How fast this model prefills, as its runtime reports it (`perf` of runs
 /// that prefilled at least [`PACE_MIN_TOKENS`]): milliseconds per token,
-/// fixed cost included, a moving average.
+/// fixed cost included, a moving average. Runs aborted as stuck count too
+/// once they returned: a model slower than the prior (a larger one) then
+/// loses one request to the allowance, not every long one. A hang that
+/// ended counts as a slow prefill, lengthening later allowances a little.
 #[derive(Debug, Default)]
 pub struct PrefillPace(Mutex<Option<f64>>);
 
