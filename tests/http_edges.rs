@@ -400,6 +400,13 @@ async fn the_document_states_each_models_own_bounds() {
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     assert!(e["error"].as_str().unwrap().contains("`function.name` must be 1 to 64"), "{e}");
+    // And its `think`, one of the document's values (schemathesis found "7\u{8b}" loading with 200).
+    for path in ["/api/generate", "/api/chat"] {
+        let r = d.post(path, json!({"model": "m", "think": "7\u{8b}"})).await;
+        assert_eq!(r.status(), 400, "{path}");
+        let e: Value = r.json().await.unwrap();
+        assert!(e["error"].as_str().unwrap().contains("`think` must be"), "{path}: {e}");
+    }
     // The counts refused right after parsing are stated.
     let max_items = |schema: &str, pointer: &str| {
         let schema = &doc["components"]["schemas"][schema];
