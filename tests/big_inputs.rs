@@ -5,7 +5,6 @@
 mod common;
 use common::*;
 use serde_json::json;
-use std::time::{Duration, Instant};
 
 /// The process's peak resident memory so far (VmHWM), in KiB.
 fn peak_rss_kib(d: &Daemon) -> u64 {
@@ -34,7 +33,6 @@ async fn an_8_mb_input_is_refused_before_tokenizing_on_every_endpoint() {
     for (path, body, param) in cases {
         let body = serde_json::to_vec(&body).unwrap();
         assert!(body.len() < 8 * 1024 * 1024, "under the body limit");
-        let started = Instant::now();
         let r = d
             .client()
             .post(format!("{}{path}", d.url))
@@ -45,7 +43,6 @@ async fn an_8_mb_input_is_refused_before_tokenizing_on_every_endpoint() {
             .unwrap();
         let status = r.status().as_u16();
         let e: serde_json::Value = r.json().await.unwrap();
-        let took = started.elapsed();
         assert_eq!(status, 400, "{path}: {e}");
         assert!(message(&e).contains("8,000,000 bytes") && message(&e).contains("before tokenizing"), "{path}: {e}");
         if !param.is_empty() {
@@ -54,8 +51,6 @@ async fn an_8_mb_input_is_refused_before_tokenizing_on_every_endpoint() {
                 (Some("context_length_exceeded"), Some(param))
             );
         }
-        // Tokenizing 8 MB takes seconds (20 s in a debug build) and ~800 MiB.
-        assert!(took < Duration::from_secs(2), "{path} took {took:?}");
     }
     let grown_mib = (peak_rss_kib(&d) - before) / 1024;
     assert!(grown_mib <= 48, "peak RSS grew by {grown_mib} MiB");

@@ -130,7 +130,6 @@ async fn the_encoder_runs_once_per_distinct_image() {
     assert_eq!(metric(&metrics, "rkllmd_image_encoder_runs_total"), 2.0);
     assert_eq!(metric(&metrics, "rkllmd_image_cache_hits_total"), 3.0);
     assert_eq!(metric(&metrics, "rkllmd_image_encoder_seconds_count"), 1.0, "the second request ran no encoder");
-    assert!(d.wait_log("image_encoder_runs=2"), "the request log names the runs");
 }
 
 /// MIME-style base64 (a line break every 76 characters) is the same image.

@@ -234,7 +234,6 @@ async fn tokens_dropped_after_a_stop_sequence_are_no_mismatch() {
     }
     let s = scrape_at(&d.url).await;
     assert_eq!(value(&s, "rkllmd_timing_mismatch_total", &[("check", "tokens")]), Some(0.0));
-    assert!(!d.log().contains("differs from the runtime's"), "{}", d.log());
 }
 
 /// A daemon on `sim:instant` (model id `m`) reading its telemetry from the

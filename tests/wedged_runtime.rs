@@ -138,6 +138,116 @@ async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
     assert_eq!(reply["usage"]["completion_tokens"], 2, "{reply}");
 }
 
+/// The documented bound on telling a hung prefill's clients (docs/api.md,
+/// "Time-outs"): a prompt this short gets the prefill allowance's floor,
+/// 10 s, plus the abort's 1 s.
+const PREFILL_BOUND: Duration = Duration::from_secs(11);
+
+/// With every time-out at its default (first token 120 s + 4 s per KiB), a
+/// run that hangs before its first token (`hang_after=0`) is caught by the
+/// prefill's own allowance: the running stream gets an error event naming
+/// the prefill stall and `[DONE]`, the queued one and a new request 503
+/// `runtime_unresponsive` with `Retry-After`, readiness 503 `stalled`.
+#[tokio::test]
+async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answered() {
+    let args = ["--backend", "sim", "--model", "sim:instant?hang_after=0&reply_tokens=10", "--model-id", "m"];
+    let d = Daemon::start(&args);
+    let request = d.client().post(format!("{}/v1/chat/completions", d.url)).json(&stream_body("first")).send();
+    let running = tokio::spawn(async move {
+        let response = request.await.unwrap();
+        (response.status().as_u16(), read_sse(response).await.0)
+    });
+    d.wait_queue(|running, _| running == 1).await;
+    let queued = spawn_stream(&d, "second");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let (code, health) = d.get_json("/health").await;
+    assert_eq!((code, health["queue"]["running_tokens"].as_u64()), (200, Some(0)), "still prefilling: {health}");
+
+    let running = tokio::time::timeout(PREFILL_BOUND * 4, running).await.expect("the running stream ended");
+    let (status, events) = running.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(error_then_done(&events), (Some("timeout".into()), true), "{events:?}");
+    let error = events[events.len() - 2].json();
+    assert!(error["error"]["message"].as_str().unwrap().contains("prefill stall"), "{error}");
+    let ending = tokio::time::timeout(PREFILL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
+    assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
+
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+/// A runtime whose first run hangs in its prefill for 20 s (past the
+/// prefill's allowance and the abort's grace) and then returns: the request
+/// gets 504 naming the prefill stall, requests are refused meanwhile, and
+/// once the run returned the model is ready and serves again.
+#[tokio::test]
+async fn a_runtime_that_comes_back_after_a_hung_prefill_is_used_again() {
+    let d = Daemon::start(&[
+        "--backend",
+        "sim",
+        "--model",
+        "sim:instant?hang_after=0&hang_ms=20000&hang_runs=1&reply_tokens=10",
+        "--model-id",
+        "m",
+    ]);
+    let url = format!("{}/v1/chat/completions", d.url);
+    let stalled = tokio::spawn(d.client().post(&url).json(&chat("m", "first")).send());
+    d.wait_queue(|running, _| running == 1).await;
+    let r = tokio::time::timeout(PREFILL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "timeout", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
+
+    // The run has not returned yet (it hangs 20 s, the error came at ~11 s).
+    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+
+    let deadline = Instant::now() + PREFILL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = d.post("/v1/chat/completions", chat("m", "again")).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 10, "{reply}");
+}
+
+/// A model slower than the prior pace (12 s for a prompt of ~300 tokens,
+/// where 2.6 ms a token expects 0.8 s): its first such prompt is aborted as
+/// a prefill stall at the 10 s floor, but the runtime's figures of that run,
+/// once it returned, teach the model's pace, and the same prompt is then
+/// served in its 12 s.
+#[tokio::test]
+async fn a_model_slower_than_the_prior_loses_one_request_then_is_served_at_its_pace() {
+    let spec = "sim:instant?prefill_extra_ms=12000&reply_tokens=4";
+    let d = Daemon::start(&["--backend", "sim", "--model", spec, "--model-id", "m"]);
+    let prompt = "word ".repeat(300);
+    let r = d.post("/v1/chat/completions", chat("m", &prompt)).await;
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
+
+    let deadline = Instant::now() + PREFILL_BOUND * 4;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = d.post("/v1/chat/completions", chat("m", &prompt)).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let reply: serde_json::Value = r.json().await.unwrap();
+    assert!(reply["timings"]["prompt_ms"].as_f64().unwrap() >= 12_000.0, "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 4, "{reply}");
+}
+
 #[tokio::test]
 async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let d = wedging_daemon(&["--request-timeout-secs", "2"]);
@@ -150,8 +260,9 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     let ending = tokio::time::timeout(Duration::from_secs(10), running).await.expect("ended").unwrap();
     let took = started.elapsed();
     assert_eq!(ending, (200, Some("timeout".into()), true));
-    // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine.
-    assert!(took < Duration::from_millis(3_900), "the running stream ended after {took:?}");
+    // request_timeout (2 s) + the abort's grace (1 s), with slack for a loaded machine; the
+    // decode stall would end it at 11 s.
+    assert!(took < Duration::from_secs(8), "the running stream ended after {took:?}");
 
     // Still queued: its head was held, so the refusal is its status, which a proxy retries elsewhere.
     let ending = tokio::time::timeout(Duration::from_secs(5), queued).await.expect("ended").unwrap();
@@ -162,7 +273,6 @@ async fn a_wedged_run_times_out_and_queued_and_new_requests_get_503() {
     assert!(r.headers().contains_key("retry-after"));
     let e: serde_json::Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
-    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
     // Not ready: a load balancer must stop sending requests here.
     let (code, ready) = d.get_json("/health/ready").await;
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
@@ -184,7 +294,6 @@ async fn a_wedged_batched_run_makes_the_runtime_unresponsive_too() {
     assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
     let r = d.post("/v1/chat/completions", chat("m", "third")).await;
     assert_eq!(r.status().as_u16(), 503);
-    assert!(d.wait_log("has not returned from an aborted run"), "{}", d.log());
     let (code, ready) = d.get_json("/health/ready").await;
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
 }
@@ -204,9 +313,9 @@ async fn sigterm_ends_running_and_queued_streams_with_shutting_down_and_done() {
     // Still queued: its head was held, so the refusal is its status.
     let queued = tokio::time::timeout(Duration::from_secs(8), queued).await.expect("ended").unwrap();
     assert_eq!(queued, (503, Some("shutting_down".into()), false));
-    // The grace period (1 s) + the abort's grace (1 s), with slack.
+    // The grace period (1 s) + the abort's grace (1 s), 3 × for a loaded machine.
     let took = signalled.elapsed();
-    assert!(took < Duration::from_millis(3_500), "the streams ended {took:?} after SIGTERM");
+    assert!(took < Duration::from_secs(6), "the streams ended {took:?} after SIGTERM");
 }
 
 /// Seconds into the day of a log line's timestamp ("2026-11-28T00:29:27.254755Z  INFO …").

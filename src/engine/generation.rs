@@ -213,15 +213,18 @@ impl Start {
         let mut timeline = Timeline::new(self.received);
         timeline.images = image_figures.or((!self.plan.images.is_empty()).then_some(self.plan.image_timings));
         let abandoned = self.waiting.start();
-        let (control, events, plan) = match submitted {
+        let (control, events, plan, prefill_stall) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
+                let ids = self.prompt_tokens.map(|n| n as usize).or(self.tokens.as_ref().map(|t| t.len()));
+                let sent = plan.as_ref().map(|p| p.input.len());
+                let prefill_stall = engine.prefill_stall(sent, (ids, self.plan.prompt.len()), batch_n);
                 if let Some(plan) = &plan {
                     // The prompt the model reads: the cache and what was sent
                     // after it (a cached reply may stand for the resent one).
                     self.prompt_tokens = u32::try_from(plan.cached + plan.input.len()).ok();
                 }
-                (control, events, plan)
+                (control, events, plan, prefill_stall)
             }
             Err(reason) => return Err(Outcome::without_run(reason, timeline, self.prompt_tokens)),
         };
@@ -257,6 +260,7 @@ impl Start {
             limit: self.plan.limit,
             aborts_at_limit: self.plan.aborts_at_limit(),
             first_token_timeout,
+            prefill_stall,
             deadline,
             request_end: None,
             reason,

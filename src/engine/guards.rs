@@ -108,6 +108,8 @@ impl Drop for RunGuard {
                 let grace_end = tokio::time::Instant::from_std(aborted_at + ABORT_GRACE);
                 engine.halt.aborted_run(grace_end, finished).await;
             }
+            // A prefill aborted as stuck that then returned took that long.
+            engine.prefill_pace.measured(perf.as_ref());
             engine.forget_kv();
             engine.sample_kv_cache();
             let mut outcome = Outcome::without_run(EndReason::Abandoned, timeline, prompt_tokens);

@@ -8,8 +8,9 @@
 //! so that systemd restarts it.
 
 use super::{Engine, Limits};
-use crate::metrics::Timeline;
+use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::Activity;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// The least time a decoding run may go without a token before it counts as
@@ -23,10 +24,103 @@ pub const DECODE_STALL_FLOOR: Duration = Duration::from_secs(10);
 /// model (or a big batch) is judged by its own pace.
 const DECODE_STALL_STEPS: u32 = 50;
 
+/// The least time a prefill may take before it counts as hung: a short
+/// prompt's prefill takes well under a second on a board, but the first
+/// run after a load or a busy NPU driver may take a few.
+pub const PREFILL_STALL_FLOOR: Duration = Duration::from_secs(10);
+
+/// The most a prefill may take before it counts as hung, unless this model
+/// measures the prompt's prefill itself longer than
+/// 1 / [`PREFILL_STALL_MIN_MARGIN`] of it: with the abort's 1 s and the
+/// reply, every client of a hung prefill is told within 60 s. A 16k-token
+/// prompt of a 1.5B model takes ~35 s on an RK3588 (docs/timings.md), within it.
+pub const PREFILL_STALL_CAP: Duration = Duration::from_secs(50);
+
+/// A prefill's allowance is this many times its expected time, between
+/// the floor and the cap: the expected time comes from this model's own
+/// recent runs, and an NPU shared with other work is slower by a factor,
+/// not by seconds.
+const PREFILL_STALL_FACTOR: f64 = 3.0;
+
+/// Whatever the cap, a prefill gets at least this many times its expected
+/// time: a model that measures slower than the cap allows (a larger model,
+/// a slower board) is not aborted in the middle of every long prompt.
+const PREFILL_STALL_MIN_MARGIN: f64 = 1.25;
+
+/// Prefill milliseconds per token before this model measured its own: an
+/// RK3588 running a 1.5B model (104 ms + 2.14 ms per token,
+/// docs/timings.md) at 256 tokens, the smallest run that is measured.
+const PRIOR_PREFILL_MS_PER_TOKEN: f64 = 2.6;
+
+/// Runs that prefilled fewer tokens are not measured: the runtime's fixed
+/// cost per run (~100 ms) would dominate their pace.
+const PACE_MIN_TOKENS: i64 = 256;
+
+/// The weight of a new measurement in [`PrefillPace`]'s moving average.
+const PACE_NEW: f64 = 0.25;
+
+/// A prompt whose ids are not known counts one token per this many bytes
+/// (fewer than any tokenizer makes of text: the allowance errs long).
+const BYTES_PER_TOKEN: usize = 2;
+
+/// How fast this model prefills, as its runtime reports it (`perf` of runs
+/// that prefilled at least [`PACE_MIN_TOKENS`]): milliseconds per token,
+/// fixed cost included, a moving average. Runs aborted as stuck count too
+/// once they returned: a model slower than the prior (a larger one) then
+/// loses one request to the allowance, not every long one. A hang that
+/// ended counts as a slow prefill, lengthening later allowances a little.
+#[derive(Debug, Default)]
+pub struct PrefillPace(Mutex<Option<f64>>);
+
+impl PrefillPace {
+    /// A run finished with the runtime's own figures.
+    pub fn measured(&self, perf: Option<&RuntimePerf>) {
+        let Some(perf) = perf.filter(|p| p.prefill_tokens >= PACE_MIN_TOKENS && p.prefill_time_ms > 0.0) else {
+            return;
+        };
+        let new = perf.prefill_time_ms / perf.prefill_tokens as f64;
+        let mut pace = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *pace = Some(pace.map_or(new, |old| old + PACE_NEW * (new - old)));
+    }
+
+    fn ms_per_token(&self) -> f64 {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).unwrap_or(PRIOR_PREFILL_MS_PER_TOKEN)
+    }
+
+    /// How long a run that prefills `tokens` may go from its start without
+    /// a first token before it counts as hung (the runtime gives no sign of
+    /// life during a prefill): [`PREFILL_STALL_FACTOR`] times the expected
+    /// time, between [`PREFILL_STALL_FLOOR`] and [`PREFILL_STALL_CAP`], and
+    /// never under [`PREFILL_STALL_MIN_MARGIN`] times the expected time.
+    pub fn stall(&self, tokens: usize) -> Duration {
+        let expected = Duration::from_secs_f64(self.ms_per_token() * tokens as f64 / 1000.0);
+        let bounded = expected.mul_f64(PREFILL_STALL_FACTOR).clamp(PREFILL_STALL_FLOOR, PREFILL_STALL_CAP);
+        bounded.max(expected.mul_f64(PREFILL_STALL_MIN_MARGIN))
+    }
+}
+
+/// The tokens a run prefills, as far as they are known: what it sends after
+/// the cached ones (`sent`), else the prompt's ids, else its bytes over
+/// [`BYTES_PER_TOKEN`]. A slot of a batch of `batch` runs with the others'
+/// prefills, whose prompts it does not know: each may fill the `context`.
+pub fn prefill_tokens(sent: Option<usize>, prompt: (Option<usize>, usize), batch: u32, context: u32) -> usize {
+    if batch > 1 {
+        return batch as usize * context as usize;
+    }
+    let (ids, bytes) = prompt;
+    sent.or(ids).unwrap_or(bytes / BYTES_PER_TOKEN)
+}
+
 /// How often a pending ping looks whether a run started instead.
 const RUN_START_POLL: Duration = Duration::from_millis(10);
 
 impl Engine {
+    /// How long a run may prefill (see [`PrefillPace::stall`] and
+    /// [`prefill_tokens`] for the arguments).
+    pub(super) fn prefill_stall(&self, sent: Option<usize>, prompt: (Option<usize>, usize), batch: u32) -> Duration {
+        self.prefill_pace.stall(prefill_tokens(sent, prompt, batch, self.limits.max_context_len))
+    }
+
     /// A run is inside the runtime and not known to be stuck: what the
     /// shutdown's grace period waits for.
     pub fn is_producing(&self) -> bool {
@@ -131,5 +225,56 @@ mod tests {
             slow.token(start + Duration::from_millis(400 * i));
         }
         assert_eq!(decode_stall(&slow), Duration::from_secs(20));
+    }
+
+    fn perf(ms: f64, tokens: i64) -> RuntimePerf {
+        RuntimePerf {
+            prefill_time_ms: ms,
+            prefill_tokens: tokens,
+            generate_time_ms: 0.0,
+            generate_tokens: 0,
+            memory_usage_mb: 0.0,
+            batch_size: 1,
+        }
+    }
+
+    /// The allowance in seconds, to compare with figures worked out by hand.
+    fn stall_secs(pace: &PrefillPace, tokens: usize) -> f64 {
+        (pace.stall(tokens).as_secs_f64() * 1000.0).round() / 1000.0
+    }
+
+    #[test]
+    fn a_prefill_stall_is_three_expected_times_between_the_floor_and_the_cap() {
+        let pace = PrefillPace::default();
+        // The prior, 2.6 ms per token.
+        assert_eq!(stall_secs(&pace, 10), 10.0, "the floor");
+        assert_eq!(stall_secs(&pace, 2_048), 15.974, "3 × 5.325 s");
+        assert_eq!(stall_secs(&pace, 8_192), 50.0, "3 × 21.3 s, capped");
+        assert_eq!(stall_secs(&pace, 16_384), 53.248, "1.25 × 42.6 s: more than the cap");
+        // Measured: 1 ms per token; runs under 256 tokens and no figures say nothing.
+        pace.measured(Some(&perf(1_000.0, 1_000)));
+        pace.measured(Some(&perf(5_000.0, 100)));
+        pace.measured(None);
+        assert_eq!(stall_secs(&pace, 5_000), 15.0);
+        assert_eq!(stall_secs(&pace, 20_000), 50.0, "3 × 20 s, capped");
+        // A slower run moves the average a quarter of the way: 2 ms per token.
+        pace.measured(Some(&perf(5_000.0, 1_000)));
+        assert_eq!(stall_secs(&pace, 2_000), 12.0);
+        // A model slower than the cap allows is given 1.25 × its own time.
+        let slow = PrefillPace::default();
+        slow.measured(Some(&perf(10_000.0, 1_000)));
+        assert_eq!(stall_secs(&slow, 8_000), 100.0);
+    }
+
+    #[test]
+    fn the_prefilled_tokens_are_the_sent_ids_else_the_prompts_else_its_bytes() {
+        assert_eq!(prefill_tokens(Some(30), (Some(1_000), 4_000), 1, 4_096), 30);
+        assert_eq!(prefill_tokens(None, (Some(1_000), 4_000), 1, 4_096), 1_000);
+        assert_eq!(prefill_tokens(None, (None, 4_000), 1, 4_096), 2_000);
+        assert_eq!(
+            prefill_tokens(Some(30), (Some(1_000), 4_000), 2, 4_096),
+            8_192,
+            "a batch: every slot may fill the context"
+        );
     }
 }

@@ -161,6 +161,8 @@ pub struct Engine {
     model: Model,
     /// The shutdown's abort, and a runtime that ignores an abort: queued jobs end without running.
     halt: halt::Halt,
+    /// How fast this model prefills: a prefill's allowance (`liveness.rs`).
+    prefill_pace: liveness::PrefillPace,
     queue: queue::Queue,
     info: RuntimeInfo,
     defaults: SamplingParams,
@@ -286,6 +288,7 @@ impl Engine {
             model,
             prefixes,
             halt: halt::Halt::default(),
+            prefill_pace: liveness::PrefillPace::default(),
             queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,

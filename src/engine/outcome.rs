@@ -8,6 +8,10 @@ use crate::metrics::{RuntimePerf, Timeline};
 pub enum Deadline {
     /// From admission to the first generated token (grows with the prompt).
     FirstToken,
+    /// From the run's start to its first token, by this model's own pace
+    /// (`liveness::PrefillPace::stall`): a prefill that hung. Shorter than
+    /// the first-token time-out with the defaults.
+    Prefill,
     /// From admission to the end of the generation.
     Request,
     /// From one generated token to the next (`liveness::decode_stall`): a
@@ -19,6 +23,7 @@ impl Deadline {
     pub fn as_str(self) -> &'static str {
         match self {
             Deadline::FirstToken => "first token",
+            Deadline::Prefill => "prefill stall",
             Deadline::Request => "request",
             Deadline::Stall => "decode stall",
         }

@@ -37,6 +37,8 @@ pub(super) struct Run {
     /// The runtime was not told the limit (ABI 1.2): the run is aborted at it.
     pub aborts_at_limit: bool,
     pub first_token_timeout: std::time::Duration,
+    /// From the run's start to its first token, by the model's pace (`liveness.rs`).
+    pub prefill_stall: std::time::Duration,
     /// First-token (from submission, then from admission), then the earlier
     /// of the request's end and the decode stall's.
     pub deadline: Option<tokio::time::Instant>,
@@ -140,12 +142,12 @@ impl Run {
 
     /// Which deadline a run past its deadline missed.
     fn missed_deadline(&self) -> Deadline {
-        if self.guard.timeline.first_token.is_none() {
-            Deadline::FirstToken
-        } else if self.deadline == self.request_end {
-            Deadline::Request
-        } else {
-            Deadline::Stall
+        let timeline = &self.guard.timeline;
+        match timeline.first_token {
+            None if timeline.admitted.is_some() && self.prefill_stall < self.first_token_timeout => Deadline::Prefill,
+            None => Deadline::FirstToken,
+            Some(_) if self.deadline == self.request_end => Deadline::Request,
+            Some(_) => Deadline::Stall,
         }
     }
 
@@ -160,7 +162,8 @@ impl Run {
         match event {
             Event::Started { at } => {
                 self.guard.timeline.admitted = Some(self.plan.as_ref().map_or(at, |p| p.admitted(at)));
-                self.deadline = Some(tokio::time::Instant::from_std(at + self.first_token_timeout));
+                let allowed = self.first_token_timeout.min(self.prefill_stall);
+                self.deadline = Some(tokio::time::Instant::from_std(at + allowed));
                 Step::Started
             }
             Event::Token(token) => {
@@ -228,6 +231,7 @@ impl Run {
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let perf = finish.perf.map(RuntimePerf::from);
+        engine.prefill_pace.measured(perf.as_ref());
         let (cached_tokens, cache) = match &self.plan {
             Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {

@@ -145,6 +145,27 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// A sample's value on `/metrics`: `name` with its labels as written
+    /// there (`rkllmd_x_total{model="m"}`); `None` when there is none.
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.client().get(format!("{}/metrics", self.url)).send().await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
+    /// Polls `/metrics` until `name`'s value satisfies `pred`, for up to 60 s
+    /// (a request is counted when it is recorded, which may come just after
+    /// its reply, and a busy machine delays it); whether it did.
+    pub async fn wait_metric(&self, name: &str, pred: impl Fn(f64) -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.metric(name).await.is_some_and(&pred) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// Polls `/health` until the running request has generated a token.
     pub async fn wait_generating(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 22] = [
+pub const KEYS: [&str; 23] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -20,6 +20,7 @@ pub const KEYS: [&str; 22] = [
     "record",
     "hang_after",
     "hang_ms",
+    "hang_runs",
     "kv_size_skew",
     "eos_in_cache",
     "batch_abort_ignored",
@@ -56,6 +57,9 @@ pub(crate) struct SimConfig {
     /// With `hang_after`: the hang ends after this long (a runtime that
     /// comes back; not scaled). `None`: for good.
     pub hang_ms: Option<u64>,
+    /// With `hang_after`: only the model's first N runs hang (a runtime
+    /// that comes back and then serves). `None`: every run.
+    pub hang_runs: Option<usize>,
     /// Added to every size `rkllm_get_kv_cache_size` reports (a fault).
     pub kv_size_skew: i32,
     /// A reply that ends by EOS leaves the EOS token in the KV cache.
@@ -123,6 +127,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         record: value("record").map(PathBuf::from),
         hang_after: optional(&value, "hang_after")?,
         hang_ms: optional(&value, "hang_ms")?,
+        hang_runs: optional(&value, "hang_runs")?,
         kv_size_skew: match value("kv_size_skew") {
             Some(v) => v.trim().parse().map_err(|_| invalid("kv_size_skew", &v, "an integer"))?,
             None => 0,

@@ -128,7 +128,7 @@ impl SimModel {
                 break End::Finished;
             }
             // Before the abort check: a wedged runtime ignores aborts.
-            if self.config.hang_after == Some(reply.steps) {
+            if self.config.hang_after == Some(reply.steps) && self.hangs_again() {
                 hang(self.config.hang_ms.map(Duration::from_millis));
             }
             // The `batch_abort_ignored` fault decodes on (unpaced) to the end.
@@ -168,6 +168,12 @@ impl SimModel {
             memory_usage_mb: peak_memory_mb(),
         };
         (end, perf)
+    }
+
+    /// Whether this run still hangs at `hang_after` (`hang_runs`: the first N runs only).
+    fn hangs_again(&self) -> bool {
+        let before = self.hung.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.config.hang_runs.is_none_or(|n| before < n)
     }
 }
 

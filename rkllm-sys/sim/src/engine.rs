@@ -13,6 +13,7 @@ use crate::template::ChatTemplate;
 use rkllm_sys::common::LLMResultCallback;
 use serde_json::json;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard};
 
 /// Where results go: the callback and the `userdata` used when `rkllm_run`
@@ -101,6 +102,8 @@ pub(crate) struct SimModel {
     pub callback: Callback,
     pub gate: RunGate,
     pub state: Mutex<State>,
+    /// Runs that hung so far (`hang_runs`).
+    pub hung: AtomicUsize,
 }
 
 /// The most batch slots the simulator runs (the manual recommends at most 8).
@@ -158,7 +161,8 @@ impl SimModel {
         // first run must not spend its time to first token building it.
         crate::vocab_size();
         let state = State { kv: vec![Vec::new(); usize::from(n_batch)], ..State::default() };
-        Ok(SimModel { params, config, script, recorder, callback, gate: RunGate::default(), state: Mutex::new(state) })
+        let (gate, hung) = (RunGate::default(), AtomicUsize::new(0));
+        Ok(SimModel { params, config, script, recorder, callback, gate, state: Mutex::new(state), hung })
     }
 
     pub fn state(&self) -> MutexGuard<'_, State> {

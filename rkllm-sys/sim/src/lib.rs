@@ -45,6 +45,7 @@
 //! | `prefill_extra_ms` | number | added to every prefill: a very slow prefill |
 //! | `hang_after` | N | after N generated tokens of a reply the run hangs for good: no more callbacks, aborts ignored, `rkllm_run` never returns (a wedged runtime, for watchdog tests; `0` hangs after the prefill). The process must be killed, unless `hang_ms` is set |
 //! | `hang_ms` | N | with `hang_after`: the hang ends after N ms (not scaled) and the run goes on, an abort that came meanwhile seen at the next token boundary (a runtime that comes back) |
+//! | `hang_runs` | N | with `hang_after`: only the model's first N runs hang, later ones run normally (a runtime that comes back and then serves; default: every run) |
 //! | `script` | path to JSON `[{"match": "…", "reply": "…"}]` | the first entry whose `match` occurs in the prompt gives the reply text (`reply_tokens` does not apply) |
 //! | `record` | path | appends one JSON line per call received (see below) |
 //! | `kv_size_skew` | integer (may be negative), default 0 | a fault: `rkllm_get_kv_cache_size` reports every slot's size plus N (at least 0), disagreeing with the ids sent and generated |

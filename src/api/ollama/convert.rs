@@ -35,7 +35,7 @@ pub fn keep_alive(value: Option<&Value>) -> Result<Option<KeepAlive>, ApiError> 
 }
 
 /// `think`: a boolean, or a level (any level turns thinking on).
-fn think(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
+pub(super) fn think(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
     match value {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),

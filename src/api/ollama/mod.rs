@@ -120,6 +120,8 @@ async fn answer(
     }
     let keep_alive = convert::keep_alive(common.keep_alive.as_ref())?;
     convert::check_options(common.options.as_ref())?;
+    // Checked here too, so that a request that only loads the model refuses a bad one as well.
+    convert::think(common.think.as_ref())?;
     let (model, place) = state.lease_queued(&common.model, keep_alive).await?;
     let frame = Frame { shape, model: model.served_id(), load: model.load_duration };
     let id = format!("ollama-{}", uuid::Uuid::new_v4().simple());
