@@ -6,6 +6,7 @@
 
 mod budget;
 mod fetch;
+mod jpeg_dc;
 mod png_rows;
 mod preprocess;
 

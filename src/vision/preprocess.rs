@@ -5,7 +5,7 @@
 //! Unlike the demo (`cv::imread`), the EXIF orientation is applied: phones
 //! store portraits sideways, and a model shown them so reads them wrong.
 
-use super::{budget, content_hash, png_rows, ImageError, ImageLimits, Prepared};
+use super::{budget, content_hash, jpeg_dc, png_rows, ImageError, ImageLimits, Prepared};
 use image::{ImageDecoder, ImageFormat, ImageReader};
 use std::io::Cursor;
 
@@ -61,7 +61,7 @@ pub fn preprocess(bytes: &[u8], width: u32, height: u32, limits: &ImageLimits) -
     let scaled = if png_scaled {
         png_rows::png_scaled(bytes, side).transpose()?.map(|rgb| (image::DynamicImage::ImageRgb8(rgb), orientation))
     } else if reader_format == ImageFormat::Jpeg && w.max(h) >= 2 * side {
-        jpeg_scaled(bytes, side)
+        jpeg_scaled(bytes, (w, h), side)
     } else {
         None
     };
@@ -106,10 +106,28 @@ fn jpeg_scaled_bytes(w: u32, h: u32, side: u32) -> u64 {
 /// scale (1/2, 1/4, 1/8) whose long side still covers `side`: a
 /// 4000×3000 photo for 392×392 decodes at 500×375, without ever making the
 /// 12-megapixel image. The scaled IDCT averages each block, so this is also
-/// an antialiased first step before the bilinear resize. `None`: a layout
-/// this path does not take (CMYK, 16-bit) or a decoding error, which the
-/// `image` path then meets and reports in its words.
-fn jpeg_scaled(bytes: &[u8], side: u32) -> Option<(image::DynamicImage, image::metadata::Orientation)> {
+/// an antialiased first step before the bilinear resize. At 1/8 a baseline
+/// JPEG takes `jpeg_dc`, which reads no more than that scale needs; other
+/// scales and layouts take jpeg-decoder. `None`: a layout neither takes
+/// (CMYK, 16-bit) or a decoding error, which the `image` path then meets
+/// and reports in its words.
+fn jpeg_scaled(
+    bytes: &[u8],
+    (w, h): (u32, u32),
+    side: u32,
+) -> Option<(image::DynamicImage, image::metadata::Orientation)> {
+    // At 1/8 only each block's mean is needed (jpeg_dc.rs).
+    if w.max(h) / 8 >= side {
+        if let Some(dc) = jpeg_dc::decode(bytes) {
+            let (w, h) = (dc.width, dc.height);
+            let decoded = if dc.grey {
+                image::DynamicImage::ImageLuma8(image::GrayImage::from_raw(w, h, dc.pixels)?)
+            } else {
+                image::DynamicImage::ImageRgb8(image::RgbImage::from_raw(w, h, dc.pixels)?)
+            };
+            return Some((decoded, orientation(dc.exif.as_deref())));
+        }
+    }
     let mut decoder = jpeg_decoder::Decoder::new(bytes);
     let request = u16::try_from(side).ok()?;
     decoder.scale(request, request).ok()?;
@@ -121,11 +139,11 @@ fn jpeg_scaled(bytes: &[u8], side: u32) -> Option<(image::DynamicImage, image::m
         jpeg_decoder::PixelFormat::L8 => image::DynamicImage::ImageLuma8(image::GrayImage::from_raw(w, h, pixels)?),
         jpeg_decoder::PixelFormat::L16 | jpeg_decoder::PixelFormat::CMYK32 => return None,
     };
-    let orientation = decoder
-        .exif_data()
-        .and_then(image::metadata::Orientation::from_exif_chunk)
-        .unwrap_or(image::metadata::Orientation::NoTransforms);
-    Some((decoded, orientation))
+    Some((decoded, orientation(decoder.exif_data())))
+}
+
+fn orientation(exif: Option<&[u8]>) -> image::metadata::Orientation {
+    exif.and_then(image::metadata::Orientation::from_exif_chunk).unwrap_or(image::metadata::Orientation::NoTransforms)
 }
 
 /// Bilinear resampling of the image centred in a grey square, without
@@ -232,7 +250,7 @@ mod tests {
         let mut jpeg = Cursor::new(Vec::new());
         img.write_to(&mut jpeg, ImageFormat::Jpeg).unwrap();
         let scaled = preprocess(jpeg.get_ref(), 50, 50, &LIMITS).unwrap();
-        assert!(jpeg_scaled(jpeg.get_ref(), 50).is_some_and(|(d, _)| d.width() == 100), "decoded at 1/8");
+        assert!(jpeg_scaled(jpeg.get_ref(), (800, 400), 50).is_some_and(|(d, _)| d.width() == 100), "decoded at 1/8");
         assert_eq!(scaled.source, (100, 50), "the size it was decoded at");
         let px = |p: &Prepared, x: usize, y: usize| p.pixels[(y * 50 + x) * 3..(y * 50 + x) * 3 + 3].to_vec();
         for (x, y, want) in [(10, 25, [255u8, 0, 0]), (40, 25, [0, 0, 255]), (25, 2, [128, 128, 128])] {

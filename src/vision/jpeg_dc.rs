@@ -1,0 +1,527 @@
+//! A baseline JPEG at 1/8 scale from its DC coefficients alone: each 8×8
+//! block becomes one pixel, its average, which is what a scaled IDCT gives
+//! at 1/8 (libjpeg's `scale_denom = 8`, jpeg-decoder's `scale`). At that
+//! scale nothing but the entropy decoding is left, and the AC coefficients
+//! need only be stepped over: one table lookup per coefficient gives the
+//! bits of its code and of its value together, and the run it skips. This is
+//! what makes a 12-megapixel photo for a 392-pixel encoder cost about half
+//! of libjpeg-turbo's scaled decode (docs/performance.md, "Images").
+//!
+//! Only the common layout is taken: baseline Huffman, 8-bit, one
+//! interleaved scan of grey or YCbCr. Anything else — progressive,
+//! arithmetic, CMYK, Adobe RGB, a corrupt stream — returns `None` and the
+//! caller decodes it the general way.
+
+/// Bits a table lookup reads at once; longer codes take the slow path.
+const LOOKUP: u32 = 12;
+
+/// A JPEG decoded at 1/8 scale: RGB (or grey) pixels, and the EXIF chunk.
+pub(super) struct Dc {
+    pub width: u32,
+    pub height: u32,
+    /// `width × height × 3` RGB bytes, or `width × height` for grey.
+    pub pixels: Vec<u8>,
+    pub grey: bool,
+    pub exif: Option<Vec<u8>>,
+}
+
+struct Component {
+    id: u8,
+    h: usize,
+    v: usize,
+    quant: usize,
+    dc: usize,
+    ac: usize,
+}
+
+/// One Huffman table: a lookup on the next `LOOKUP` bits, and the canonical
+/// code ranges per length for longer codes.
+struct Table {
+    /// `code length + value bits | advance << 8 | code length << 16 | symbol << 24`,
+    /// or 0 where the code is longer than the lookup.
+    fast: Vec<u32>,
+    /// Per code length 1..=16: the largest code (−1: none) and the index of
+    /// its first symbol less its first code.
+    max_code: [i32; 17],
+    offset: [i32; 17],
+    symbols: Vec<u8>,
+}
+
+impl Table {
+    fn new(counts: &[u8; 16], symbols: &[u8], ac: bool) -> Option<Table> {
+        let mut fast = vec![0u32; 1 << LOOKUP];
+        let (mut max_code, mut offset) = ([-1i32; 17], [0i32; 17]);
+        let (mut code, mut k) = (0u32, 0usize);
+        for len in 1..=16u32 {
+            let n = usize::from(counts[len as usize - 1]);
+            if n > 0 {
+                offset[len as usize] = k as i32 - code as i32;
+                for &symbol in &symbols[k..k + n] {
+                    if len <= LOOKUP {
+                        let size = u32::from(if ac { symbol & 15 } else { symbol });
+                        let advance = match (ac, symbol >> 4, symbol & 15) {
+                            (false, ..) => 0,
+                            (true, 15, 0) => 16,
+                            (true, _, 0) => 64, // end of block
+                            (true, run, _) => u32::from(run) + 1,
+                        };
+                        let entry = (len + size) | advance << 8 | len << 16 | u32::from(symbol) << 24;
+                        let first = (code << (LOOKUP - len)) as usize;
+                        fast[first..first + (1 << (LOOKUP - len))].fill(entry);
+                    }
+                    code += 1;
+                }
+                k += n;
+                max_code[len as usize] = code as i32 - 1;
+            }
+            if code > 1 << len {
+                return None;
+            }
+            code <<= 1;
+        }
+        Some(Table { fast, max_code, offset, symbols: symbols.to_vec() })
+    }
+}
+
+/// The entropy-coded bits, most significant first, with `FF 00` unstuffed;
+/// at a marker it reads zeros.
+struct Bits<'a> {
+    data: &'a [u8],
+    pos: usize,
+    bits: u64,
+    count: u32,
+    at_marker: bool,
+}
+
+impl Bits<'_> {
+    /// At least 57 bits in the buffer.
+    #[inline(always)]
+    fn refill(&mut self) {
+        if self.count > 56 {
+            return;
+        }
+        if let Some(chunk) = self.data.get(self.pos..self.pos + 8) {
+            let x = u64::from_be_bytes(chunk.try_into().unwrap_or_default());
+            // No FF byte among the eight: take whole bytes at once. The bits
+            // of a partly taken byte land where its next read puts them again.
+            let no_ff = ((!x).wrapping_sub(0x0101_0101_0101_0101) & x & 0x8080_8080_8080_8080) == 0;
+            if no_ff && !self.at_marker {
+                self.bits |= x >> self.count;
+                let bytes = (63 - self.count) / 8;
+                self.pos += bytes as usize;
+                self.count += bytes * 8;
+                return;
+            }
+        }
+        self.refill_slow();
+    }
+
+    #[cold]
+    fn refill_slow(&mut self) {
+        while self.count <= 56 {
+            let mut byte = 0;
+            if !self.at_marker && self.pos < self.data.len() {
+                byte = self.data[self.pos];
+                if byte == 0xFF {
+                    if self.data.get(self.pos + 1) == Some(&0) {
+                        self.pos += 2;
+                    } else {
+                        self.at_marker = true;
+                        byte = 0;
+                    }
+                } else {
+                    self.pos += 1;
+                }
+            }
+            self.bits |= u64::from(byte) << (56 - self.count);
+            self.count += 8;
+        }
+    }
+
+    #[inline(always)]
+    fn consume(&mut self, n: u32) {
+        self.bits <<= n;
+        self.count -= n;
+    }
+
+    /// The next code of `table`: (code length, symbol), not yet consumed.
+    #[inline(always)]
+    fn symbol(&self, table: &Table) -> Option<(u32, u8)> {
+        let entry = table.fast[(self.bits >> (64 - LOOKUP)) as usize];
+        let len = (entry >> 16) & 0xFF;
+        if len != 0 {
+            return Some((len, (entry >> 24) as u8));
+        }
+        (LOOKUP + 1..=16).find_map(|len| {
+            let code = (self.bits >> (64 - len)) as i32;
+            (code <= table.max_code[len as usize])
+                .then(|| table.symbols.get((table.offset[len as usize] + code) as usize).map(|&s| (len, s)))
+                .flatten()
+        })
+    }
+
+    /// A block's DC difference; its AC coefficients are stepped over.
+    #[inline(always)]
+    fn block(&mut self, dc: &Table, ac: &Table) -> Option<i32> {
+        self.refill();
+        let (len, size) = self.symbol(dc)?;
+        let size = u32::from(size);
+        if size > 11 {
+            return None;
+        }
+        self.consume(len);
+        let diff = if size == 0 {
+            0
+        } else {
+            let v = (self.bits >> (64 - size)) as i32;
+            self.consume(size);
+            if v < 1 << (size - 1) {
+                v - (1 << size) + 1
+            } else {
+                v
+            }
+        };
+        let mut k = 1;
+        while k < 64 {
+            // A code (≤ 16 bits) and its value (≤ 10) fit 57 bits twice.
+            if self.count < 26 {
+                self.refill();
+            }
+            let entry = ac.fast[(self.bits >> (64 - LOOKUP)) as usize];
+            if entry != 0 {
+                self.consume(entry & 0xFF);
+                k += (entry >> 8) & 0xFF;
+                continue;
+            }
+            let (len, symbol) = self.symbol(ac)?;
+            self.consume(len + u32::from(symbol & 15));
+            k += match (symbol >> 4, symbol & 15) {
+                (15, 0) => 16,
+                (_, 0) => 64,
+                (run, _) => u32::from(run) + 1,
+            };
+        }
+        Some(diff)
+    }
+
+    /// Past a restart marker (`FF D0`–`FF D7`), with the bit buffer emptied.
+    fn restart(&mut self) -> Option<()> {
+        (self.bits, self.count, self.at_marker) = (0, 0, false);
+        while self.data.get(self.pos) == Some(&0xFF) && self.data.get(self.pos + 1) == Some(&0xFF) {
+            self.pos += 1;
+        }
+        match self.data.get(self.pos..self.pos + 2)? {
+            [0xFF, 0xD0..=0xD7] => {
+                self.pos += 2;
+                Some(())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Decodes `bytes` at 1/8 scale, or `None` where this path does not apply.
+pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
+    let mut quant = [None; 4];
+    let (mut dc_tables, mut ac_tables): ([Option<Table>; 4], [Option<Table>; 4]) = Default::default();
+    let (mut frame, mut components) = (None, Vec::new());
+    let (mut restart_interval, mut exif, mut adobe_rgb) = (0usize, None, false);
+    if bytes.get(..2)? != [0xFF, 0xD8] {
+        return None;
+    }
+    let mut pos = 2;
+    loop {
+        while bytes.get(pos) == Some(&0xFF) && bytes.get(pos + 1) == Some(&0xFF) {
+            pos += 1;
+        }
+        let [0xFF, marker] = *bytes.get(pos..pos + 2)? else { return None };
+        let length = usize::from(u16::from_be_bytes(bytes.get(pos + 2..pos + 4)?.try_into().ok()?));
+        let segment = bytes.get(pos + 4..(pos + 2 + length).max(pos + 4))?;
+        pos += 2 + length;
+        match marker {
+            0xC0 | 0xC1 => {
+                let [8, hi, hl, wi, wl, n, ref rest @ ..] = *segment else { return None };
+                frame = Some((u32::from(u16::from_be_bytes([wi, wl])), u32::from(u16::from_be_bytes([hi, hl]))));
+                if n != 1 && n != 3 {
+                    return None;
+                }
+                for c in rest.chunks_exact(3).take(usize::from(n)) {
+                    let (h, v) = (usize::from(c[1] >> 4), usize::from(c[1] & 15));
+                    if !(1..=4).contains(&h) || !(1..=4).contains(&v) || c[2] > 3 {
+                        return None;
+                    }
+                    components.push(Component { id: c[0], h, v, quant: usize::from(c[2]), dc: 0, ac: 0 });
+                }
+            }
+            0xC2..=0xCF if marker != 0xC4 && marker != 0xC8 && marker != 0xCC => return None,
+            0xC4 => {
+                let mut rest = segment;
+                while let [class_id, ref tail @ ..] = *rest {
+                    let counts: &[u8; 16] = tail.get(..16)?.try_into().ok()?;
+                    let n = counts.iter().map(|&c| usize::from(c)).sum::<usize>();
+                    let table = Table::new(counts, tail.get(16..16 + n)?, class_id >> 4 == 1)?;
+                    let slot = usize::from(class_id & 15).min(3);
+                    match class_id >> 4 {
+                        0 => dc_tables[slot] = Some(table),
+                        1 => ac_tables[slot] = Some(table),
+                        _ => return None,
+                    }
+                    rest = &tail[16 + n..];
+                }
+            }
+            0xDB => {
+                let mut rest = segment;
+                while let [pq_id, ref tail @ ..] = *rest {
+                    let (wide, id) = (pq_id >> 4 == 1, usize::from(pq_id & 15));
+                    let size = if wide { 128 } else { 64 };
+                    let values = tail.get(..size)?;
+                    // Only the DC entry (the first) is used.
+                    *quant.get_mut(id)? =
+                        Some(if wide { u16::from_be_bytes([values[0], values[1]]) } else { values[0].into() });
+                    rest = &tail[size..];
+                }
+            }
+            0xDD => restart_interval = usize::from(u16::from_be_bytes(segment.get(..2)?.try_into().ok()?)),
+            0xE1 if segment.starts_with(b"Exif\0\0") => exif = Some(segment[6..].to_vec()),
+            0xEE if segment.starts_with(b"Adobe") => adobe_rgb = segment.get(11) == Some(&0),
+            0xDA => {
+                let (width, height) = frame?;
+                let [n, ref rest @ ..] = *segment else { return None };
+                if usize::from(n) != components.len() || rest.get(2 * usize::from(n)..)? != [0, 63, 0] {
+                    return None; // a scan of some components, or a progressive one
+                }
+                for (c, s) in components.iter_mut().zip(rest.chunks_exact(2)) {
+                    if c.id != s[0] {
+                        return None;
+                    }
+                    (c.dc, c.ac) = (usize::from(s[1] >> 4).min(3), usize::from(s[1] & 15).min(3));
+                }
+                let rgb_ids = components.iter().map(|c| c.id).eq(*b"RGB");
+                if adobe_rgb || rgb_ids || width == 0 || height == 0 {
+                    return None;
+                }
+                let planes = scan(
+                    bytes.get(pos..)?,
+                    (width, height),
+                    &components,
+                    &quant,
+                    &dc_tables,
+                    &ac_tables,
+                    restart_interval,
+                )?;
+                return Some(assemble(&planes, &components, width, height, exif));
+            }
+            0xD9 => return None,
+            _ => {}
+        }
+    }
+}
+
+/// A component's DC pixels, one per block, rows of `stride`.
+struct Plane {
+    pixels: Vec<u8>,
+    stride: usize,
+}
+
+/// The scan's blocks, each component's DC pixels in a plane of its own.
+fn scan(
+    data: &[u8],
+    (width, height): (u32, u32),
+    components: &[Component],
+    quant: &[Option<u16>; 4],
+    dc_tables: &[Option<Table>; 4],
+    ac_tables: &[Option<Table>; 4],
+    restart_interval: usize,
+) -> Option<Vec<Plane>> {
+    let (w, h) = (width as usize, height as usize);
+    let h_max = components.iter().map(|c| c.h).max()?;
+    let v_max = components.iter().map(|c| c.v).max()?;
+    // One component: not interleaved, an MCU is one block whatever its sampling.
+    let one = components.len() == 1;
+    let (mcu_w, mcu_h) = if one { (8, 8) } else { (8 * h_max, 8 * v_max) };
+    let (mcus_x, mcus_y) = (w.div_ceil(mcu_w), h.div_ceil(mcu_h));
+    let layout = |c: &Component| if one { (1, 1) } else { (c.h, c.v) };
+    let mut planes: Vec<Plane> = components
+        .iter()
+        .map(|c| {
+            let (bh, bv) = layout(c);
+            Plane { pixels: vec![0; mcus_x * bh * mcus_y * bv], stride: mcus_x * bh }
+        })
+        .collect();
+    let mut coding = Vec::with_capacity(components.len());
+    for c in components {
+        coding.push((dc_tables[c.dc].as_ref()?, ac_tables[c.ac].as_ref()?, i64::from(quant[c.quant]?), layout(c)));
+    }
+    let mut bits = Bits { data, pos: 0, bits: 0, count: 0, at_marker: false };
+    let mut predictors = [0i32; 3];
+    for mcu in 0..mcus_x * mcus_y {
+        if restart_interval > 0 && mcu > 0 && mcu % restart_interval == 0 {
+            bits.restart()?;
+            predictors = [0; 3];
+        }
+        let (mx, my) = (mcu % mcus_x, mcu / mcus_x);
+        for (i, &(dc, ac, q, (bh, bv))) in coding.iter().enumerate() {
+            let plane = &mut planes[i];
+            for by in 0..bv {
+                for bx in 0..bh {
+                    predictors[i] = predictors[i].wrapping_add(bits.block(dc, ac)?);
+                    // The 1×1 IDCT: the block's mean, level-shifted.
+                    let value = ((i64::from(predictors[i]) * q + 1024) >> 3).clamp(0, 255) as u8;
+                    plane.pixels[(my * bv + by) * plane.stride + mx * bh + bx] = value;
+                }
+            }
+        }
+    }
+    Some(planes)
+}
+
+/// The planes as one image of `⌈width/8⌉ × ⌈height/8⌉`, YCbCr to RGB by
+/// JFIF's equations. Chroma at half the luma's resolution is interpolated
+/// as libjpeg's "fancy" upsampling does (weights 3/4 and 1/4 from the
+/// nearer and the farther sample); other ratios repeat it.
+fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32, exif: Option<Vec<u8>>) -> Dc {
+    let (w, h) = (width.div_ceil(8) as usize, height.div_ceil(8) as usize);
+    let h_max = components.iter().map(|c| c.h).max().unwrap_or(1);
+    let v_max = components.iter().map(|c| c.v).max().unwrap_or(1);
+    let grey = components.len() == 1;
+    let mut pixels = Vec::with_capacity(w * h * if grey { 1 } else { 3 });
+    if grey {
+        for row in planes[0].pixels.chunks_exact(planes[0].stride).take(h) {
+            pixels.extend_from_slice(&row[..w]);
+        }
+        return Dc { width: w as u32, height: h as u32, pixels, grey, exif };
+    }
+    // Per component and luma column (row): the nearer and the farther chroma column (row).
+    let taps = |out: usize, factor: usize, len: usize| -> Vec<(usize, usize)> {
+        (0..out)
+            .map(|x| {
+                let near = (x / factor).min(len - 1);
+                let far = match (factor, x % 2) {
+                    (2, 0) => near.saturating_sub(1),
+                    (2, _) => (near + 1).min(len - 1),
+                    _ => near,
+                };
+                (near, far)
+            })
+            .collect()
+    };
+    let sampled: Vec<_> = components
+        .iter()
+        .zip(planes)
+        .map(|(c, p)| {
+            let rows = p.pixels.len() / p.stride;
+            (p, taps(w, h_max / c.h, p.stride), taps(h, v_max / c.v, rows))
+        })
+        .collect();
+    let sample = |i: usize, x: usize, y: usize| {
+        let (p, xs, ys) = &sampled[i];
+        let ((xn, xf), (yn, yf)) = (xs[x], ys[y]);
+        let at = |x: usize, y: usize| i32::from(p.pixels[y * p.stride + x]);
+        (9 * at(xn, yn) + 3 * at(xf, yn) + 3 * at(xn, yf) + at(xf, yf) + 8) >> 4
+    };
+    // 16-bit fixed point, rounded.
+    const ONE: i32 = 1 << 16;
+    let f = |x: f64| (x * f64::from(ONE)).round() as i32;
+    let (cr_r, cb_g, cr_g, cb_b) = (f(1.402), f(0.344136), f(0.714136), f(1.772));
+    let clamp = |v: i32| ((v + ONE / 2) >> 16).clamp(0, 255) as u8;
+    for y in 0..h {
+        for x in 0..w {
+            let (luma, cb, cr) = (sample(0, x, y) * ONE, sample(1, x, y) - 128, sample(2, x, y) - 128);
+            pixels.extend([clamp(luma + cr_r * cr), clamp(luma - cb_g * cb - cr_g * cr), clamp(luma + cb_b * cb)]);
+        }
+    }
+    Dc { width: w as u32, height: h as u32, pixels, grey, exif }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// jpeg-decoder's own 1/8-scaled decode of the same file, for comparison.
+    fn reference(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+        let mut decoder = jpeg_decoder::Decoder::new(bytes);
+        decoder.scale(1, 1).unwrap();
+        let pixels = decoder.decode().unwrap();
+        let info = decoder.info().unwrap();
+        (u32::from(info.width), u32::from(info.height), pixels)
+    }
+
+    fn encode(img: image::DynamicImage) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
+        out.into_inner()
+    }
+
+    fn textured(w: u32, h: u32) -> image::RgbImage {
+        // A fixed pseudo-random texture over gradients: every AC code length occurs.
+        let mut state = 0x2545_f491_u32;
+        image::RgbImage::from_fn(w, h, |x, y| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let n = (state % 64) as u8;
+            image::Rgb([(x as u8).wrapping_add(n), (y as u8).wrapping_mul(2).wrapping_add(n / 2), n.wrapping_mul(3)])
+        })
+    }
+
+    /// Largest difference of any sample, and the mean one.
+    fn differences(a: &[u8], b: &[u8]) -> (u8, f64) {
+        assert_eq!(a.len(), b.len());
+        let most = a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0);
+        let mean = a.iter().zip(b).map(|(x, y)| f64::from(x.abs_diff(*y))).sum::<f64>() / a.len() as f64;
+        (most, mean)
+    }
+
+    #[test]
+    fn grey_is_each_blocks_mean_exactly_as_the_scaled_idct_gives_it() {
+        let grey = image::DynamicImage::ImageRgb8(textured(203, 117)).into_luma8();
+        let bytes = encode(grey.into());
+        let dc = decode(&bytes).expect("a baseline grey JPEG");
+        assert!(dc.grey);
+        let (w, h, want) = reference(&bytes);
+        assert_eq!((dc.width, dc.height), (w, h), "⌈203/8⌉ × ⌈117/8⌉");
+        assert_eq!((w, h), (26, 15));
+        assert_eq!(dc.pixels, want);
+    }
+
+    #[test]
+    fn colour_matches_the_scaled_idct_within_rounding() {
+        let bytes = encode(textured(333, 250).into());
+        let dc = decode(&bytes).expect("a baseline YCbCr JPEG");
+        let (w, h, want) = reference(&bytes);
+        assert_eq!((dc.width, dc.height, dc.grey), (w, h, false));
+        let (most, mean) = differences(&dc.pixels, &want);
+        // The same block means and chroma interpolation; the colour
+        // conversion rounds its own way.
+        assert!(most <= 1 && mean < 0.05, "largest {most}, mean {mean}");
+    }
+
+    #[test]
+    fn restart_markers_and_subsampled_chroma() {
+        // Pillow, 4:2:0, a restart marker every 3 MCUs (34 of them).
+        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+        let dc = decode(&bytes).expect("a baseline JPEG with restart markers");
+        let (w, h, want) = reference(&bytes);
+        assert_eq!((dc.width, dc.height), (w, h));
+        let (most, mean) = differences(&dc.pixels, &want);
+        assert!(most <= 1 && mean < 0.05, "largest {most}, mean {mean}: a restart decoded out of step?");
+    }
+
+    #[test]
+    fn other_layouts_and_damage_are_left_to_the_general_decoder() {
+        let progressive =
+            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/progressive.jpg")).unwrap();
+        assert!(decode(&progressive).is_none(), "progressive");
+        assert!(decode(b"not a jpeg").is_none());
+        let bytes = encode(textured(64, 64).into());
+        for cut in [3, 20, bytes.len() / 3, bytes.len() - 3] {
+            // A cut file never panics: it decodes from zeros or gives up.
+            let _ = decode(&bytes[..cut]);
+        }
+        let mut garbled = bytes.clone();
+        let middle = garbled.len() / 2;
+        garbled[middle..middle + 40].fill(0xA5);
+        let _ = decode(&garbled);
+    }
+}
