@@ -54,9 +54,18 @@ impl Table {
         let (mut code, mut k) = (0u32, 0usize);
         for len in 1..=16u32 {
             let n = usize::from(counts[len as usize - 1]);
+            // The codes of a length must fit in it (a damaged table's may not).
+            if code as usize + n > 1 << len {
+                return None;
+            }
             if n > 0 {
                 offset[len as usize] = k as i32 - code as i32;
-                for &symbol in &symbols[k..k + n] {
+                for &symbol in symbols.get(k..k + n)? {
+                    // Baseline values: a DC difference of ≤ 11 bits, an AC
+                    // coefficient of ≤ 10 (the bit reader counts on both).
+                    if if ac { symbol & 15 > 10 } else { symbol > 11 } {
+                        return None;
+                    }
                     if len <= LOOKUP {
                         let size = u32::from(if ac { symbol & 15 } else { symbol });
                         let advance = match (ac, symbol >> 4, symbol & 15) {
@@ -73,9 +82,6 @@ impl Table {
                 }
                 k += n;
                 max_code[len as usize] = code as i32 - 1;
-            }
-            if code > 1 << len {
-                return None;
             }
             code <<= 1;
         }
@@ -241,10 +247,12 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
         match marker {
             0xC0 | 0xC1 => {
                 let [8, hi, hl, wi, wl, n, ref rest @ ..] = *segment else { return None };
-                frame = Some((u32::from(u16::from_be_bytes([wi, wl])), u32::from(u16::from_be_bytes([hi, hl]))));
-                if n != 1 && n != 3 {
+                // One frame, whole: a second one could name another size
+                // than the one the pixel limit was checked against.
+                if frame.is_some() || (n != 1 && n != 3) || rest.len() < 3 * usize::from(n) {
                     return None;
                 }
+                frame = Some((u32::from(u16::from_be_bytes([wi, wl])), u32::from(u16::from_be_bytes([hi, hl]))));
                 for c in rest.chunks_exact(3).take(usize::from(n)) {
                     let (h, v) = (usize::from(c[1] >> 4), usize::from(c[1] & 15));
                     if !(1..=4).contains(&h) || !(1..=4).contains(&v) || c[2] > 3 {
@@ -523,5 +531,50 @@ mod tests {
         let middle = garbled.len() / 2;
         garbled[middle..middle + 40].fill(0xA5);
         let _ = decode(&garbled);
+    }
+
+    #[test]
+    fn a_damaged_file_never_panics_and_never_gives_pixels_of_another_size() {
+        // Header and scan bytes alike: a fixed pseudo-random walk of
+        // overwritten bytes and cuts over the restart file and a 4:4:4 one.
+        let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+        let mut state = 0x9e37_79b9_u32;
+        let mut next = move |below: usize| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as usize % below
+        };
+        let mut decoded = 0;
+        for original in [restart, encode(textured(96, 72).into())] {
+            for _ in 0..1500 {
+                let mut bytes = original.clone();
+                for _ in 0..1 + next(4) {
+                    let at = next(bytes.len());
+                    bytes[at] = next(256) as u8;
+                }
+                bytes.truncate(bytes.len() - next(bytes.len() / 4 + 1));
+                if let Some(dc) = decode(&bytes) {
+                    decoded += 1;
+                    let channels = if dc.grey { 1 } else { 3 };
+                    assert_eq!(dc.pixels.len(), (dc.width * dc.height) as usize * channels);
+                }
+            }
+        }
+        assert!(decoded > 0, "some damage leaves a decodable file: the walk reached the scan");
+    }
+
+    #[test]
+    fn a_second_frame_header_is_refused() {
+        let bytes = encode(textured(64, 64).into());
+        let sof = bytes.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+        let length = usize::from(u16::from_be_bytes([bytes[sof + 2], bytes[sof + 3]]));
+        let mut twice = bytes[..sof + 2 + length].to_vec();
+        let mut huge = bytes[sof..sof + 2 + length].to_vec();
+        huge[5..9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
+        twice.extend_from_slice(&huge);
+        twice.extend_from_slice(&bytes[sof + 2 + length..]);
+        assert!(decode(&bytes).is_some());
+        assert!(decode(&twice).is_none());
     }
 }
