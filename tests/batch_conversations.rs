@@ -8,6 +8,7 @@ mod common;
 
 use common::{Daemon, Turn};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const MODEL: &str = "m";
 const USERS: [&str; 5] = ["Hello there!", "What runs on the NPU?", "And how fast is it?", "Why?", "Thanks, bye."];
@@ -51,9 +52,18 @@ impl Api {
     /// Conversation `c` turn by turn, resending its history with the
     /// daemon's replies; each of its turns.
     async fn converse(&self, c: usize) -> Vec<Turn> {
+        self.converse_after(c, Duration::ZERO).await
+    }
+
+    /// The same, each follow-up sent `pause` after the reply ended (a
+    /// client that takes its time: a Python SDK's takes 12–29 ms).
+    async fn converse_after(&self, c: usize, pause: Duration) -> Vec<Turn> {
         let mut messages = vec![json!({"role": "system", "content": format!("You are assistant number {c}.")})];
         let mut turns = Vec::new();
-        for user in USERS {
+        for (i, user) in USERS.into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(pause).await;
+            }
             messages.push(json!({"role": "user", "content": user}));
             let t = self.turn(&messages).await;
             messages.push(json!({"role": "assistant", "content": t.content}));
@@ -66,10 +76,15 @@ impl Api {
 /// `clients` conversations at once, each sending its next turn as soon as
 /// its reply ended.
 async fn closed_loop(d: &Daemon, clients: usize) -> Vec<Vec<Turn>> {
+    closed_loop_after(d, clients, Duration::ZERO).await
+}
+
+/// The same, each client sending its next turn `pause` after its reply ended.
+async fn closed_loop_after(d: &Daemon, clients: usize, pause: Duration) -> Vec<Vec<Turn>> {
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
             let api = Api::of(d);
-            tokio::spawn(async move { api.converse(c).await })
+            tokio::spawn(async move { api.converse_after(c, pause).await })
         })
         .collect();
     let mut all = Vec::new();
@@ -167,4 +182,31 @@ async fn batch_slots_that_keep_no_history_are_switched_off_loudly() {
             assert_eq!((t.cached(), &t.timings["cache"]), (0, &Value::Null), "turn {i}: {}", t.timings);
         }
     }
+}
+
+#[tokio::test]
+async fn a_batch_gathers_for_clients_as_long_as_they_take_to_come_back() {
+    // Clients that send their next turn 40 ms after their reply ended (and
+    // the daemon's preparation of it, slow in a debug build on a busy
+    // machine): the batch waits for them, longer than the configured 10 ms
+    // (the ceiling until their return was measured, then about twice it),
+    // and they keep their slots.
+    let pause = Duration::from_millis(40);
+    let (d, _dir) = start(false, "", &["--batch", "4"]);
+    let all = closed_loop_after(&d, 4, pause).await;
+    for (c, turns) in all.iter().enumerate() {
+        // Turn 1 of three conversations waited behind the first one's run.
+        for (turn, t) in turns.iter().enumerate().skip(2) {
+            assert_eq!(t.timings["cache"], "resident", "conversation {c}, turn {turn}: {}", t.timings);
+        }
+    }
+    let windows = |le: &str| format!("rkllmd_batch_gather_window_seconds_bucket{{le=\"{le}\"}}");
+    let gathered = d.metric("rkllmd_batch_gather_window_seconds_count").await.unwrap();
+    assert!(gathered >= 4.0, "{gathered}");
+    assert_eq!(d.metric(&windows("0.05")).await.unwrap(), 0.0, "never the 10 ms that would miss them");
+    assert_eq!(d.metric(&windows("0.25")).await.unwrap(), gathered, "none over 250 ms");
+    // A finished conversation is never back: some window ran out.
+    assert!(d.metric("rkllmd_batch_gathers_expired_total").await.unwrap() >= 1.0);
+    let lost = d.metric("rkllmd_batch_fillers_in_live_slots_total").await.unwrap();
+    assert!(lost <= 4.0, "only the slots of finished conversations: {lost}");
 }

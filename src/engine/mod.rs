@@ -20,6 +20,7 @@ mod outcome;
 mod plan;
 mod prompt_cache;
 mod queue;
+mod returns;
 mod saved;
 mod schedule;
 mod shared_prefix;

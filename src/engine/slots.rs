@@ -25,7 +25,9 @@ use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
 use super::{lock, Engine};
 use rkllm_sys::Finish;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use tokio::time::Instant;
 
 /// The slots' records, and what the api said of replies not settled yet.
 #[derive(Debug)]
@@ -39,6 +41,15 @@ pub(super) struct Slots {
     sizes: Vec<Option<usize>>,
     /// Why the slots keep nothing any more (`None`: on).
     off: Option<String>,
+    /// Per slot, when the reply of the conversation it holds ended (its
+    /// client left the slot).
+    ended: Vec<Option<Instant>>,
+    /// Conversations lost to a filler or a clear (their prompt, and when
+    /// their reply ended), the latest last: a job that continues one is its
+    /// client come back too late, whose return the scheduler measures too
+    /// (else only the returns a window caught would be measured, and the
+    /// window could only shrink).
+    departed: VecDeque<(Vec<i32>, Instant)>,
 }
 
 #[derive(Debug)]
@@ -65,6 +76,11 @@ pub(super) struct Layout {
     /// Per job, in the group's order: its slot, and how it uses that slot's
     /// cache (`None`: a job without ids, run from its text).
     pub jobs: Vec<(usize, Option<Plan>)>,
+    /// Per job that continues a conversation — the one its slot holds (also
+    /// when the run clears every slot first), or one a slot lost — when that
+    /// conversation's last reply ended: its client came back, and the
+    /// scheduler measures how soon.
+    pub home: Vec<Option<Instant>>,
     /// Every slot is cleared before the run.
     pub clear: bool,
 }
@@ -84,6 +100,8 @@ impl Slots {
             early: Vec::new(),
             sizes: vec![None; size],
             off: None,
+            ended: vec![None; size],
+            departed: VecDeque::new(),
         }
     }
 
@@ -130,6 +148,14 @@ impl Slots {
         // A job that continues nothing takes an empty slot, or, once every
         // slot is cleared, any free one.
         let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
+        let home = members
+            .iter()
+            .zip(&slot_of)
+            .map(|(m, hit)| match hit {
+                Some(s) => self.ended[*s],
+                None => self.departed_from(m.ids?),
+            })
+            .collect();
         let jobs = members
             .iter()
             .zip(plans)
@@ -144,7 +170,38 @@ impl Slots {
                 (slot, plan)
             })
             .collect();
-        Layout { jobs, clear }
+        Layout { jobs, home, clear }
+    }
+
+    /// When the reply ended of the lost conversation `ids` continues.
+    fn departed_from(&self, ids: &[i32]) -> Option<Instant> {
+        let continued = |(prompt, _): &&(Vec<i32>, Instant)| ids.len() > prompt.len() && ids.starts_with(prompt);
+        self.departed.iter().rev().find(continued).map(|(_, ended)| *ended)
+    }
+
+    /// Slot `s` loses the conversation it holds.
+    fn depart(&mut self, s: usize) {
+        let Some(ended) = self.ended[s].take() else { return };
+        if let Some(prompt) = self.caches[s].last_prompt() {
+            if self.departed.len() == 2 * self.caches.len() {
+                self.departed.pop_front();
+            }
+            self.departed.push_back((prompt.to_vec(), ended));
+        }
+    }
+
+    /// The clients of these slots left them (their replies ended) at these times.
+    pub fn left(&mut self, left: &[(usize, Instant)]) {
+        for &(s, at) in left {
+            if let Some(ended) = self.ended.get_mut(s) {
+                *ended = Some(at);
+            }
+        }
+    }
+
+    /// Whether slot `s` holds a conversation a job may come back to.
+    pub fn holds(&self, s: usize) -> bool {
+        self.caches.get(s).is_some_and(|c| c.last_prompt().is_some())
     }
 
     /// Why a job continues no slot: a named conversation's slot holds an
@@ -166,6 +223,7 @@ impl Slots {
 
     /// `rkllm_clear_kv_cache` emptied every slot.
     pub fn cleared(&mut self) {
+        (0..self.caches.len()).for_each(|s| self.depart(s));
         self.caches.iter_mut().for_each(KvCache::cleared);
         self.sizes.fill(Some(0));
     }
@@ -188,6 +246,11 @@ impl Slots {
         reported: Option<&[i32]>,
     ) -> Vec<(usize, Disagreement)> {
         let mut disagreements = Vec::new();
+        for (s, used) in used.iter().enumerate() {
+            if used.is_none() {
+                self.depart(s);
+            }
+        }
         for (s, (cache, used)) in self.caches.iter_mut().zip(used).enumerate() {
             let size = reported.and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
             self.sizes[s] = size;
@@ -266,6 +329,13 @@ impl Engine {
             }
         }
         Some(layout)
+    }
+
+    /// The clients of these slots left them at these times (after their run).
+    pub(super) fn slots_left(&self, left: &[(usize, Instant)]) {
+        if let Some(slots) = &self.slots {
+            lock(slots).left(left);
+        }
     }
 
     /// After a batched run that kept history (turn still held): each slot's
@@ -360,6 +430,9 @@ mod tests {
         assert_eq!(slots_of(&first), vec![0, 1, 2]);
         assert!(run(&mut slots, first, &["a", "b", "c"], 9).is_empty());
         assert_eq!(slots.held(), (3, 5));
+        let at = |ms| Instant::now() + std::time::Duration::from_millis(ms);
+        let c_ended = at(3);
+        slots.left(&[(0, at(1)), (1, at(2)), (2, c_ended)]);
 
         // b's follow-up before a's: each in its own slot, c's gets a filler.
         let next = slots.layout(&[member(&[5, 6, 9, 7], &hints), member(&[1, 2, 9, 4], &hints)], 100);
@@ -369,12 +442,16 @@ mod tests {
         assert_eq!((plans[0].cached, plans[0].input.clone()), (3, vec![7]), "only what follows is sent");
         assert_eq!(plans[1].cached, 3);
         assert!(run(&mut slots, next, &["b2", "a2"], 3).is_empty());
+        let a_ended = at(5);
+        slots.left(&[(1, at(4)), (0, a_ended)]);
         assert!(slots.is_warm(&[1, 2, 9, 4, 3, 1], None));
         assert!(!slots.is_warm(&[8, 9, 2], None), "the filler is in c's slot now");
 
         // c continues nothing and no slot is empty: every slot is cleared.
         let last = slots.layout(&[member(&[8, 9, 2], &hints), member(&[1, 2, 9, 4, 3, 1], &hints)], 100);
         assert!(last.clear);
+        // Both came back: a to the slot it holds, c to the one it lost.
+        assert_eq!(last.home, vec![Some(c_ended), Some(a_ended)]);
         let plans: Vec<&Plan> = last.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
         assert_eq!((plans[0].miss, plans[1].miss), (MissReason::Other, MissReason::Displaced));
         assert_eq!(plans[1].input.len(), 6, "a displaced job prefills all of its prompt");

@@ -116,6 +116,12 @@ impl Daemon {
         (status, r.json().await.unwrap())
     }
 
+    /// The value of an unlabelled metric in `/metrics` (`None`: absent).
+    pub async fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.client().get(format!("{}/metrics", self.url)).send().await.unwrap().text().await.unwrap();
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+
     /// Polls `/health` until `pred` holds on its queue (bounded).
     pub async fn wait_queue(&self, pred: impl Fn(u64, u64) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
