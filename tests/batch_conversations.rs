@@ -210,3 +210,48 @@ async fn a_batch_gathers_for_clients_as_long_as_they_take_to_come_back() {
     let lost = d.metric("rkllmd_batch_fillers_in_live_slots_total").await.unwrap();
     assert!(lost <= 4.0, "only the slots of finished conversations: {lost}");
 }
+
+/// Conversations `a` and `b` on `--batch 2`, one request at a time: a's
+/// first turn, b's, a's second, b's second. The turns.
+async fn two_by_turns(d: &Daemon) -> [Turn; 4] {
+    let api = Api::of(d);
+    let mut a = vec![json!({"role": "user", "content": USERS[0]})];
+    let mut b = vec![json!({"role": "user", "content": USERS[1]})];
+    let a1 = api.turn(&a).await;
+    let b1 = api.turn(&b).await;
+    a.extend([json!({"role": "assistant", "content": a1.content}), json!({"role": "user", "content": USERS[2]})]);
+    b.extend([json!({"role": "assistant", "content": b1.content}), json!({"role": "user", "content": USERS[3]})]);
+    let a2 = api.turn(&a).await;
+    let b2 = api.turn(&b).await;
+    [a1, b1, a2, b2]
+}
+
+#[tokio::test]
+async fn where_the_runtime_takes_short_batches_a_lone_request_runs_alone_and_absent_slots_keep_their_conversations() {
+    let (short, _dir) = start(false, "&short_batch=accept", &["--batch", "2"]);
+    let (_, health) = short.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "accepted", "{health}");
+    let [a1, b1, a2, b2] = two_by_turns(&short).await;
+    for t in [&a1, &b1, &a2, &b2] {
+        // The runtime decoded and prefilled this request's tokens only: no filler.
+        let runtime = &t.timings["runtime"];
+        assert_eq!(runtime["generate_tokens"], t.completion(), "{}", t.timings);
+        assert_eq!(runtime["prefill_tokens"], t.prompt() - t.cached(), "{}", t.timings);
+    }
+    // Each conversation's slot was left alone while the other ran.
+    assert_eq!((&a2.timings["cache"], a2.cached()), (&json!("resident"), a1.prompt() + a1.completion()));
+    assert_eq!((&b2.timings["cache"], b2.cached()), (&json!("resident"), b1.prompt() + b1.completion()));
+    assert_eq!(short.metric("rkllmd_batch_short_off_total").await, Some(0.0));
+
+    // The simulator's default refuses them, loudly: fillers, which decode
+    // beside a lone request and take the slot of the conversation away.
+    let (filled, _filled_dir) = start(false, "", &["--batch", "2"]);
+    let (_, health) = filled.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "refused", "{health}");
+    assert!(filled.log().contains("batched runs fill every slot without a job with a filler"), "{}", filled.log());
+    assert_eq!(filled.metric("rkllmd_batch_short_off_total").await, Some(1.0));
+    let [_, _, a2, b2] = two_by_turns(&filled).await;
+    assert!(a2.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a2.completion(), "{}", a2.timings);
+    assert_eq!(a2.timings["cache"], "miss", "b's first turn cleared the slots: {}", a2.timings);
+    assert_eq!(b2.timings["cache"], "miss", "a's filler took b's slot: {}", b2.timings);
+}

@@ -6,10 +6,10 @@
 //! `keep_history` per run, so a group shares sampling and adapter; the run
 //! gets the group's largest token limit (each generation ends its own reply
 //! at its own limit), and keeps history when the conversation cache is on
-//! (`slots.rs` places each job in its slot). Slots without a job get a
-//! one-token filler input, because the runtime reads exactly N inputs
-//! (`rkllm-sys/src/batch.rs`; whether it accepts fewer is open in the
-//! manual, and the simulator refuses it). A filler's reply is never read,
+//! (`slots.rs` places each job in its slot). Slots without a job get no
+//! input where the runtime takes that (a short batch, probed at load:
+//! `short_batch.rs`), else a one-token filler input, because the runtime
+//! reads exactly N inputs (`rkllm-sys/src/batch.rs`). A filler's reply is never read,
 //! and the run is aborted as soon as the last real reply ends, so fillers
 //! cost only while a real reply runs beside them (docs/performance.md).
 //!
@@ -187,23 +187,30 @@ impl Engine {
             Some(id) => BatchInput { input: RunInput::Tokens(vec![id]), enable_thinking: false },
             None => BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false },
         };
+        // Where the runtime takes short batches, a slot without a job gets
+        // no input and keeps what it holds (`short_batch.rs`).
+        let short = self.short_batches();
         // A filler in a slot that holds a conversation costs the slot that
         // conversation (the filler's input and reply stay in it): counted, so
         // that a gathering window shorter than the clients' return is seen.
-        if let Some(slots) = self.slots.as_ref().filter(|_| layout.as_ref().is_some_and(|l| !l.clear)) {
+        if let Some(slots) = self.slots.as_ref().filter(|_| !short && layout.as_ref().is_some_and(|l| !l.clear)) {
             let slots = lock(slots);
             let lost = (0..size).filter(|&s| inputs[s].is_none() && slots.holds(s)).count();
             crate::metrics::observer().metrics.batch_fillers_in_live_slots(lost);
         }
-        let inputs: Vec<BatchInput> = inputs.into_iter().map(|i| i.unwrap_or_else(|| filler.clone())).collect();
+        let absent: Vec<bool> = inputs.iter().map(|i| short && i.is_none()).collect();
+        let inputs: Vec<Option<BatchInput>> =
+            inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
         let kept = layout.map(|_| Kept {
             sent: inputs
                 .iter()
-                .map(|i| match &i.input {
-                    RunInput::Tokens(ids) => Some(ids.len()),
-                    RunInput::Prompt(_) => None,
+                .map(|i| match i.as_ref().map(|i| &i.input) {
+                    Some(RunInput::Tokens(ids)) => Some(ids.len()),
+                    Some(RunInput::Prompt(_)) => None,
+                    None => Some(0),
                 })
                 .sum(),
+            absent,
             used,
             lora: first.lora.clone(),
         });

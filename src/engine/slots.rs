@@ -50,6 +50,8 @@ pub(super) struct Slots {
     /// (else only the returns a window caught would be measured, and the
     /// window could only shrink).
     departed: VecDeque<(Vec<i32>, Instant)>,
+    /// Slots without a job get no input (a short batch), not a filler.
+    short: bool,
 }
 
 #[derive(Debug)]
@@ -102,7 +104,13 @@ impl Slots {
             off: None,
             ended: vec![None; size],
             departed: VecDeque::new(),
+            short: false,
         }
+    }
+
+    /// Slots without a job get no input from now on (`true`), or a filler.
+    pub fn set_short(&mut self, short: bool) {
+        self.short = short;
     }
 
     pub fn is_off(&self) -> bool {
@@ -144,7 +152,7 @@ impl Slots {
         let run_max = members.iter().map(|m| m.max_new as usize).max().unwrap_or(0);
         let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
         let mut fillers = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
-        let clear = homeless > empty.len() || fillers.any(crowded);
+        let clear = homeless > empty.len() || (!self.short && fillers.any(crowded));
         // A job that continues nothing takes an empty slot, or, once every
         // slot is cleared, any free one.
         let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
@@ -199,6 +207,11 @@ impl Slots {
         }
     }
 
+    /// The size the runtime last reported for slot `s`.
+    pub fn size(&self, s: usize) -> Option<usize> {
+        self.sizes.get(s).copied().flatten()
+    }
+
     /// Whether slot `s` holds a conversation a job may come back to.
     pub fn holds(&self, s: usize) -> bool {
         self.caches.get(s).is_some_and(|c| c.last_prompt().is_some())
@@ -228,6 +241,14 @@ impl Slots {
         self.sizes.fill(Some(0));
     }
 
+    /// Nothing is known of slot `s` any more.
+    pub fn forget_slot(&mut self, s: usize) {
+        if let (Some(cache), Some(size)) = (self.caches.get_mut(s), self.sizes.get_mut(s)) {
+            cache.forget();
+            *size = None;
+        }
+    }
+
     /// Nothing is known of any slot any more.
     pub fn forget(&mut self) {
         self.caches.iter_mut().for_each(KvCache::forget);
@@ -236,23 +257,30 @@ impl Slots {
     }
 
     /// A batched run ended: `used` says what each slot was given (in slot
-    /// order), `generated` each slot's ids, `reported` the runtime's sizes.
-    /// Returns each slot whose size disagreed (that slot is then unknown).
+    /// order), `absent` which slots had no input at all (a short batch: they
+    /// hold what they held, their sizes checked by the caller), `generated`
+    /// each slot's ids, `reported` the runtime's sizes. Returns each slot
+    /// whose size disagreed (that slot is then unknown).
     pub fn settle(
         &mut self,
         used: &[Option<SlotJob>],
+        absent: &[bool],
         lora: Option<&str>,
         generated: &[Vec<i32>],
         reported: Option<&[i32]>,
     ) -> Vec<(usize, Disagreement)> {
         let mut disagreements = Vec::new();
+        let absent = |s: usize| absent.get(s).copied().unwrap_or(false);
         for (s, used) in used.iter().enumerate() {
-            if used.is_none() {
+            if used.is_none() && !absent(s) {
                 self.depart(s);
             }
         }
         for (s, (cache, used)) in self.caches.iter_mut().zip(used).enumerate() {
             let size = reported.and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
+            if absent(s) {
+                continue;
+            }
             self.sizes[s] = size;
             let Some(SlotJob { id, plan }) = used else {
                 cache.forget();
@@ -308,6 +336,8 @@ pub(super) struct Kept {
     pub used: Vec<Option<SlotJob>>,
     /// Ids sent to all slots (`None`: some slot was sent text).
     pub sent: Option<usize>,
+    /// Per slot: given no input (a short batch).
+    pub absent: Vec<bool>,
     pub lora: Option<String>,
 }
 
@@ -359,7 +389,20 @@ impl Engine {
         if let Some(sizes) = &sizes {
             self.kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), Ordering::Relaxed);
         }
-        let disagreements = lock(slots).settle(&kept.used, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
+        // A slot without input must hold what it held.
+        let moved: Vec<usize> = {
+            let slots = lock(slots);
+            let now = |s: usize| sizes.as_deref().and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
+            let changed = |s: usize| slots.size(s).is_some_and(|before| now(s) != Some(before));
+            (0..kept.absent.len()).filter(|&s| kept.absent[s] && changed(s)).collect()
+        };
+        if !moved.is_empty() {
+            self.short_batch_broken(&format!("batch slots {moved:?}, given no input, changed size"));
+            let mut slots = lock(slots);
+            moved.iter().for_each(|&s| slots.forget_slot(s));
+        }
+        let disagreements =
+            lock(slots).settle(&kept.used, &kept.absent, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
         for (slot, d) in disagreements {
             tracing::warn!(
                 slot,
@@ -415,7 +458,7 @@ mod tests {
             generated[slot] = vec![reply];
             used[slot] = Some(SlotJob { id: (*id).into(), plan });
         }
-        slots.settle(&used, None, &generated, Some(&sizes))
+        slots.settle(&used, &[], None, &generated, Some(&sizes))
     }
 
     #[test]
@@ -469,7 +512,7 @@ mod tests {
         let mut used = vec![None, None];
         used[slot] = Some(SlotJob { id: "a".into(), plan: plan.unwrap() });
         let sizes = if slot == 0 { [3, 10] } else { [10, 3] };
-        assert!(slots.settle(&used, None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
+        assert!(slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
         let follow = |max_new| Member { max_new, ..member(&[1, 2, 9, 4], &hints) };
         assert!(!slots.layout(&[follow(9)], 20).clear, "10 + 1 + 9 positions fit in 20");
         assert!(slots.layout(&[follow(10)], 20).clear, "10 + 1 + 10 do not");
@@ -487,7 +530,7 @@ mod tests {
             .zip(["a", "b"])
             .map(|((_, plan), id)| Some(SlotJob { id: id.into(), plan: plan.unwrap() }))
             .collect();
-        let disagreed = slots.settle(&used, None, &[vec![9], vec![9]], Some(&[3, 4]));
+        let disagreed = slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&[3, 4]));
         assert_eq!(disagreed, vec![(1, Disagreement { expected: 3, reported: Some(4) })]);
         assert!(slots.is_warm(&[1, 2, 9, 3], None));
         assert!(!slots.is_warm(&[5, 6, 9, 3], None));
@@ -503,7 +546,7 @@ mod tests {
         let plan = layout.jobs.remove(0).1;
         slots.seen("a", "nine".into(), false, 1);
         let used = vec![Some(SlotJob { id: "a".into(), plan: plan.unwrap() }), None];
-        assert!(slots.settle(&used, None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
+        assert!(slots.settle(&used, &[], None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
         let resent = crate::engine::Resent { start: 2, end: 3, view: "nine".into(), before: 2 };
         let hints = CacheHints { resent: Some(resent), conversation: None, stable: None };
         let follow = slots.layout(&[member(&[1, 2, 90, 4], &hints)], 100);

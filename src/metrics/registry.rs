@@ -80,6 +80,7 @@ pub struct Metrics {
     batch_gather_window: Histogram,
     batch_gathers_expired: Counter,
     batch_fillers_in_live_slots: Counter,
+    batch_short_off: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -124,6 +125,7 @@ impl Metrics {
             batch_gather_window: histogram(),
             batch_gathers_expired: Counter::default(),
             batch_fillers_in_live_slots: Counter::default(),
+            batch_short_off: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -244,6 +246,11 @@ impl Metrics {
             self.batch_fillers_in_live_slots.clone(),
         );
         r.register(
+            "rkllmd_batch_short_off",
+            "Times a model's batched runs went back to fillers for slots without a job: the probe at load found the runtime refusing a run with slots left without input, or giving an input to another slot, or a slot without input changed (see the WARN log)",
+            self.batch_short_off.clone(),
+        );
+        r.register(
             "rkllmd_timing_mismatch",
             "Disagreements with the runtime's perf stats (see the WARN log)",
             self.mismatches.clone(),
@@ -343,6 +350,10 @@ impl Metrics {
 
     pub fn batch_fillers_in_live_slots(&self, fillers: usize) {
         self.batch_fillers_in_live_slots.inc_by(fillers as u64);
+    }
+
+    pub fn batch_short_off(&self) {
+        self.batch_short_off.inc();
     }
 
     pub fn conversation_cache_off(&self) {
