@@ -255,3 +255,18 @@ async fn where_the_runtime_takes_short_batches_a_lone_request_runs_alone_and_abs
     assert_eq!(a2.timings["cache"], "miss", "b's first turn cleared the slots: {}", a2.timings);
     assert_eq!(b2.timings["cache"], "miss", "a's filler took b's slot: {}", b2.timings);
 }
+
+#[tokio::test]
+async fn a_runtime_whose_slots_without_input_do_not_stay_empty_gets_fillers_loudly() {
+    // Every size this runtime reports is one more than it holds: after the
+    // probe the slots without input do not read 0, as if the probe's input
+    // had gone to them too.
+    let (d, _dir) = start(false, "&short_batch=accept&kv_size_skew=1", &["--batch", "2"]);
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "misplaced", "{health}");
+    assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(1.0));
+    assert!(d.log().contains("the slots' sizes are [1, "), "{}", d.log());
+    let turns = two_by_turns(&d).await;
+    let a1 = &turns[0];
+    assert!(a1.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a1.completion(), "a filler: {}", a1.timings);
+}
