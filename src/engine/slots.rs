@@ -10,9 +10,12 @@
 //! group prefills from the start. A slot no job fills gets a one-token filler
 //! whose input and reply stay in it, so after a run with fillers those slots
 //! hold nothing of use, and the next job that needs an empty slot clears them
-//! all. Closed-loop clients that share every run (the scheduler gathers
-//! them) keep their slots from run to run; more live conversations than
-//! slots do not stay warm (docs/performance.md).
+//! all — unless the runtime takes short batches (`short_batch.rs`): then a
+//! slot no job fills gets no input and keeps its conversation for when its
+//! client comes back. Closed-loop clients that share every run (the
+//! scheduler gathers them for as long as they take to come back,
+//! `returns.rs`) keep their slots from run to run; more live conversations
+//! than slots do not stay warm (docs/performance.md).
 //!
 //! After every run each slot's size is checked against what was sent and
 //! generated (`rkllm_get_kv_cache_size` gives one per slot), and the run's
