@@ -74,6 +74,7 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         schedule: ScheduleSettings {
             batch: config.batch,
             gather: Duration::from_millis(config.batch_gather_ms),
+            gather_ceiling: Duration::from_millis(crate::config::BATCH_GATHER_CEILING_MS),
             max_passed_over: config.queue_max_passed_over,
         },
         base_domain_id: config.base_domain_id,

@@ -8,6 +8,7 @@ mod common;
 
 use common::{Daemon, Turn};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 const MODEL: &str = "m";
 const USERS: [&str; 5] = ["Hello there!", "What runs on the NPU?", "And how fast is it?", "Why?", "Thanks, bye."];
@@ -51,9 +52,18 @@ impl Api {
     /// Conversation `c` turn by turn, resending its history with the
     /// daemon's replies; each of its turns.
     async fn converse(&self, c: usize) -> Vec<Turn> {
+        self.converse_after(c, Duration::ZERO).await
+    }
+
+    /// The same, each follow-up sent `pause` after the reply ended (a
+    /// client that takes its time: a Python SDK's takes 12–29 ms).
+    async fn converse_after(&self, c: usize, pause: Duration) -> Vec<Turn> {
         let mut messages = vec![json!({"role": "system", "content": format!("You are assistant number {c}.")})];
         let mut turns = Vec::new();
-        for user in USERS {
+        for (i, user) in USERS.into_iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(pause).await;
+            }
             messages.push(json!({"role": "user", "content": user}));
             let t = self.turn(&messages).await;
             messages.push(json!({"role": "assistant", "content": t.content}));
@@ -66,10 +76,15 @@ impl Api {
 /// `clients` conversations at once, each sending its next turn as soon as
 /// its reply ended.
 async fn closed_loop(d: &Daemon, clients: usize) -> Vec<Vec<Turn>> {
+    closed_loop_after(d, clients, Duration::ZERO).await
+}
+
+/// The same, each client sending its next turn `pause` after its reply ended.
+async fn closed_loop_after(d: &Daemon, clients: usize, pause: Duration) -> Vec<Vec<Turn>> {
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
             let api = Api::of(d);
-            tokio::spawn(async move { api.converse(c).await })
+            tokio::spawn(async move { api.converse_after(c, pause).await })
         })
         .collect();
     let mut all = Vec::new();
@@ -167,4 +182,91 @@ async fn batch_slots_that_keep_no_history_are_switched_off_loudly() {
             assert_eq!((t.cached(), &t.timings["cache"]), (0, &Value::Null), "turn {i}: {}", t.timings);
         }
     }
+}
+
+#[tokio::test]
+async fn a_batch_gathers_for_clients_as_long_as_they_take_to_come_back() {
+    // Clients that send their next turn 40 ms after their reply ended (and
+    // the daemon's preparation of it, slow in a debug build on a busy
+    // machine): the batch waits for them, longer than the configured 10 ms
+    // (the ceiling until their return was measured, then about twice it),
+    // and they keep their slots.
+    let pause = Duration::from_millis(40);
+    let (d, _dir) = start(false, "", &["--batch", "4"]);
+    let all = closed_loop_after(&d, 4, pause).await;
+    for (c, turns) in all.iter().enumerate() {
+        // Turn 1 of three conversations waited behind the first one's run.
+        for (turn, t) in turns.iter().enumerate().skip(2) {
+            assert_eq!(t.timings["cache"], "resident", "conversation {c}, turn {turn}: {}", t.timings);
+        }
+    }
+    let windows = |le: &str| format!("rkllmd_batch_gather_window_seconds_bucket{{le=\"{le}\"}}");
+    let gathered = d.metric("rkllmd_batch_gather_window_seconds_count").await.unwrap();
+    assert!(gathered >= 4.0, "{gathered}");
+    assert_eq!(d.metric(&windows("0.05")).await.unwrap(), 0.0, "never the 10 ms that would miss them");
+    assert_eq!(d.metric(&windows("0.25")).await.unwrap(), gathered, "none over 250 ms");
+    // A finished conversation is never back: some window ran out.
+    assert!(d.metric("rkllmd_batch_gathers_expired_total").await.unwrap() >= 1.0);
+    let lost = d.metric("rkllmd_batch_fillers_in_live_slots_total").await.unwrap();
+    assert!(lost <= 4.0, "only the slots of finished conversations: {lost}");
+}
+
+/// Conversations `a` and `b` on `--batch 2`, one request at a time: a's
+/// first turn, b's, a's second, b's second. The turns.
+async fn two_by_turns(d: &Daemon) -> [Turn; 4] {
+    let api = Api::of(d);
+    let mut a = vec![json!({"role": "user", "content": USERS[0]})];
+    let mut b = vec![json!({"role": "user", "content": USERS[1]})];
+    let a1 = api.turn(&a).await;
+    let b1 = api.turn(&b).await;
+    a.extend([json!({"role": "assistant", "content": a1.content}), json!({"role": "user", "content": USERS[2]})]);
+    b.extend([json!({"role": "assistant", "content": b1.content}), json!({"role": "user", "content": USERS[3]})]);
+    let a2 = api.turn(&a).await;
+    let b2 = api.turn(&b).await;
+    [a1, b1, a2, b2]
+}
+
+#[tokio::test]
+async fn where_the_runtime_takes_short_batches_a_lone_request_runs_alone_and_absent_slots_keep_their_conversations() {
+    let (short, _dir) = start(false, "&short_batch=accept", &["--batch", "2"]);
+    let (_, health) = short.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "accepted", "{health}");
+    let [a1, b1, a2, b2] = two_by_turns(&short).await;
+    for t in [&a1, &b1, &a2, &b2] {
+        // The runtime decoded and prefilled this request's tokens only: no filler.
+        let runtime = &t.timings["runtime"];
+        assert_eq!(runtime["generate_tokens"], t.completion(), "{}", t.timings);
+        assert_eq!(runtime["prefill_tokens"], t.prompt() - t.cached(), "{}", t.timings);
+    }
+    // Each conversation's slot was left alone while the other ran.
+    assert_eq!((&a2.timings["cache"], a2.cached()), (&json!("resident"), a1.prompt() + a1.completion()));
+    assert_eq!((&b2.timings["cache"], b2.cached()), (&json!("resident"), b1.prompt() + b1.completion()));
+    assert_eq!(short.metric("rkllmd_batch_short_off_total").await, Some(0.0));
+
+    // The simulator's default refuses them, loudly: fillers, which decode
+    // beside a lone request and take the slot of the conversation away.
+    let (filled, _filled_dir) = start(false, "", &["--batch", "2"]);
+    let (_, health) = filled.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "refused", "{health}");
+    assert!(filled.log().contains("batched runs fill every slot without a job with a filler"), "{}", filled.log());
+    assert_eq!(filled.metric("rkllmd_batch_short_off_total").await, Some(1.0));
+    let [_, _, a2, b2] = two_by_turns(&filled).await;
+    assert!(a2.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a2.completion(), "{}", a2.timings);
+    assert_eq!(a2.timings["cache"], "miss", "b's first turn cleared the slots: {}", a2.timings);
+    assert_eq!(b2.timings["cache"], "miss", "a's filler took b's slot: {}", b2.timings);
+}
+
+#[tokio::test]
+async fn a_runtime_whose_slots_without_input_do_not_stay_empty_gets_fillers_loudly() {
+    // Every size this runtime reports is one more than it holds: after the
+    // probe the slots without input do not read 0, as if the probe's input
+    // had gone to them too.
+    let (d, _dir) = start(false, "&short_batch=accept&kv_size_skew=1", &["--batch", "2"]);
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "misplaced", "{health}");
+    assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(1.0));
+    assert!(d.log().contains("the slots' sizes are [1, "), "{}", d.log());
+    let turns = two_by_turns(&d).await;
+    let a1 = &turns[0];
+    assert!(a1.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a1.completion(), "a filler: {}", a1.timings);
 }

@@ -119,6 +119,12 @@ async fn multi_turn_conversations_report_ttft_and_cached_tokens_by_turn() {
         by_turn[2]["cached_tokens"]["mean"].as_f64().unwrap() > by_turn[1]["cached_tokens"]["mean"].as_f64().unwrap()
     );
     assert_eq!(by_turn[2]["ttft_ms"]["n"], 2);
+    // The server's split of each turn's TTFT: queue and prefill, both reported.
+    for t in by_turn {
+        let (queue, prefill) = (t["queue_ms"]["p50"].as_f64().unwrap(), t["prefill_ms"]["p50"].as_f64().unwrap());
+        let ttft = t["ttft_ms"]["max"].as_f64().unwrap() + 1.0;
+        assert!(queue >= 0.0 && queue <= ttft && prefill > 0.0 && prefill <= ttft, "{t}");
+    }
     // The hit rate: turn 1 never, every follow-up here.
     assert_eq!(by_turn.iter().map(|t| t["hits"].as_u64().unwrap()).collect::<Vec<_>>(), [0, 2, 2]);
     // How the server found each prompt (`timings.cache`): nothing cached yet, then kept.

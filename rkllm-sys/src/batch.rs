@@ -3,8 +3,13 @@
 //!
 //! The manual leaves three points open; this layer's reading of each, and
 //! what happens when the runtime disagrees:
-//! * fewer than N inputs: never given — the caller fills every slot (a filler
-//!   slot has no channel and its tokens are not even decoded);
+//! * fewer than N inputs: a slot without input is given as a token input of
+//!   no ids (a valid pointer and a count of 0, the form least likely to
+//!   crash a runtime that reads it; the array always has N entries: a
+//!   shorter one would be read past its end). Whether the runtime accepts
+//!   that is open; the
+//!   engine probes it at load and otherwise fills every slot (a filler slot
+//!   has no channel and its tokens are not even decoded);
 //! * a slot whose `token_id` is negative has finished, and stays finished:
 //!   its stream gets its `Finished` at once. A finished slot that delivers a
 //!   token again is a surprise (reported in the run's `Finish::surprises`,
@@ -73,7 +78,7 @@ const STEPS_AFTER_ABORT: u32 = 2;
 
 pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, run: BatchRun) {
     let BatchRun { req, id, cancelled, slots, done } = run;
-    let bytes = req.slots.iter().map(|s| s.input.text_bytes()).sum();
+    let bytes = req.slots.iter().flatten().map(|s| s.input.text_bytes()).sum();
     if !enter(shared, id, &cancelled, bytes) {
         let skipped = Finish::skipped(Instant::now());
         for events in slots.iter().flatten() {
@@ -86,21 +91,20 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
     let mut buffers: Vec<(CString, Vec<i32>)> = req
         .slots
         .iter()
-        .map(|slot| match &slot.input {
-            RunInput::Prompt(text) => (CString::new(text.replace('\0', "")).unwrap_or_default(), Vec::new()),
-            RunInput::Tokens(ids) => (CString::default(), ids.clone()),
+        .map(|slot| match slot.as_ref().map(|s| &s.input) {
+            Some(RunInput::Prompt(text)) => (CString::new(text.replace('\0', "")).unwrap_or_default(), Vec::new()),
+            Some(RunInput::Tokens(ids)) => (CString::default(), ids.clone()),
+            None => (CString::default(), Vec::new()),
         })
         .collect();
     let role = c"user".as_ptr();
     let mut inputs: Vec<A::Input> = buffers
         .iter_mut()
         .zip(&req.slots)
-        .map(|((prompt, ids), slot)| {
-            if ids.is_empty() {
-                A::prompt_input(role, prompt.as_ptr(), slot.enable_thinking)
-            } else {
-                A::token_input(role, ids, slot.enable_thinking)
-            }
+        .map(|((prompt, ids), slot)| match slot {
+            None => A::token_input(role, ids, false),
+            Some(slot) if ids.is_empty() => A::prompt_input(role, prompt.as_ptr(), slot.enable_thinking),
+            Some(slot) => A::token_input(role, ids, slot.enable_thinking),
         })
         .collect();
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);

@@ -237,11 +237,14 @@ pub struct BatchInput {
     pub enable_thinking: bool,
 }
 
-/// One batched run (`n_batch` > 1): exactly `n_batch` inputs, role user;
+/// One batched run (`n_batch` > 1): exactly `n_batch` slots, role user;
 /// the limit, sampling and `keep_history` are the run's, shared by the slots.
 #[derive(Debug, Clone)]
 pub struct BatchRequest {
-    pub slots: Vec<BatchInput>,
+    /// `None`: a slot without input, given to the runtime as a token input
+    /// of no ids (a short batch: whether the runtime accepts one is open in
+    /// the manual; the daemon probes it at load).
+    pub slots: Vec<Option<BatchInput>>,
     /// Per-run limit (ABI 1.3 only; `None` = the init value).
     pub max_new_tokens: Option<i32>,
     /// Per-run sampling (ABI 1.3 only; `None` = the init values).

@@ -21,6 +21,9 @@ pub struct Runtime {
     /// The path or spec given to `rkllm_init` (shown as `origin` is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_path: Option<String>,
+    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub short_batches: Option<&'static str>,
 }
 
 impl Runtime {
@@ -39,6 +42,7 @@ impl From<&RuntimeInfo> for Runtime {
             version: info.version.clone(),
             origin: Some(info.origin.clone()),
             model_path: Some(info.model_path.clone()),
+            short_batches: info.short_batches.map(|s| s.as_str()),
         }
     }
 }

@@ -122,6 +122,8 @@ fn level(out: &mut String, l: &LevelReport) {
                 t.turn.to_string(),
                 num(t.ttft_ms.p50),
                 num(t.ttft_ms.mean),
+                num(t.queue_ms.p50),
+                num(t.prefill_ms.p50),
                 num(t.prompt_tokens.mean),
                 num(t.cached_tokens.mean),
                 t.hit_rate(),
@@ -132,12 +134,14 @@ fn level(out: &mut String, l: &LevelReport) {
             "turn",
             "TTFT p50 ms",
             "TTFT mean ms",
+            "queue p50 ms",
+            "prefill p50 ms",
             "prompt tokens",
             "cached tokens",
             "cached (hits)",
             "found (server)",
         ];
-        table(out, &head, rows, &[0, 1, 2, 3, 4]);
+        table(out, &head, rows, &[0, 1, 2, 3, 4, 5, 6]);
     }
     if let (Some(mean), Some(max)) = (l.batch_n.mean, l.batch_n.max) {
         let _ = writeln!(

@@ -89,6 +89,10 @@ pub struct TurnSummary {
     /// 1-based turn of the conversations.
     pub turn: usize,
     pub ttft_ms: Summary,
+    /// The server's split of the TTFT: waiting for the NPU (`timings.queue_ms`)
+    /// and the prefill (`timings.prompt_ms`).
+    pub queue_ms: Summary,
+    pub prefill_ms: Summary,
     pub prompt_tokens: Summary,
     /// What the server said it reused; `n` = how many replies reported it.
     pub cached_tokens: Summary,
@@ -257,6 +261,8 @@ fn by_turn(ok: &[&&RequestRow]) -> Vec<TurnSummary> {
             TurnSummary {
                 turn: t + 1,
                 ttft_ms: Summary::of(of_turn().filter_map(|r| r.ttft_ms)),
+                queue_ms: Summary::of(of_turn().filter_map(|r| r.server_timings.as_ref()?["queue_ms"].as_f64())),
+                prefill_ms: Summary::of(of_turn().filter_map(|r| r.server_timings.as_ref()?["prompt_ms"].as_f64())),
                 prompt_tokens: Summary::of(of_turn().filter_map(|r| r.prompt_tokens.map(|n| n as f64))),
                 cached_tokens: Summary::of(of_turn().filter_map(|r| r.cached_tokens.map(|n| n as f64))),
                 hits: of_turn().filter(|r| r.cached_tokens.is_some_and(|n| n > 0)).count(),

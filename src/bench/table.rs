@@ -98,16 +98,25 @@ fn level(out: &mut String, l: &LevelReport) {
     if !l.by_turn.is_empty() {
         let _ = writeln!(
             out,
-            "{:<6}{:>12}{:>12}{:>16}{:>16}{:>16}  found (server)",
-            "turn", "TTFT p50", "TTFT mean", "prompt tokens", "cached tokens", "cached (hits)"
+            "{:<6}{:>12}{:>12}{:>12}{:>12}{:>16}{:>16}{:>16}  found (server)",
+            "turn",
+            "TTFT p50",
+            "TTFT mean",
+            "queue p50",
+            "prefill p50",
+            "prompt tokens",
+            "cached tokens",
+            "cached (hits)"
         );
         for t in &l.by_turn {
             let _ = writeln!(
                 out,
-                "{:<6}{:>12}{:>12}{:>16}{:>16}{:>16}  {}",
+                "{:<6}{:>12}{:>12}{:>12}{:>12}{:>16}{:>16}{:>16}  {}",
                 t.turn,
                 num(t.ttft_ms.p50),
                 num(t.ttft_ms.mean),
+                num(t.queue_ms.p50),
+                num(t.prefill_ms.p50),
                 num(t.prompt_tokens.mean),
                 num(t.cached_tokens.mean),
                 t.hit_rate(),

@@ -25,6 +25,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::str::FromStr;
 
+/// The longest a batch gathers for the clients of the last run when their
+/// measured return time asks for more than `batch_gather_ms`
+/// (`engine/returns.rs`): a Python client is back 12–29 ms after its reply,
+/// one on a network or a board's slower CPU later; a client slower than
+/// this is not waited for (unless `batch_gather_ms` says so).
+pub const BATCH_GATHER_CEILING_MS: u64 = 250;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
@@ -94,7 +101,7 @@ pub struct Config {
     /// Sequences per NPU run (n_batch, 1-8): queued requests with the same sampling share one batched run; 1 (the default until verified on a board) runs one request at a time.
     #[arg(long, env = "RKLLMD_BATCH", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
     pub batch: u8,
-    /// With batch > 1: milliseconds a batch waits, after a run ends, for that run's clients to send again before it starts with empty slots (a lone client never waits).
+    /// With batch > 1: milliseconds a batch waits at least, after a run ends, for that run's clients to send again before it starts with empty slots; longer (up to 250) when they were measured to take longer to come back. A lone client never waits.
     #[arg(long, env = "RKLLMD_BATCH_GATHER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub batch_gather_ms: u64,
     /// Times a waiting request may be passed over for one whose conversation is warm in the KV cache before it goes first (0: strict arrival order).

@@ -6,10 +6,10 @@
 //! `keep_history` per run, so a group shares sampling and adapter; the run
 //! gets the group's largest token limit (each generation ends its own reply
 //! at its own limit), and keeps history when the conversation cache is on
-//! (`slots.rs` places each job in its slot). Slots without a job get a
-//! one-token filler input, because the runtime reads exactly N inputs
-//! (`rkllm-sys/src/batch.rs`; whether it accepts fewer is open in the
-//! manual, and the simulator refuses it). A filler's reply is never read,
+//! (`slots.rs` places each job in its slot). Slots without a job get no
+//! input where the runtime takes that (a short batch, probed at load:
+//! `short_batch.rs`), else a one-token filler input, because the runtime
+//! reads exactly N inputs (`rkllm-sys/src/batch.rs`). A filler's reply is never read,
 //! and the run is aborted as soon as the last real reply ends, so fillers
 //! cost only while a real reply runs beside them (docs/performance.md).
 //!
@@ -24,7 +24,7 @@ use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Permit, Place, Turn};
 use super::slots::{Kept, Member, SlotJob};
-use super::Engine;
+use super::{lock, Engine};
 use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, RunControl, RunInput};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -43,9 +43,9 @@ struct Shared {
     wanted: AtomicUsize,
     /// Told when none is (the batch was aborted).
     aborted: Notify,
-    /// When each slot was left: its reply's end, after which its client
+    /// Which slot was left when: its reply's end, after which its client
     /// may send again (the scheduler's gathering counts on it).
-    left_at: Mutex<Vec<Instant>>,
+    left_at: Mutex<Vec<(usize, Instant)>>,
 }
 
 /// Aborting "my run": the run itself, or, in a batch, this slot only.
@@ -54,12 +54,14 @@ pub(super) struct SlotControl {
     run: RunControl,
     /// `Some` for a batch slot.
     batch: Option<Arc<Shared>>,
+    /// The batch slot (0 for a single run).
+    index: usize,
     left: Arc<AtomicBool>,
 }
 
 impl SlotControl {
     pub fn single(run: RunControl) -> Self {
-        SlotControl { run, batch: None, left: Arc::default() }
+        SlotControl { run, batch: None, index: 0, left: Arc::default() }
     }
 
     pub fn is_batched(&self) -> bool {
@@ -75,7 +77,7 @@ impl SlotControl {
                 if self.left.swap(true, Ordering::SeqCst) {
                     return;
                 }
-                shared.left_at.lock().unwrap_or_else(|e| e.into_inner()).push(Instant::now());
+                shared.left_at.lock().unwrap_or_else(|e| e.into_inner()).push((self.index, Instant::now()));
                 if shared.wanted.fetch_sub(1, Ordering::SeqCst) == 1 {
                     self.run.abort();
                     shared.aborted.notify_one();
@@ -114,6 +116,10 @@ pub(super) struct BatchRun {
     size: usize,
     /// What each slot was given, when the slots keep their conversations.
     kept: Option<Kept>,
+    /// Per job, in the group's order: when the reply ended whose
+    /// conversation it continues (its client came back; `schedule.rs`
+    /// measures how soon).
+    pub homes: Vec<Option<Instant>>,
 }
 
 impl Engine {
@@ -150,11 +156,15 @@ impl Engine {
         let mut places = Vec::with_capacity(jobs);
         let mut plans = Vec::with_capacity(jobs);
         let mut used: Vec<Option<SlotJob>> = (0..size).map(|_| None).collect();
+        let mut homes = Vec::with_capacity(jobs);
+        let mut slot_of = Vec::with_capacity(jobs);
         for (index, job) in group.into_iter().enumerate() {
-            let (slot, plan) = match &layout {
-                Some(layout) => (layout.jobs[index].0, layout.jobs[index].1.clone()),
-                None => (index, None),
+            let (slot, plan, home) = match &layout {
+                Some(layout) => (layout.jobs[index].0, layout.jobs[index].1.clone(), layout.home[index]),
+                None => (index, None, None),
             };
+            homes.push(home);
+            slot_of.push(slot);
             let input = match &plan {
                 Some(plan) => BatchInput { input: plan.input(), enable_thinking: job.plan.enable_thinking },
                 None => job.plan.batch_input(),
@@ -177,15 +187,30 @@ impl Engine {
             Some(id) => BatchInput { input: RunInput::Tokens(vec![id]), enable_thinking: false },
             None => BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false },
         };
-        let inputs: Vec<BatchInput> = inputs.into_iter().map(|i| i.unwrap_or_else(|| filler.clone())).collect();
+        // Where the runtime takes short batches, a slot without a job gets
+        // no input and keeps what it holds (`short_batch.rs`).
+        let short = self.short_batches();
+        // A filler in a slot that holds a conversation costs the slot that
+        // conversation (the filler's input and reply stay in it): counted, so
+        // that a gathering window shorter than the clients' return is seen.
+        if let Some(slots) = self.slots.as_ref().filter(|_| !short && layout.as_ref().is_some_and(|l| !l.clear)) {
+            let slots = lock(slots);
+            let lost = (0..size).filter(|&s| inputs[s].is_none() && slots.holds(s)).count();
+            crate::metrics::observer().metrics.batch_fillers_in_live_slots(lost);
+        }
+        let absent: Vec<bool> = inputs.iter().map(|i| short && i.is_none()).collect();
+        let inputs: Vec<Option<BatchInput>> =
+            inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
         let kept = layout.map(|_| Kept {
             sent: inputs
                 .iter()
-                .map(|i| match &i.input {
-                    RunInput::Tokens(ids) => Some(ids.len()),
-                    RunInput::Prompt(_) => None,
+                .map(|i| match i.as_ref().map(|i| &i.input) {
+                    Some(RunInput::Tokens(ids)) => Some(ids.len()),
+                    Some(RunInput::Prompt(_)) => None,
+                    None => Some(0),
                 })
                 .sum(),
+            absent,
             used,
             lora: first.lora.clone(),
         });
@@ -203,20 +228,22 @@ impl Engine {
         let slots = receivers
             .into_iter()
             .zip(plans)
-            .map(|(events, plan)| {
-                let control = SlotControl { run: control.clone(), batch: Some(shared.clone()), left: Arc::default() };
+            .zip(&slot_of)
+            .map(|((events, plan), &index)| {
+                let batch = Some(shared.clone());
+                let control = SlotControl { run: control.clone(), batch, index, left: Arc::default() };
                 Slot { control, events, jobs: jobs as u32, plan }
             })
             .collect();
-        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept }))
+        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept, homes }))
     }
 
     /// Waits until the batched run's `rkllm_run` returned, then frees its
     /// turn. Once every slot was left (the run aborted), the runtime gets
     /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
-    /// Returns when each slot left so far was left.
-    pub(super) async fn end_batch(&self, run: BatchRun) -> Vec<Instant> {
-        let BatchRun { mut done, shared, turn, jobs, size, kept } = run;
+    /// Returns which slots were left so far, and when.
+    pub(super) async fn end_batch(&self, run: BatchRun) -> Vec<(usize, Instant)> {
+        let BatchRun { mut done, shared, turn, jobs, size, kept, .. } = run;
         let finished = tokio::select! {
             finished = &mut done => finished,
             () = shared.aborted.notified() => {

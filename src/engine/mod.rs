@@ -21,11 +21,13 @@ mod plan;
 mod prompt_cache;
 mod queue;
 mod restore_costs;
+mod returns;
 mod run;
 mod saved;
 mod saved_dir;
 mod schedule;
 mod shared_prefix;
+mod short_batch;
 mod slots;
 mod vision;
 
@@ -44,6 +46,7 @@ pub use queue::{Place, QueueState};
 pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use shared_prefix::SharedPrefixSettings;
+pub use short_batch::ShortBatches;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
@@ -80,6 +83,9 @@ pub struct RuntimeInfo {
     pub origin: String,
     /// The path or spec given to `rkllm_init`.
     pub model_path: String,
+    /// With `batch` > 1: whether the runtime took a batched run with slots
+    /// left without input, as the probe at load found (`short_batch.rs`).
+    pub short_batches: Option<ShortBatches>,
 }
 
 /// What one request may take.
@@ -195,6 +201,8 @@ pub struct Engine {
     /// own prefill count, not the prompt's ids, is the prompt's size. (A
     /// batch's count is the whole batch's, so a batched job keeps the ids'.)
     runtime_counts_prompt: bool,
+    /// Batched runs leave slots without a job without input (`short_batch.rs`).
+    short: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -257,17 +265,23 @@ impl Engine {
                 prompt_cache::PromptCache::prepare(&model, &settings, &runtime, &model_path)
             })
             .transpose()?;
+        let short_batches = (schedule.batch > 1).then(|| short_batch::probe(&model, usize::from(schedule.batch)));
+        let short = short_batches == Some(ShortBatches::Accepted);
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),
             version: runtime.runtime.version().map(str::to_owned),
             origin: runtime.runtime.origin().to_string(),
             model_path,
+            short_batches,
         };
         let kv = (conversation_cache && schedule.batch == 1)
             .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
-        let slots = (conversation_cache && schedule.batch > 1)
-            .then(|| std::sync::Mutex::new(slots::Slots::new(usize::from(schedule.batch), keep_reasoning)));
+        let slots = (conversation_cache && schedule.batch > 1).then(|| {
+            let mut slots = slots::Slots::new(usize::from(schedule.batch), keep_reasoning);
+            slots.set_short(short);
+            std::sync::Mutex::new(slots)
+        });
         if saved.is_some() && slots.is_some() {
             tracing::info!(
                 "conversations are not saved as files with batch > 1: the slots hold one each (engine/slots.rs)"
@@ -298,6 +312,7 @@ impl Engine {
             slots,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             runtime_counts_prompt: !disable_runtime_template && schedule.batch == 1,
+            short: std::sync::atomic::AtomicBool::new(short),
             scheduler: schedule::Scheduler::new(schedule),
             prompt_cache,
             adapters: loras.into_iter().map(|l| l.name).collect(),

@@ -9,10 +9,13 @@
 //!   warm (0: strict arrival order). So no job waits behind more than
 //!   `max_passed_over` others that arrived after it.
 //! * **Gathering** (`batch` > 1). A batched run cannot take a job once it
-//!   started, so after a run ends the scheduler waits up to `gather` for
-//!   the clients of that run to send again (closed loop) before starting
-//!   the next one with empty slots: they then share runs instead of
-//!   splitting into groups that never merge. It waits for as many as it
+//!   started, so after a run ends the scheduler waits for the clients of
+//!   that run to send again (closed loop) before starting the next one with
+//!   empty slots: they then share runs instead of splitting into groups
+//!   that never merge, and keep their slots' conversations (a filler in a
+//!   slot costs it its conversation). It waits as long as these clients
+//!   take to come back (`returns.rs`: measured from each returning
+//!   conversation, at least `gather`, at most `gather_ceiling`). It waits for as many as it
 //!   expects — those waiting plus the last run's jobs, at most a full batch
 //!   — so a lone client (expected alone) never waits, and nothing waits
 //!   after an idle spell (no run within `gather`). A waiting job that
@@ -24,6 +27,7 @@ use super::job::CacheHints;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
 use super::queue::{Place, Turn};
+use super::returns::Returns;
 use super::Engine;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
@@ -37,8 +41,10 @@ use tokio::time::Instant;
 pub struct ScheduleSettings {
     /// Sequences per run (`n_batch`).
     pub batch: u8,
-    /// How long after a run a batch waits for more jobs (`batch` > 1).
+    /// How long a batch waits at least after a run for more jobs (`batch` > 1).
     pub gather: Duration,
+    /// The longest it waits when the clients' measured return time asks for more.
+    pub gather_ceiling: Duration,
     /// How often a waiting job may be passed over for a warm one.
     pub max_passed_over: u32,
 }
@@ -48,7 +54,7 @@ pub(super) enum Assigned {
     /// A run of its own: the turn, held until its run has returned.
     Alone(Turn),
     /// A slot of a batched run (the scheduler holds that run's turn).
-    Batched(Slot),
+    Batched(Box<Slot>),
 }
 
 /// A job waiting for its turn.
@@ -116,6 +122,8 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
     let mut waiting = VecDeque::new();
     // Until when, and for how many jobs, the next batch gathers.
     let mut gathering: Option<(Instant, usize)> = None;
+    // How soon the clients of past runs came back.
+    let mut returns = Returns::default();
     loop {
         if waiting.is_empty() {
             match jobs.recv().await {
@@ -124,8 +132,13 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             }
         }
         if size > 1 {
-            if let Some((until, expected)) = gathering.take().filter(|(until, _)| *until > Instant::now()) {
-                gather(&mut jobs, &mut waiting, expected, until).await;
+            // A window already over (the clients came later, or not at all)
+            // takes what is there and counts as run out too.
+            if let Some((until, expected)) = gathering.take() {
+                if !gather(&mut jobs, &mut waiting, expected, until).await {
+                    returns.ran_out();
+                    crate::metrics::observer().metrics.batch_gather_expired();
+                }
             }
         }
         let Some(engine) = engine.upgrade() else { return };
@@ -157,11 +170,17 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
         } else {
             let group = take_group(first, &mut waiting, size);
             let ran = group.len();
+            let arrivals: Vec<Instant> = group.iter().map(|w| w.arrived).collect();
             let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|w| (w.reply, w.job)).unzip();
-            let mut left_at = match engine.start_batch(permit, members, size).await {
+            let left = match engine.start_batch(permit, members, size).await {
                 Ok((slots, run)) => {
+                    for (arrived, end) in arrivals.into_iter().zip(&run.homes) {
+                        if let Some(end) = end {
+                            returns.record(arrived.saturating_duration_since(*end), settings.gather_ceiling);
+                        }
+                    }
                     for (reply, slot) in replies.into_iter().zip(slots) {
-                        if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(slot))) {
+                        if let Err(Ok(Assigned::Batched(slot))) = reply.send(Ok(Assigned::Batched(Box::new(slot)))) {
                             // Its client left while the batch was being put together.
                             slot.control.abort();
                         }
@@ -175,6 +194,8 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
                     Vec::new()
                 }
             };
+            engine.slots_left(&left);
+            let mut left_at: Vec<Instant> = left.into_iter().map(|(_, at)| at).collect();
             while let Ok(job) = jobs.try_recv() {
                 join(&mut waiting, job);
             }
@@ -182,7 +203,9 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             // some of them perhaps clients of the run already back.
             let back = came_back(&mut left_at, waiting.iter().map(|w| w.arrived));
             let expected = (waiting.len() - back + ran).min(size);
-            gathering = Some((Instant::now() + settings.gather, expected));
+            let window = returns.window(settings.gather, settings.gather_ceiling);
+            crate::metrics::observer().metrics.batch_gather(window);
+            gathering = Some((Instant::now() + window, expected));
         }
     }
 }
@@ -203,19 +226,20 @@ async fn any_left(waiting: &mut VecDeque<Waiting>) {
     futures_util::future::select_all(waiting.iter_mut().map(|job| Box::pin(job.reply.closed()))).await;
 }
 
-/// Waits until `waiting` has `expected` jobs or `until` passes.
+/// Waits until `waiting` has `expected` jobs (true) or `until` passes.
 async fn gather(
     jobs: &mut UnboundedReceiver<Waiting>,
     waiting: &mut VecDeque<Waiting>,
     expected: usize,
     until: Instant,
-) {
+) -> bool {
     while waiting.len() < expected {
         match tokio::time::timeout_at(until, jobs.recv()).await {
             Ok(Some(job)) => join(waiting, job),
-            Ok(None) | Err(_) => return,
+            Ok(None) | Err(_) => return false,
         }
     }
+    true
 }
 
 /// How many of the jobs that arrived at `arrivals` may be clients of the

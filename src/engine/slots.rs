@@ -10,9 +10,12 @@
 //! group prefills from the start. A slot no job fills gets a one-token filler
 //! whose input and reply stay in it, so after a run with fillers those slots
 //! hold nothing of use, and the next job that needs an empty slot clears them
-//! all. Closed-loop clients that share every run (the scheduler gathers
-//! them) keep their slots from run to run; more live conversations than
-//! slots do not stay warm (docs/performance.md).
+//! all — unless the runtime takes short batches (`short_batch.rs`): then a
+//! slot no job fills gets no input and keeps its conversation for when its
+//! client comes back. Closed-loop clients that share every run (the
+//! scheduler gathers them for as long as they take to come back,
+//! `returns.rs`) keep their slots from run to run; more live conversations
+//! than slots do not stay warm (docs/performance.md).
 //!
 //! After every run each slot's size is checked against what was sent and
 //! generated (`rkllm_get_kv_cache_size` gives one per slot), and the run's
@@ -25,7 +28,9 @@ use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
 use super::{lock, Engine};
 use rkllm_sys::Finish;
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use tokio::time::Instant;
 
 /// The slots' records, and what the api said of replies not settled yet.
 #[derive(Debug)]
@@ -39,6 +44,17 @@ pub(super) struct Slots {
     sizes: Vec<Option<usize>>,
     /// Why the slots keep nothing any more (`None`: on).
     off: Option<String>,
+    /// Per slot, when the reply of the conversation it holds ended (its
+    /// client left the slot).
+    ended: Vec<Option<Instant>>,
+    /// Conversations lost to a filler or a clear (their prompt, and when
+    /// their reply ended), the latest last: a job that continues one is its
+    /// client come back too late, whose return the scheduler measures too
+    /// (else only the returns a window caught would be measured, and the
+    /// window could only shrink).
+    departed: VecDeque<(Vec<i32>, Instant)>,
+    /// Slots without a job get no input (a short batch), not a filler.
+    short: bool,
 }
 
 #[derive(Debug)]
@@ -65,6 +81,11 @@ pub(super) struct Layout {
     /// Per job, in the group's order: its slot, and how it uses that slot's
     /// cache (`None`: a job without ids, run from its text).
     pub jobs: Vec<(usize, Option<Plan>)>,
+    /// Per job that continues a conversation — the one its slot holds (also
+    /// when the run clears every slot first), or one a slot lost — when that
+    /// conversation's last reply ended: its client came back, and the
+    /// scheduler measures how soon.
+    pub home: Vec<Option<Instant>>,
     /// Every slot is cleared before the run.
     pub clear: bool,
 }
@@ -84,7 +105,15 @@ impl Slots {
             early: Vec::new(),
             sizes: vec![None; size],
             off: None,
+            ended: vec![None; size],
+            departed: VecDeque::new(),
+            short: false,
         }
+    }
+
+    /// Slots without a job get no input from now on (`true`), or a filler.
+    pub fn set_short(&mut self, short: bool) {
+        self.short = short;
     }
 
     pub fn is_off(&self) -> bool {
@@ -126,10 +155,18 @@ impl Slots {
         let run_max = members.iter().map(|m| m.max_new as usize).max().unwrap_or(0);
         let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
         let mut fillers = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
-        let clear = homeless > empty.len() || fillers.any(crowded);
+        let clear = homeless > empty.len() || (!self.short && fillers.any(crowded));
         // A job that continues nothing takes an empty slot, or, once every
         // slot is cleared, any free one.
         let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
+        let home = members
+            .iter()
+            .zip(&slot_of)
+            .map(|(m, hit)| match hit {
+                Some(s) => self.ended[*s],
+                None => self.departed_from(m.ids?),
+            })
+            .collect();
         let jobs = members
             .iter()
             .zip(plans)
@@ -144,7 +181,43 @@ impl Slots {
                 (slot, plan)
             })
             .collect();
-        Layout { jobs, clear }
+        Layout { jobs, home, clear }
+    }
+
+    /// When the reply ended of the lost conversation `ids` continues.
+    fn departed_from(&self, ids: &[i32]) -> Option<Instant> {
+        let continued = |(prompt, _): &&(Vec<i32>, Instant)| ids.len() > prompt.len() && ids.starts_with(prompt);
+        self.departed.iter().rev().find(continued).map(|(_, ended)| *ended)
+    }
+
+    /// Slot `s` loses the conversation it holds.
+    fn depart(&mut self, s: usize) {
+        let Some(ended) = self.ended[s].take() else { return };
+        if let Some(prompt) = self.caches[s].last_prompt() {
+            if self.departed.len() == 2 * self.caches.len() {
+                self.departed.pop_front();
+            }
+            self.departed.push_back((prompt.to_vec(), ended));
+        }
+    }
+
+    /// The clients of these slots left them (their replies ended) at these times.
+    pub fn left(&mut self, left: &[(usize, Instant)]) {
+        for &(s, at) in left {
+            if let Some(ended) = self.ended.get_mut(s) {
+                *ended = Some(at);
+            }
+        }
+    }
+
+    /// The size the runtime last reported for slot `s`.
+    pub fn size(&self, s: usize) -> Option<usize> {
+        self.sizes.get(s).copied().flatten()
+    }
+
+    /// Whether slot `s` holds a conversation a job may come back to.
+    pub fn holds(&self, s: usize) -> bool {
+        self.caches.get(s).is_some_and(|c| c.last_prompt().is_some())
     }
 
     /// Why a job continues no slot: a named conversation's slot holds an
@@ -166,8 +239,17 @@ impl Slots {
 
     /// `rkllm_clear_kv_cache` emptied every slot.
     pub fn cleared(&mut self) {
+        (0..self.caches.len()).for_each(|s| self.depart(s));
         self.caches.iter_mut().for_each(KvCache::cleared);
         self.sizes.fill(Some(0));
+    }
+
+    /// Nothing is known of slot `s` any more.
+    pub fn forget_slot(&mut self, s: usize) {
+        if let (Some(cache), Some(size)) = (self.caches.get_mut(s), self.sizes.get_mut(s)) {
+            cache.forget();
+            *size = None;
+        }
     }
 
     /// Nothing is known of any slot any more.
@@ -178,18 +260,30 @@ impl Slots {
     }
 
     /// A batched run ended: `used` says what each slot was given (in slot
-    /// order), `generated` each slot's ids, `reported` the runtime's sizes.
-    /// Returns each slot whose size disagreed (that slot is then unknown).
+    /// order), `absent` which slots had no input at all (a short batch: they
+    /// hold what they held, their sizes checked by the caller), `generated`
+    /// each slot's ids, `reported` the runtime's sizes. Returns each slot
+    /// whose size disagreed (that slot is then unknown).
     pub fn settle(
         &mut self,
         used: &[Option<SlotJob>],
+        absent: &[bool],
         lora: Option<&str>,
         generated: &[Vec<i32>],
         reported: Option<&[i32]>,
     ) -> Vec<(usize, Disagreement)> {
         let mut disagreements = Vec::new();
+        let absent = |s: usize| absent.get(s).copied().unwrap_or(false);
+        for (s, used) in used.iter().enumerate() {
+            if used.is_none() && !absent(s) {
+                self.depart(s);
+            }
+        }
         for (s, (cache, used)) in self.caches.iter_mut().zip(used).enumerate() {
             let size = reported.and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
+            if absent(s) {
+                continue;
+            }
             self.sizes[s] = size;
             let Some(SlotJob { id, plan }) = used else {
                 cache.forget();
@@ -245,6 +339,8 @@ pub(super) struct Kept {
     pub used: Vec<Option<SlotJob>>,
     /// Ids sent to all slots (`None`: some slot was sent text).
     pub sent: Option<usize>,
+    /// Per slot: given no input (a short batch).
+    pub absent: Vec<bool>,
     pub lora: Option<String>,
 }
 
@@ -268,6 +364,13 @@ impl Engine {
         Some(layout)
     }
 
+    /// The clients of these slots left them at these times (after their run).
+    pub(super) fn slots_left(&self, left: &[(usize, Instant)]) {
+        if let Some(slots) = &self.slots {
+            lock(slots).left(left);
+        }
+    }
+
     /// After a batched run that kept history (turn still held): each slot's
     /// size against what it was sent and generated, and the run's prefill
     /// against what was sent.
@@ -289,7 +392,20 @@ impl Engine {
         if let Some(sizes) = &sizes {
             self.kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), Ordering::Relaxed);
         }
-        let disagreements = lock(slots).settle(&kept.used, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
+        // A slot without input must hold what it held.
+        let moved: Vec<usize> = {
+            let slots = lock(slots);
+            let now = |s: usize| sizes.as_deref().and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
+            let changed = |s: usize| slots.size(s).is_some_and(|before| now(s) != Some(before));
+            (0..kept.absent.len()).filter(|&s| kept.absent[s] && changed(s)).collect()
+        };
+        if !moved.is_empty() {
+            self.short_batch_broken(&format!("batch slots {moved:?}, given no input, changed size"));
+            let mut slots = lock(slots);
+            moved.iter().for_each(|&s| slots.forget_slot(s));
+        }
+        let disagreements =
+            lock(slots).settle(&kept.used, &kept.absent, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
         for (slot, d) in disagreements {
             tracing::warn!(
                 slot,
@@ -345,7 +461,7 @@ mod tests {
             generated[slot] = vec![reply];
             used[slot] = Some(SlotJob { id: (*id).into(), plan });
         }
-        slots.settle(&used, None, &generated, Some(&sizes))
+        slots.settle(&used, &[], None, &generated, Some(&sizes))
     }
 
     #[test]
@@ -360,6 +476,9 @@ mod tests {
         assert_eq!(slots_of(&first), vec![0, 1, 2]);
         assert!(run(&mut slots, first, &["a", "b", "c"], 9).is_empty());
         assert_eq!(slots.held(), (3, 5));
+        let at = |ms| Instant::now() + std::time::Duration::from_millis(ms);
+        let c_ended = at(3);
+        slots.left(&[(0, at(1)), (1, at(2)), (2, c_ended)]);
 
         // b's follow-up before a's: each in its own slot, c's gets a filler.
         let next = slots.layout(&[member(&[5, 6, 9, 7], &hints), member(&[1, 2, 9, 4], &hints)], 100);
@@ -369,12 +488,16 @@ mod tests {
         assert_eq!((plans[0].cached, plans[0].input.clone()), (3, vec![7]), "only what follows is sent");
         assert_eq!(plans[1].cached, 3);
         assert!(run(&mut slots, next, &["b2", "a2"], 3).is_empty());
+        let a_ended = at(5);
+        slots.left(&[(1, at(4)), (0, a_ended)]);
         assert!(slots.is_warm(&[1, 2, 9, 4, 3, 1], None));
         assert!(!slots.is_warm(&[8, 9, 2], None), "the filler is in c's slot now");
 
         // c continues nothing and no slot is empty: every slot is cleared.
         let last = slots.layout(&[member(&[8, 9, 2], &hints), member(&[1, 2, 9, 4, 3, 1], &hints)], 100);
         assert!(last.clear);
+        // Both came back: a to the slot it holds, c to the one it lost.
+        assert_eq!(last.home, vec![Some(c_ended), Some(a_ended)]);
         let plans: Vec<&Plan> = last.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
         assert_eq!((plans[0].miss, plans[1].miss), (MissReason::Other, MissReason::Displaced));
         assert_eq!(plans[1].input.len(), 6, "a displaced job prefills all of its prompt");
@@ -392,7 +515,7 @@ mod tests {
         let mut used = vec![None, None];
         used[slot] = Some(SlotJob { id: "a".into(), plan: plan.unwrap() });
         let sizes = if slot == 0 { [3, 10] } else { [10, 3] };
-        assert!(slots.settle(&used, None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
+        assert!(slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
         let follow = |max_new| Member { max_new, ..member(&[1, 2, 9, 4], &hints) };
         assert!(!slots.layout(&[follow(9)], 20).clear, "10 + 1 + 9 positions fit in 20");
         assert!(slots.layout(&[follow(10)], 20).clear, "10 + 1 + 10 do not");
@@ -410,7 +533,7 @@ mod tests {
             .zip(["a", "b"])
             .map(|((_, plan), id)| Some(SlotJob { id: id.into(), plan: plan.unwrap() }))
             .collect();
-        let disagreed = slots.settle(&used, None, &[vec![9], vec![9]], Some(&[3, 4]));
+        let disagreed = slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&[3, 4]));
         assert_eq!(disagreed, vec![(1, Disagreement { expected: 3, reported: Some(4) })]);
         assert!(slots.is_warm(&[1, 2, 9, 3], None));
         assert!(!slots.is_warm(&[5, 6, 9, 3], None));
@@ -426,7 +549,7 @@ mod tests {
         let plan = layout.jobs.remove(0).1;
         slots.seen("a", "nine".into(), false, 1);
         let used = vec![Some(SlotJob { id: "a".into(), plan: plan.unwrap() }), None];
-        assert!(slots.settle(&used, None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
+        assert!(slots.settle(&used, &[], None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
         let resent = crate::engine::Resent { start: 2, end: 3, view: "nine".into(), before: 2 };
         let hints = CacheHints { resent: Some(resent), conversation: None, stable: None };
         let follow = slots.layout(&[member(&[1, 2, 90, 4], &hints)], 100);

@@ -77,6 +77,10 @@ pub struct Metrics {
     shared_prefix_off: Counter,
     model_yields: Counter,
     runtime_text_dropped: Counter,
+    batch_gather_window: Histogram,
+    batch_gathers_expired: Counter,
+    batch_fillers_in_live_slots: Counter,
+    batch_short_off: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -118,6 +122,10 @@ impl Metrics {
             shared_prefix_off: Counter::default(),
             model_yields: Counter::default(),
             runtime_text_dropped: Counter::default(),
+            batch_gather_window: histogram(),
+            batch_gathers_expired: Counter::default(),
+            batch_fillers_in_live_slots: Counter::default(),
+            batch_short_off: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -223,6 +231,26 @@ impl Metrics {
             self.runtime_text_dropped.clone(),
         );
         r.register(
+            "rkllmd_batch_gather_window_seconds",
+            "How long each batch gathered for the clients of the last run at most: batch_gather_ms, or twice their measured return time's 95th percentile plus 10 ms, at most 250 ms",
+            self.batch_gather_window.clone(),
+        );
+        r.register(
+            "rkllmd_batch_gathers_expired",
+            "Batched runs that started when their gathering window (batch_gather_ms, or the clients' measured return time) ran out before every client expected back had sent again",
+            self.batch_gathers_expired.clone(),
+        );
+        r.register(
+            "rkllmd_batch_fillers_in_live_slots",
+            "Filler inputs put into a batch slot that held a conversation, which the slot then loses (its client did not come back within the gathering window)",
+            self.batch_fillers_in_live_slots.clone(),
+        );
+        r.register(
+            "rkllmd_batch_short_off",
+            "Times a model's batched runs went back to fillers for slots without a job: the probe at load found the runtime refusing a run with slots left without input, or giving an input to another slot, or a slot without input changed (see the WARN log)",
+            self.batch_short_off.clone(),
+        );
+        r.register(
             "rkllmd_timing_mismatch",
             "Disagreements with the runtime's perf stats (see the WARN log)",
             self.mismatches.clone(),
@@ -310,6 +338,22 @@ impl Metrics {
 
     pub fn prompt_cache_mismatch(&self) {
         self.prompt_cache_mismatches.inc();
+    }
+
+    pub fn batch_gather(&self, window: Duration) {
+        self.batch_gather_window.observe(window.as_secs_f64());
+    }
+
+    pub fn batch_gather_expired(&self) {
+        self.batch_gathers_expired.inc();
+    }
+
+    pub fn batch_fillers_in_live_slots(&self, fillers: usize) {
+        self.batch_fillers_in_live_slots.inc_by(fillers as u64);
+    }
+
+    pub fn batch_short_off(&self) {
+        self.batch_short_off.inc();
     }
 
     pub fn conversation_cache_off(&self) {

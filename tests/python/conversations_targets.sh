@@ -63,3 +63,7 @@ run b8on6 --model "$S" --batch 8 -- --turns 6 --conversations 6 --requests 6 --o
 run b8off6 --model "$S" --batch 8 --conversation-cache off -- --turns 6 --conversations 6 --requests 6 --output-tokens 32
 # More live conversations than slots: the slots keep being cleared.
 run b4on8 --model "$S" --batch 4 -- --turns 6 --conversations 8 --requests 8 --output-tokens 32
+# The same on a runtime that takes batched runs with slots left without input
+# (engine/short_batch.rs): an absent conversation's slot keeps it.
+run b4on4s --model "$S&short_batch=accept" --batch 4 -- --turns 6 --conversations 4 --requests 4 --output-tokens 32
+run b4on8s --model "$S&short_batch=accept" --batch 4 -- --turns 6 --conversations 8 --requests 8 --output-tokens 32

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 23] = [
+pub const KEYS: [&str; 24] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -33,6 +33,7 @@ pub const KEYS: [&str; 23] = [
     "reentrant_abort",
     "split_chars",
     "context_limit",
+    "short_batch",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -85,6 +86,10 @@ pub(crate) struct SimConfig {
     pub split_chars: SplitChars,
     /// The context the model was converted for (else the profile's).
     pub context_limit: Option<u32>,
+    /// A batched run may leave slots without input (a token input of no
+    /// ids): those slots prefill and decode nothing and keep their
+    /// KV cache (`short_batch=accept`); else such a run is refused.
+    pub short_batch: bool,
 }
 
 #[derive(Debug)]
@@ -151,6 +156,11 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
                 .ok_or_else(|| invalid("split_chars", &v, "bytes, repeat, empty, null, raw or lost"))?,
         },
         context_limit: optional(&value, "context_limit")?,
+        short_batch: match value("short_batch").as_deref().map(str::trim) {
+            None | Some("refuse") => false,
+            Some("accept") => true,
+            Some(v) => return Err(invalid("short_batch", v, "accept or refuse")),
+        },
     })
 }
 

@@ -57,6 +57,7 @@
 //! | `cache_lies` | `0` (default) or `1` | a fault: `rkllm_load_prompt_cache` succeeds but the loaded cache spares no later prefill (a prompt cache that does not speed up, rknn-llm #399) |
 //! | `image_cache_lies` | `0` (default) or `1` | a fault: a loaded prompt cache spares a token run as usual but no multimodal run (a runtime that does not match images against a file) |
 //! | `batch_history_lies` | `0` (default) or `1` | a fault: a batched run with `keep_history = 1` prefills every slot's cached tokens again (counted in `perf.prefill_tokens` and in the prefill time), as a runtime whose batch slots keep no history would; the replies and sizes stay as they were |
+//! | `short_batch` | `refuse` (default) or `accept` | whether a batched run may leave slots without input (a token input of no ids; the manual leaves it open): `refuse` fails the run as above; `accept` leaves such a slot out of the run — no prefill, no decode, its KV cache as it was |
 //! | `split_chars` | `bytes` (default), `repeat`, `empty`, `null`, `raw`, `lost` | how a character split over tokens is delivered (the manual leaves it open): `bytes` WAITING carries the token's own bytes and the next text the rest; `repeat` WAITING carries the bytes since the last whole character and the completing NORMAL text repeats them (NORMAL texts are whole characters, as Rockchip's demo reads them); `empty` and `null` WAITING carries `""` or NULL and the completing NORMAL text the whole characters; `raw` no WAITING, every token's own bytes as NORMAL; `lost` a fault: WAITING carries NULL and the completing text only its own bytes, so a split character's first bytes never arrive. In a batch (state always NORMAL) each slot's texts follow the same rule |
 //! | `cache_file_ms` | number, default 10 | milliseconds per 1000 tokens to load a prompt-cache file (in `rkllm_load_prompt_cache`) or save one (added to the saving run's prefill), × `time_scale`: ~28 KiB of Qwen2.5-1.5B KV per token on tmpfs |
 //!
@@ -164,9 +165,14 @@
 //!
 //! # Batches (`extend_param.n_batch` = N, 2..=8)
 //! * `rkllm_run` reads an array of N inputs. *Open* on the real runtime:
-//!   whether fewer may be given. The simulator refuses a run in which any
-//!   slot has no input (NULL prompt, no token ids): `E rkllm: rkllm_run:
-//!   batch slot I of N has no input …`, ERROR, -1, nothing prefilled.
+//!   whether fewer may be given. By default (`short_batch=refuse`) the
+//!   simulator refuses a run in which any slot has no input (NULL prompt,
+//!   no token ids): `E rkllm: rkllm_run: batch slot I of N has no input …`,
+//!   ERROR, -1, nothing prefilled. With `short_batch=accept` a slot whose
+//!   input is a token input of no ids is left out of the run: it
+//!   prefills and decodes nothing (finished from the first step, so it adds
+//!   nothing to a step's cost) and its KV cache stays as it was; slot I's
+//!   input goes to slot I.
 //! * Every callback carries an array of N results: one step of every slot,
 //!   state NORMAL (a slot's bytes may end inside a character: reassemble per
 //!   slot). A slot that has finished reports `token_id` -1 and `text` NULL

@@ -157,7 +157,8 @@ impl SimModel {
             if n > 1 {
                 format!(
                     "E rkllm: rkllm_run: batch slot {slot} of {n} has no input; with n_batch = {n} every run must give {n} \
-                     inputs (the simulated runtime refuses fewer: whether the real one accepts them is unknown)"
+                     inputs (the simulated runtime refuses fewer unless short_batch=accept: whether the real one \
+                     accepts them is unknown)"
                 )
             } else if input.input_type == RKLLMInputType::Token as i32 {
                 "E rkllm: token_input has no ids".to_owned()
@@ -216,6 +217,14 @@ impl SimModel {
         let max_new = infer.max_new_tokens.filter(|n| *n > 0).unwrap_or(self.params.max_new_tokens);
         let mut slots = Vec::with_capacity(inputs.len());
         for (slot, input) in inputs.iter().enumerate() {
+            // `short_batch=accept`: a slot without input is left as it is.
+            let absent = input.input_type == RKLLMInputType::Token as i32
+                && input.token_ids.as_deref().is_none_or(|ids| ids.is_empty());
+            if absent && inputs.len() > 1 && self.config.short_batch {
+                let nothing = SlotInput { text: String::new(), ids: Vec::new(), system: 0, vision: None };
+                slots.push((nothing, 0, SlotReply { pieces: Vec::new(), next: 0, truncated: false }));
+                continue;
+            }
             let checked = self.slot_input(state, slot, input)?;
             let cached = state.kv[slot].len();
             let filled = cached + checked.ids.len();

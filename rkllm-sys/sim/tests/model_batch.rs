@@ -32,7 +32,7 @@ fn load(runtime: Arc<Runtime>, n_batch: u8, keys: &str) -> Model {
 fn request(prompts: &[&str]) -> BatchRequest {
     let slots = prompts
         .iter()
-        .map(|p| BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false })
+        .map(|p| Some(BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false }))
         .collect();
     BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None, keep_history: false }
 }
@@ -128,4 +128,53 @@ fn a_batch_must_fill_every_slot() {
     assert!(matches!(err, ModelError::BatchSize { given: 1, n_batch: 4 }), "{err}");
     let single = load(sim(Abi::V1_3), 1, "");
     assert!(single.submit_batch(request(&["first"]), vec![None]).is_err(), "n_batch 1 has no batched runs");
+}
+
+/// A run of the scripted prompts in the slots `given` names, the others
+/// without input (a short batch), keeping history; each given slot's reply
+/// and the run's end.
+fn run_short(model: &Model, given: &[(usize, &str)]) -> (Vec<common::Outcome>, BatchEnd) {
+    let n = 4;
+    let mut slots: Vec<Option<BatchInput>> = vec![None; n];
+    let mut channels = vec![None; n];
+    let mut receivers = Vec::new();
+    for &(slot, prompt) in given {
+        let (tx, rx) = mpsc::unbounded_channel();
+        slots[slot] = request(&[prompt]).slots.remove(0);
+        channels[slot] = Some(tx);
+        receivers.push(rx);
+    }
+    let req = BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None, keep_history: true };
+    let (_control, done) = model.submit_batch(req, channels).expect("submitted");
+    let outcomes = receivers.iter_mut().map(collect).collect();
+    (outcomes, done.blocking_recv().expect("the run's Finished"))
+}
+
+#[test]
+fn a_short_batch_leaves_the_slots_without_input_as_they_were_where_accepted() {
+    let model = load(sim(Abi::V1_3), 4, "&short_batch=accept");
+    let (outcomes, end) = run_short(&model, &[(1, "first"), (3, "third")]);
+    assert_eq!(outcomes[0].text(), REPLIES[0].1);
+    assert_eq!(outcomes[1].text(), REPLIES[2].1);
+    let perf = end.finish.perf.expect("perf");
+    let own: usize = outcomes.iter().map(|o| o.tokens.len()).sum();
+    assert_eq!(perf.generate_tokens as usize, own, "nothing decoded in the slots without input");
+    assert!(end.slot_tokens[0].is_empty() && end.slot_tokens[2].is_empty());
+    let sizes = model.kv_cache_size().blocking_recv().unwrap().unwrap();
+    assert_eq!((sizes[0], sizes[2]), (0, 0), "{sizes:?}");
+    assert!(sizes[1] > 0 && sizes[3] > 0, "{sizes:?}");
+    // Slot 1 left alone by the next run keeps what it held.
+    let (outcomes, _) = run_short(&model, &[(0, "second")]);
+    assert_eq!(outcomes[0].text(), REPLIES[1].1);
+    let after = model.kv_cache_size().blocking_recv().unwrap().unwrap();
+    assert_eq!((after[1], after[3]), (sizes[1], sizes[3]));
+}
+
+#[test]
+fn a_short_batch_is_refused_by_default() {
+    let model = load(sim(Abi::V1_3), 4, "");
+    let (outcomes, end) = run_short(&model, &[(1, "first")]);
+    assert!(end.finish.is_error() && end.finish.code == -1, "{:?}", end.finish);
+    assert!(outcomes[0].tokens.is_empty());
+    assert_eq!(model.kv_cache_size().blocking_recv().unwrap().unwrap(), vec![0; 4], "nothing prefilled");
 }

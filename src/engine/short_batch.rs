@@ -1,0 +1,124 @@
+//! Short batches: a batched run that gives some slots no input. The manual
+//! leaves open whether the runtime accepts fewer than `n_batch` inputs, so
+//! the engine asks it at load ([`probe`]): one run with the last slot's
+//! input alone (the others given a token input of no ids), then
+//! every slot's size. Accepted — the run succeeded, only the last slot
+//! grew, so slot I's input went to slot I — a slot without a job gets no
+//! input: it costs no prefill and no decode step (a lone request runs as
+//! fast as it would alone, where the runtime's cost follows the inputs it
+//! was given), and a slot whose conversation is away keeps it. Refused, or
+//! another slot grew: fillers as before (`batch.rs`), with a WARN, the
+//! metric `rkllmd_batch_short_off_total` and `short_batches` in `/health`.
+//! After every short run the slots without input are checked to hold what
+//! they held (`slots.rs`); one that changed switches short batches off the
+//! same way.
+
+use super::Engine;
+use rkllm_sys::{BatchInput, BatchRequest, Event, Model, RunInput};
+use std::sync::atomic::Ordering;
+
+/// What the probe at load found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShortBatches {
+    /// Slots without a job get no input.
+    Accepted,
+    /// The runtime failed the run: fillers.
+    Refused,
+    /// The run succeeded but the input did not land in its own slot alone: fillers.
+    Misplaced,
+}
+
+impl ShortBatches {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShortBatches::Accepted => "accepted",
+            ShortBatches::Refused => "refused",
+            ShortBatches::Misplaced => "misplaced",
+        }
+    }
+}
+
+/// The text of the probe's one input.
+const PROBE: &str = " ";
+
+/// Runs the probe on a freshly loaded handle with `n` slots (blocking; the
+/// KV cache is cleared after it). Logs what it found; anything but
+/// `Accepted` is a WARN and counted.
+pub(super) fn probe(model: &Model, n: usize) -> ShortBatches {
+    let (found, why) = run_probe(model, n);
+    if let Err(why) = super::wait_for(model.clear_kv_cache(false)) {
+        tracing::warn!("rkllm_clear_kv_cache failed after the short-batch probe ({why})");
+    }
+    match found {
+        ShortBatches::Accepted => {
+            tracing::info!(n_batch = n, "the runtime takes batched runs with slots left without input: no fillers");
+        }
+        _ => {
+            crate::metrics::observer().metrics.batch_short_off();
+            tracing::warn!(
+                n_batch = n,
+                found = found.as_str(),
+                reason = %why,
+                "batched runs fill every slot without a job with a filler (a lone request runs at the batch's speed)"
+            );
+        }
+    }
+    found
+}
+
+fn run_probe(model: &Model, n: usize) -> (ShortBatches, String) {
+    let mut slots: Vec<Option<BatchInput>> = vec![None; n];
+    slots[n - 1] = Some(BatchInput { input: RunInput::Prompt(PROBE.into()), enable_thinking: false });
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut channels = vec![None; n];
+    channels[n - 1] = Some(tx);
+    let request = BatchRequest { slots, max_new_tokens: Some(1), sampling: None, lora: None, keep_history: true };
+    let (control, done) = match model.submit_batch(request, channels) {
+        Ok(run) => run,
+        Err(e) => return (ShortBatches::Refused, e.to_string()),
+    };
+    // ABI 1.2 takes no per-run limit: the first token ends the probe.
+    while let Some(event) = events.blocking_recv() {
+        match event {
+            Event::Token(_) => control.abort(),
+            Event::Finished(_) => break,
+            Event::Started { .. } => {}
+        }
+    }
+    let finish = match done.blocking_recv() {
+        Ok(end) => end.finish,
+        Err(_) => return (ShortBatches::Refused, "the runtime thread is gone".into()),
+    };
+    if finish.is_error() || finish.code != 0 {
+        return (ShortBatches::Refused, format!("rkllm_run returned {} (see the runtime's log line)", finish.code));
+    }
+    match super::wait_for(model.kv_cache_size()) {
+        Ok(sizes) if sizes.len() == n && sizes[n - 1] > 0 && sizes[..n - 1].iter().all(|&s| s == 0) => {
+            (ShortBatches::Accepted, String::new())
+        }
+        Ok(sizes) => (
+            ShortBatches::Misplaced,
+            format!("after a run with slot {} given input alone the slots' sizes are {sizes:?}", n - 1),
+        ),
+        Err(e) => (ShortBatches::Misplaced, format!("rkllm_get_kv_cache_size failed ({e})")),
+    }
+}
+
+impl Engine {
+    /// Whether this run leaves slots without a job without input.
+    pub(super) fn short_batches(&self) -> bool {
+        self.short.load(Ordering::Relaxed)
+    }
+
+    /// A short run did not keep a slot without input as it was: fillers from
+    /// now on (WARN, counted).
+    pub(super) fn short_batch_broken(&self, why: &str) {
+        if self.short.swap(false, Ordering::Relaxed) {
+            crate::metrics::observer().metrics.batch_short_off();
+            tracing::warn!(reason = why, "short batches are switched off for this model: fillers from now on");
+            if let Some(slots) = &self.slots {
+                super::lock(slots).set_short(false);
+            }
+        }
+    }
+}
