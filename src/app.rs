@@ -76,6 +76,7 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
             gather: Duration::from_millis(config.batch_gather_ms),
             gather_ceiling: Duration::from_millis(crate::config::BATCH_GATHER_CEILING_MS),
             max_passed_over: config.queue_max_passed_over,
+            probe_short: config.batch_short_probe,
         },
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,

@@ -270,3 +270,15 @@ async fn a_runtime_whose_slots_without_input_do_not_stay_empty_gets_fillers_loud
     let a1 = &turns[0];
     assert!(a1.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a1.completion(), "a filler: {}", a1.timings);
 }
+
+#[tokio::test]
+async fn with_the_probe_off_a_runtime_that_would_take_short_batches_gets_fillers_quietly() {
+    // An operator whose runtime the probe's empty input would upset turns it
+    // off: no probe run, fillers, nothing counted as a refusal.
+    let (d, _dir) = start(false, "&short_batch=accept", &["--batch", "2", "--batch-short-probe", "false"]);
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "not_probed", "{health}");
+    assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(0.0));
+    let [a1, ..] = two_by_turns(&d).await;
+    assert!(a1.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a1.completion(), "a filler: {}", a1.timings);
+}

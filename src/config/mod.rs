@@ -92,7 +92,7 @@ pub struct Config {
     /// ABI of a library without a version marker, named as its runtime (e.g. "1.3" for 1.3.x).
     #[arg(long, env = "RKLLMD_RUNTIME_ABI")]
     pub runtime_abi: Option<String>,
-    /// Require `Authorization: Bearer KEY` on the API (health checks stay public).
+    /// Require the key (`Authorization: Bearer KEY` or `x-api-key: KEY`) on the API; /health, /metrics and /docs stay public.
     #[arg(long, env = "RKLLMD_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Requests that may wait while one runs; more are refused with 429.
@@ -104,6 +104,9 @@ pub struct Config {
     /// With batch > 1: milliseconds a batch waits at least, after a run ends, for that run's clients to send again before it starts with empty slots; longer (up to 250) when they were measured to take longer to come back. A lone client never waits.
     #[arg(long, env = "RKLLMD_BATCH_GATHER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub batch_gather_ms: u64,
+    /// With batch > 1: probe at load whether the runtime takes a batched run with slots left without input (then a lone request runs without fillers); off: fillers, no probe — for a runtime the probe's empty input would upset.
+    #[arg(long, env = "RKLLMD_BATCH_SHORT_PROBE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub batch_short_probe: bool,
     /// Times a waiting request may be passed over for one whose conversation is warm in the KV cache before it goes first (0: strict arrival order).
     #[arg(long, env = "RKLLMD_QUEUE_MAX_PASSED_OVER", default_value_t = 4)]
     pub queue_max_passed_over: u32,

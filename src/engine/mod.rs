@@ -265,7 +265,10 @@ impl Engine {
                 prompt_cache::PromptCache::prepare(&model, &settings, &runtime, &model_path)
             })
             .transpose()?;
-        let short_batches = (schedule.batch > 1).then(|| short_batch::probe(&model, usize::from(schedule.batch)));
+        let short_batches = (schedule.batch > 1).then(|| match schedule.probe_short {
+            true => short_batch::probe(&model, usize::from(schedule.batch)),
+            false => ShortBatches::NotProbed,
+        });
         let short = short_batches == Some(ShortBatches::Accepted);
         let info = RuntimeInfo {
             backend: runtime.kind,

@@ -47,6 +47,8 @@ pub struct ScheduleSettings {
     pub gather_ceiling: Duration,
     /// How often a waiting job may be passed over for a warm one.
     pub max_passed_over: u32,
+    /// Whether the load probes for short batches (`short_batch.rs`).
+    pub probe_short: bool,
 }
 
 /// What a job is given when its turn comes.

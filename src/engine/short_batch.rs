@@ -26,6 +26,8 @@ pub enum ShortBatches {
     Refused,
     /// The run succeeded but the input did not land in its own slot alone: fillers.
     Misplaced,
+    /// `batch_short_probe = false`: fillers, the runtime not asked.
+    NotProbed,
 }
 
 impl ShortBatches {
@@ -34,6 +36,7 @@ impl ShortBatches {
             ShortBatches::Accepted => "accepted",
             ShortBatches::Refused => "refused",
             ShortBatches::Misplaced => "misplaced",
+            ShortBatches::NotProbed => "not_probed",
         }
     }
 }
