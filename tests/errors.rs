@@ -177,6 +177,19 @@ async fn runtime_error_is_reported_in_both_shapes_and_serving_goes_on() {
     assert_envelope(&err, None);
     let tokens = events[..n - 2].iter().filter(|e| !e.json()["choices"][0]["delta"]["content"].is_null()).count();
     assert_eq!(tokens, 3, "the tokens before the error were streamed");
+
+    // The other front ends' shapes carry the same headers: the SDKs retry a
+    // 5xx unless told not to.
+    let messages = json!({"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": "boom"}]});
+    let r = d.post("/v1/messages", messages).await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.headers()["x-should-retry"], "false", "Messages");
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "api_error");
+    let r = d
+        .post("/api/chat", json!({"model": "m", "stream": false, "messages": [{"role": "user", "content": "boom"}]}))
+        .await;
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.headers()["x-should-retry"], "false", "Ollama");
     assert_eq!(d.get_json("/health/ready").await.0, 200, "still serving");
 }
 

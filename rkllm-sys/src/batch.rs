@@ -94,7 +94,9 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         .map(|slot| match slot.as_ref().map(|s| &s.input) {
             Some(RunInput::Prompt(text)) => (CString::new(text.replace('\0', "")).unwrap_or_default(), Vec::new()),
             Some(RunInput::Tokens(ids)) => (CString::default(), ids.clone()),
-            None => (CString::default(), Vec::new()),
+            // A real (one-id) buffer, so the pointer given with `n_tokens = 0`
+            // is one a runtime may read without faulting (an empty Vec's is dangling).
+            None => (CString::default(), vec![0]),
         })
         .collect();
     let role = c"user".as_ptr();
@@ -102,7 +104,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         .iter_mut()
         .zip(&req.slots)
         .map(|((prompt, ids), slot)| match slot {
-            None => A::token_input(role, ids, false),
+            None => A::token_input(role, &mut ids[..0], false),
             Some(slot) if ids.is_empty() => A::prompt_input(role, prompt.as_ptr(), slot.enable_thinking),
             Some(slot) => A::token_input(role, ids, slot.enable_thinking),
         })

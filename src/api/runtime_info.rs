@@ -21,7 +21,7 @@ pub struct Runtime {
     /// The path or spec given to `rkllm_init` (shown as `origin` is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_path: Option<String>,
-    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found.
+    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found, or `not_probed` (`batch_short_probe = false`: fillers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub short_batches: Option<&'static str>,
 }

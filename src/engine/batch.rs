@@ -116,6 +116,8 @@ pub(super) struct BatchRun {
     size: usize,
     /// What each slot was given, when the slots keep their conversations.
     kept: Option<Kept>,
+    /// Some slot was given no input (a short batch).
+    short: bool,
     /// Per job, in the group's order: when the reply ended whose
     /// conversation it continues (its client came back; `schedule.rs`
     /// measures how soon).
@@ -199,6 +201,7 @@ impl Engine {
             crate::metrics::observer().metrics.batch_fillers_in_live_slots(lost);
         }
         let absent: Vec<bool> = inputs.iter().map(|i| short && i.is_none()).collect();
+        let short = absent.contains(&true);
         let inputs: Vec<Option<BatchInput>> =
             inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
         let kept = layout.map(|_| Kept {
@@ -235,7 +238,7 @@ impl Engine {
                 Slot { control, events, jobs: jobs as u32, plan }
             })
             .collect();
-        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept, homes }))
+        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept, short, homes }))
     }
 
     /// Waits until the batched run's `rkllm_run` returned, then frees its
@@ -243,7 +246,7 @@ impl Engine {
     /// [`ABORT_GRACE`] to return, as a single run does (`halt.rs`).
     /// Returns which slots were left so far, and when.
     pub(super) async fn end_batch(&self, run: BatchRun) -> Vec<(usize, Instant)> {
-        let BatchRun { mut done, shared, turn, jobs, size, kept, .. } = run;
+        let BatchRun { mut done, shared, turn, jobs, size, kept, short, .. } = run;
         let finished = tokio::select! {
             finished = &mut done => finished,
             () = shared.aborted.notified() => {
@@ -260,6 +263,15 @@ impl Engine {
                     );
                 }
                 tracing::debug!(jobs, size, code = finish.code, perf = ?finish.perf, "batched run ended");
+                if short && finish.is_error() {
+                    // The probe at load ran one shape of short batch; a runtime
+                    // that fails another (token ids from slot 0, an adapter) is
+                    // not given one again.
+                    self.short_batch_broken(&format!(
+                        "a batched run with slots given no input failed ({})",
+                        finish.code
+                    ));
+                }
                 match kept {
                     Some(kept) => self.settle_batch(kept, &finish, &slot_tokens).await,
                     None => self.sample_kv_cache(),

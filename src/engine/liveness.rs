@@ -68,7 +68,8 @@ const BYTES_PER_TOKEN: usize = 2;
 /// fixed cost included, a moving average. Runs aborted as stuck count too
 /// once they returned: a model slower than the prior (a larger one) then
 /// loses one request to the allowance, not every long one. A hang that
-/// ended counts as a slow prefill, lengthening later allowances a little.
+/// ended counts as a slow prefill, lengthening later allowances (one such
+/// sample moves the pace to at most 1.75× itself).
 #[derive(Debug, Default)]
 pub struct PrefillPace(Mutex<Option<f64>>);
 
@@ -80,7 +81,10 @@ impl PrefillPace {
         };
         let new = perf.prefill_time_ms / perf.prefill_tokens as f64;
         let mut pace = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        *pace = Some(pace.map_or(new, |old| old + PACE_NEW * (new - old)));
+        // A sample counts as at most 4× the measured pace (so moves it to at
+        // most 1.75× itself): a hang that returned after minutes is counted,
+        // but cannot undo the bound for every later prefill in one go.
+        *pace = Some(pace.map_or(new, |old| old + PACE_NEW * (new.min(old * 4.0) - old)));
     }
 
     fn ms_per_token(&self) -> f64 {
@@ -257,9 +261,13 @@ mod tests {
         pace.measured(None);
         assert_eq!(stall_secs(&pace, 5_000), 15.0);
         assert_eq!(stall_secs(&pace, 20_000), 50.0, "3 × 20 s, capped");
-        // A slower run moves the average a quarter of the way: 2 ms per token.
-        pace.measured(Some(&perf(5_000.0, 1_000)));
-        assert_eq!(stall_secs(&pace, 2_000), 12.0);
+        // A slower run moves the average a quarter of the way: 1.5 ms per token.
+        pace.measured(Some(&perf(3_000.0, 1_000)));
+        assert_eq!(stall_secs(&pace, 5_000), 22.5);
+        // A hang that returned (100 ms per token) counts as 4 × the pace:
+        // 1.5 + (6 − 1.5) / 4 = 2.625 ms per token, not 25.
+        pace.measured(Some(&perf(100_000.0, 1_000)));
+        assert_eq!(stall_secs(&pace, 5_000), 39.375);
         // A model slower than the cap allows is given 1.25 × its own time.
         let slow = PrefillPace::default();
         slow.measured(Some(&perf(10_000.0, 1_000)));

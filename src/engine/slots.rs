@@ -392,8 +392,10 @@ impl Engine {
         if let Some(sizes) = &sizes {
             self.kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), Ordering::Relaxed);
         }
-        // A slot without input must hold what it held.
-        let moved: Vec<usize> = {
+        // A slot without input must hold what it held (unknown sizes say nothing).
+        let moved: Vec<usize> = if sizes.is_none() {
+            Vec::new()
+        } else {
             let slots = lock(slots);
             let now = |s: usize| sizes.as_deref().and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
             let changed = |s: usize| slots.size(s).is_some_and(|before| now(s) != Some(before));

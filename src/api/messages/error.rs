@@ -3,10 +3,9 @@
 //! status is the daemon's one table's (`status.rs`).
 
 use super::wire::{ErrorDetail, ErrorResponse};
-use crate::api::error::{ApiError, Said};
+use crate::api::error::ApiError;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 
 /// An error as Anthropic sends it: `{"type": "error", "error": {"type", "message"}}`.
 pub struct AnthropicError(pub ApiError);
@@ -43,11 +42,8 @@ impl AnthropicError {
 
 impl IntoResponse for AnthropicError {
     fn into_response(self) -> Response {
-        let mut response = (self.0.status, Json(self.body())).into_response();
-        if let Some(secs) = self.0.retry_after {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
-        }
-        response.extensions_mut().insert(Said(self.0.body));
-        response
+        // The same headers as every error (Retry-After, x-should-retry), in Anthropic's shape.
+        let body = self.body();
+        self.0.respond_with(&body)
     }
 }
