@@ -75,13 +75,7 @@ async fn a_wedged_run_is_detected_with_defaults(extra: &[&str]) {
     let ending = tokio::time::timeout(STALL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
     assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
 
-    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
-    assert_eq!(r.status().as_u16(), 503);
-    assert_eq!(r.headers()["retry-after"], "5");
-    let e: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
-    let (code, ready) = d.get_json("/health/ready").await;
-    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+    a_new_request_is_refused_while_stalled(&d).await;
 }
 
 #[tokio::test]
@@ -172,13 +166,7 @@ async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answ
     let ending = tokio::time::timeout(PREFILL_BOUND * 4, queued).await.expect("the queued stream ended").unwrap();
     assert_eq!(ending, (503, Some("runtime_unresponsive".into()), false));
 
-    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
-    assert_eq!(r.status().as_u16(), 503);
-    assert_eq!(r.headers()["retry-after"], "5");
-    let e: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
-    let (code, ready) = d.get_json("/health/ready").await;
-    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+    a_new_request_is_refused_while_stalled(&d).await;
 }
 
 /// A runtime whose first run hangs in its prefill for 20 s (past the
@@ -390,4 +378,16 @@ async fn sigterm_while_a_rerank_is_being_prepared_cancels_it_and_exits_0() {
     assert!(status.success(), "{status:?}\n{log}");
     let took = shutdown_took(&log);
     assert!(took < 10.0, "the shutdown took {took} s by the daemon's clock:\n{log}");
+}
+
+/// Once a stuck runtime was detected: a new request gets 503
+/// `runtime_unresponsive` with `Retry-After`, and readiness says `stalled`.
+async fn a_new_request_is_refused_while_stalled(d: &Daemon) {
+    let r = d.post("/v1/chat/completions", chat("m", "third")).await;
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
+    let (code, ready) = d.get_json("/health/ready").await;
+    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
 }
