@@ -282,3 +282,19 @@ async fn with_the_probe_off_a_runtime_that_would_take_short_batches_gets_fillers
     let [a1, ..] = two_by_turns(&d).await;
     assert!(a1.timings["runtime"]["generate_tokens"].as_i64().unwrap() > a1.completion(), "a filler: {}", a1.timings);
 }
+
+#[tokio::test]
+async fn a_short_batch_that_fails_switches_short_batches_off_where_health_shows_it() {
+    // The probe's one-token run passes; every longer run fails at its third
+    // token, as a runtime would that takes the probe's shape of short batch
+    // but not a real one.
+    let (d, _dir) = start(false, "&short_batch=accept&error_after=3", &["--batch", "2"]);
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "accepted", "{health}");
+    let r =
+        d.post("/v1/chat/completions", json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(r.status(), 500);
+    assert!(d.wait_metric("rkllmd_batch_short_off_total", |n| n == 1.0).await, "counted once");
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "switched_off", "{health}");
+}

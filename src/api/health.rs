@@ -64,7 +64,7 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
         version: env!("CARGO_PKG_VERSION"),
         backend: loaded.map(|l| l.engine.info().backend.as_str()),
         runtime: loaded.map(|l| {
-            let runtime = Runtime::from(l.engine.info());
+            let runtime = Runtime::from(&*l.engine);
             if state.settings.api_key.is_some() {
                 runtime.without_paths()
             } else {

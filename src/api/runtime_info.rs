@@ -1,7 +1,7 @@
 //! The wire shapes of what the engine tells about itself (`/health`,
 //! `/v1/system`): the engine's types carry no serde or schema attributes.
 
-use crate::engine::{QueueState, RuntimeInfo, WarmConversations};
+use crate::engine::{Engine, QueueState, WarmConversations};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -21,7 +21,7 @@ pub struct Runtime {
     /// The path or spec given to `rkllm_init` (shown as `origin` is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_path: Option<String>,
-    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found, or `not_probed` (`batch_short_probe = false`: fillers).
+    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found, `switched_off` (accepted, then a short run did not keep its slots as they were: fillers) or `not_probed` (`batch_short_probe = false`: fillers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub short_batches: Option<&'static str>,
 }
@@ -34,15 +34,16 @@ impl Runtime {
     }
 }
 
-impl From<&RuntimeInfo> for Runtime {
-    fn from(info: &RuntimeInfo) -> Self {
+impl From<&Engine> for Runtime {
+    fn from(engine: &Engine) -> Self {
+        let info = engine.info();
         Runtime {
             backend: info.backend.as_str(),
             abi: info.abi.to_string(),
             version: info.version.clone(),
             origin: Some(info.origin.clone()),
             model_path: Some(info.model_path.clone()),
-            short_batches: info.short_batches.map(|s| s.as_str()),
+            short_batches: engine.short_batches_now().map(|s| s.as_str()),
         }
     }
 }

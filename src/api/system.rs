@@ -84,7 +84,7 @@ impl SystemInfo {
             version: env!("CARGO_PKG_VERSION"),
             model: models.first().map(|m| m.model_id.clone()),
             loaded_models: models.iter().map(|m| m.model_id.clone()).collect(),
-            runtime: engine.map(|e| e.info().into()),
+            runtime: engine.map(|e| Runtime::from(&**e)),
             simulated,
             platform: facts.platform,
             driver_version: snapshot.driver_version.clone().or(facts.driver_version),

@@ -28,6 +28,9 @@ pub enum ShortBatches {
     Misplaced,
     /// `batch_short_probe = false`: fillers, the runtime not asked.
     NotProbed,
+    /// Accepted at load, then a short run failed or changed a slot it gave
+    /// no input ([`Engine::short_batch_broken`]): fillers.
+    SwitchedOff,
 }
 
 impl ShortBatches {
@@ -37,6 +40,7 @@ impl ShortBatches {
             ShortBatches::Refused => "refused",
             ShortBatches::Misplaced => "misplaced",
             ShortBatches::NotProbed => "not_probed",
+            ShortBatches::SwitchedOff => "switched_off",
         }
     }
 }
@@ -111,6 +115,16 @@ impl Engine {
     /// Whether this run leaves slots without a job without input.
     pub(super) fn short_batches(&self) -> bool {
         self.short.load(Ordering::Relaxed)
+    }
+
+    /// What the probe at load found, or `SwitchedOff` once a short run broke
+    /// them (`None` at `batch` 1): what `/health` reports now.
+    pub fn short_batches_now(&self) -> Option<ShortBatches> {
+        let found = self.info().short_batches;
+        match found {
+            Some(ShortBatches::Accepted) if !self.short_batches() => Some(ShortBatches::SwitchedOff),
+            found => found,
+        }
     }
 
     /// A short run did not keep a slot without input as it was: fillers from
