@@ -35,6 +35,9 @@ struct Component {
     ac: usize,
 }
 
+/// A Huffman table as a header defines it: the count of codes per length, and the symbols.
+type Spec<'a> = (&'a [u8; 16], &'a [u8]);
+
 /// One Huffman table: a lookup on the next `LOOKUP` bits, and the canonical
 /// code ranges per length for longer codes.
 struct Table {
@@ -230,7 +233,10 @@ impl Bits<'_> {
 /// Decodes `bytes` at 1/8 scale, or `None` where this path does not apply.
 pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
     let mut quant = [None; 4];
-    let (mut dc_tables, mut ac_tables): ([Option<Table>; 4], [Option<Table>; 4]) = Default::default();
+    // Huffman tables as the header gives them (counts, symbols); each is
+    // built (a 16 KiB lookup) only if the scan uses it: a header may define
+    // any number it never uses.
+    let (mut dc_specs, mut ac_specs): ([Option<Spec>; 4], [Option<Spec>; 4]) = Default::default();
     let (mut frame, mut components) = (None, Vec::new());
     let (mut restart_interval, mut exif, mut adobe_rgb) = (0usize, None, false);
     if bytes.get(..2)? != [0xFF, 0xD8] {
@@ -268,11 +274,11 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
                 while let [class_id, ref tail @ ..] = *rest {
                     let counts: &[u8; 16] = tail.get(..16)?.try_into().ok()?;
                     let n = counts.iter().map(|&c| usize::from(c)).sum::<usize>();
-                    let table = Table::new(counts, tail.get(16..16 + n)?, class_id >> 4 == 1)?;
+                    let spec = Some((counts, tail.get(16..16 + n)?));
                     let slot = usize::from(class_id & 15).min(3);
                     match class_id >> 4 {
-                        0 => dc_tables[slot] = Some(table),
-                        1 => ac_tables[slot] = Some(table),
+                        0 => dc_specs[slot] = spec,
+                        1 => ac_specs[slot] = spec,
                         _ => return None,
                     }
                     rest = &tail[16 + n..];
@@ -304,6 +310,17 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
                         return None;
                     }
                     (c.dc, c.ac) = (usize::from(s[1] >> 4).min(3), usize::from(s[1] & 15).min(3));
+                }
+                let (mut dc_tables, mut ac_tables): ([Option<Table>; 4], [Option<Table>; 4]) = Default::default();
+                for c in &components {
+                    if dc_tables[c.dc].is_none() {
+                        let (counts, symbols) = dc_specs[c.dc]?;
+                        dc_tables[c.dc] = Some(Table::new(counts, symbols, false)?);
+                    }
+                    if ac_tables[c.ac].is_none() {
+                        let (counts, symbols) = ac_specs[c.ac]?;
+                        ac_tables[c.ac] = Some(Table::new(counts, symbols, true)?);
+                    }
                 }
                 let rgb_ids = components.iter().map(|c| c.id).eq(*b"RGB");
                 if adobe_rgb || rgb_ids || width == 0 || height == 0 {
@@ -443,139 +460,5 @@ fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32,
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Cursor;
-
-    /// jpeg-decoder's own 1/8-scaled decode of the same file, for comparison.
-    fn reference(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-        let mut decoder = jpeg_decoder::Decoder::new(bytes);
-        decoder.scale(1, 1).unwrap();
-        let pixels = decoder.decode().unwrap();
-        let info = decoder.info().unwrap();
-        (u32::from(info.width), u32::from(info.height), pixels)
-    }
-
-    fn encode(img: image::DynamicImage) -> Vec<u8> {
-        let mut out = Cursor::new(Vec::new());
-        img.write_to(&mut out, image::ImageFormat::Jpeg).unwrap();
-        out.into_inner()
-    }
-
-    fn textured(w: u32, h: u32) -> image::RgbImage {
-        // A fixed pseudo-random texture over gradients: every AC code length occurs.
-        let mut state = 0x2545_f491_u32;
-        image::RgbImage::from_fn(w, h, |x, y| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            let n = (state % 64) as u8;
-            image::Rgb([(x as u8).wrapping_add(n), (y as u8).wrapping_mul(2).wrapping_add(n / 2), n.wrapping_mul(3)])
-        })
-    }
-
-    /// Largest difference of any sample, and the mean one.
-    fn differences(a: &[u8], b: &[u8]) -> (u8, f64) {
-        assert_eq!(a.len(), b.len());
-        let most = a.iter().zip(b).map(|(x, y)| x.abs_diff(*y)).max().unwrap_or(0);
-        let mean = a.iter().zip(b).map(|(x, y)| f64::from(x.abs_diff(*y))).sum::<f64>() / a.len() as f64;
-        (most, mean)
-    }
-
-    #[test]
-    fn grey_is_each_blocks_mean_exactly_as_the_scaled_idct_gives_it() {
-        let grey = image::DynamicImage::ImageRgb8(textured(203, 117)).into_luma8();
-        let bytes = encode(grey.into());
-        let dc = decode(&bytes).expect("a baseline grey JPEG");
-        assert!(dc.grey);
-        let (w, h, want) = reference(&bytes);
-        assert_eq!((dc.width, dc.height), (w, h), "⌈203/8⌉ × ⌈117/8⌉");
-        assert_eq!((w, h), (26, 15));
-        assert_eq!(dc.pixels, want);
-    }
-
-    #[test]
-    fn colour_matches_the_scaled_idct_within_rounding() {
-        let bytes = encode(textured(333, 250).into());
-        let dc = decode(&bytes).expect("a baseline YCbCr JPEG");
-        let (w, h, want) = reference(&bytes);
-        assert_eq!((dc.width, dc.height, dc.grey), (w, h, false));
-        let (most, mean) = differences(&dc.pixels, &want);
-        // The same block means and chroma interpolation; the colour
-        // conversion rounds its own way.
-        assert!(most <= 1 && mean < 0.05, "largest {most}, mean {mean}");
-    }
-
-    #[test]
-    fn restart_markers_and_subsampled_chroma() {
-        // Pillow, 4:2:0, a restart marker every 3 MCUs (34 of them).
-        let bytes = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
-        let dc = decode(&bytes).expect("a baseline JPEG with restart markers");
-        let (w, h, want) = reference(&bytes);
-        assert_eq!((dc.width, dc.height), (w, h));
-        let (most, mean) = differences(&dc.pixels, &want);
-        assert!(most <= 1 && mean < 0.05, "largest {most}, mean {mean}: a restart decoded out of step?");
-    }
-
-    #[test]
-    fn other_layouts_and_damage_are_left_to_the_general_decoder() {
-        let progressive =
-            std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/progressive.jpg")).unwrap();
-        assert!(decode(&progressive).is_none(), "progressive");
-        assert!(decode(b"not a jpeg").is_none());
-        let bytes = encode(textured(64, 64).into());
-        for cut in [3, 20, bytes.len() / 3, bytes.len() - 3] {
-            // A cut file never panics: it decodes from zeros or gives up.
-            let _ = decode(&bytes[..cut]);
-        }
-        let mut garbled = bytes.clone();
-        let middle = garbled.len() / 2;
-        garbled[middle..middle + 40].fill(0xA5);
-        let _ = decode(&garbled);
-    }
-
-    #[test]
-    fn a_damaged_file_never_panics_and_never_gives_pixels_of_another_size() {
-        // Header and scan bytes alike: a fixed pseudo-random walk of
-        // overwritten bytes and cuts over the restart file and a 4:4:4 one.
-        let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
-        let mut state = 0x9e37_79b9_u32;
-        let mut next = move |below: usize| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            state as usize % below
-        };
-        let mut decoded = 0;
-        for original in [restart, encode(textured(96, 72).into())] {
-            for _ in 0..1500 {
-                let mut bytes = original.clone();
-                for _ in 0..1 + next(4) {
-                    let at = next(bytes.len());
-                    bytes[at] = next(256) as u8;
-                }
-                bytes.truncate(bytes.len() - next(bytes.len() / 4 + 1));
-                if let Some(dc) = decode(&bytes) {
-                    decoded += 1;
-                    let channels = if dc.grey { 1 } else { 3 };
-                    assert_eq!(dc.pixels.len(), (dc.width * dc.height) as usize * channels);
-                }
-            }
-        }
-        assert!(decoded > 0, "some damage leaves a decodable file: the walk reached the scan");
-    }
-
-    #[test]
-    fn a_second_frame_header_is_refused() {
-        let bytes = encode(textured(64, 64).into());
-        let sof = bytes.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
-        let length = usize::from(u16::from_be_bytes([bytes[sof + 2], bytes[sof + 3]]));
-        let mut twice = bytes[..sof + 2 + length].to_vec();
-        let mut huge = bytes[sof..sof + 2 + length].to_vec();
-        huge[5..9].copy_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
-        twice.extend_from_slice(&huge);
-        twice.extend_from_slice(&bytes[sof + 2 + length..]);
-        assert!(decode(&bytes).is_some());
-        assert!(decode(&twice).is_none());
-    }
-}
+#[path = "jpeg_dc_tests.rs"]
+mod tests;
