@@ -201,7 +201,7 @@ impl Engine {
             crate::metrics::observer().metrics.batch_fillers_in_live_slots(lost);
         }
         let absent: Vec<bool> = inputs.iter().map(|i| short && i.is_none()).collect();
-        let short = absent.contains(&true);
+        let absent_any = absent.contains(&true);
         let inputs: Vec<Option<BatchInput>> =
             inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
         let kept = layout.map(|_| Kept {
@@ -238,7 +238,7 @@ impl Engine {
                 Slot { control, events, jobs: jobs as u32, plan }
             })
             .collect();
-        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept, short, homes }))
+        Ok((slots, BatchRun { done, shared, turn, jobs, size, kept, short: absent_any, homes }))
     }
 
     /// Waits until the batched run's `rkllm_run` returned, then frees its
