@@ -42,7 +42,7 @@ const GENERATE: &str = r#"{"model": "m", "prompt": "hi", "stream": false}"#;
 
 #[tokio::test]
 async fn foreign_origins_and_host_names_are_refused_by_default() {
-    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let d = daemon(&[]);
     let own = d.url.clone();
     let evil = [("origin", "http://evil.example")];
     // Requests a page can send without a preflight.
@@ -88,18 +88,7 @@ async fn foreign_origins_and_host_names_are_refused_by_default() {
 
 #[tokio::test]
 async fn configured_origins_and_host_names_pass() {
-    let d = Daemon::start(&[
-        "--backend",
-        "sim",
-        "--model",
-        "sim:instant",
-        "--model-id",
-        "m",
-        "--cors-origins",
-        "http://webui.example",
-        "--allowed-hosts",
-        "board.example",
-    ]);
+    let d = daemon(&["--cors-origins", "http://webui.example", "--allowed-hosts", "board.example"]);
     let (status, _) = send(&d, "POST", "/api/generate", &[("origin", "http://webui.example")], GENERATE).await;
     assert_eq!(status, 200);
     assert_eq!(send(&d, "POST", "/api/generate", &[("host", "board.example:8080")], GENERATE).await.0, 200);
@@ -109,18 +98,7 @@ async fn configured_origins_and_host_names_pass() {
 
 /// A keyed daemon with an Ollama clients' address (no key there); that address's URL.
 fn keyed_with_ollama_address() -> (Daemon, String) {
-    let d = Daemon::start(&[
-        "--backend",
-        "sim",
-        "--model",
-        "sim:instant",
-        "--model-id",
-        "m",
-        "--api-key",
-        "k",
-        "--ollama-listen",
-        "127.0.0.1:0",
-    ]);
+    let d = daemon(&["--api-key", "k", "--ollama-listen", "127.0.0.1:0"]);
     let log = d.log();
     let at = log.find("Ollama clients' address: http://").expect("the Ollama address is logged") + 25;
     let url = log[at..].split_whitespace().next().unwrap().to_owned();
@@ -186,4 +164,9 @@ async fn a_malformed_host_is_400_on_every_route_of_both_listeners() {
     // One well-formed Host still passes, and the daemon keeps serving.
     let ok = format!("GET /health HTTP/1.1\r\nHost: {main}\r\nConnection: close\r\n\r\n");
     assert_eq!(parse(&raw_at(&main, ok.as_bytes(), Duration::from_secs(10))).0, 200);
+}
+
+/// The simulated instant model as `m`, with `extra` settings.
+fn daemon(extra: &[&str]) -> Daemon {
+    Daemon::start(&[&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"][..], extra].concat())
 }

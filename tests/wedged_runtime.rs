@@ -106,23 +106,8 @@ async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
     let stalled = d.client().post(&url).json(&chat("m", "first")).send();
     let stalled = tokio::spawn(stalled);
     d.wait_generating().await;
-    let r = tokio::time::timeout(STALL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
-    assert_eq!(r.status().as_u16(), 504);
-    let e: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "timeout", "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("decode stall"), "{e}");
-
-    // The run has not returned yet (it hangs 15 s, the error came at ~11 s).
-    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
-    assert_eq!(r.status().as_u16(), 503);
-    let (code, ready) = d.get_json("/health/ready").await;
-    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
-
-    let deadline = Instant::now() + STALL_BOUND * 4;
-    while d.get_json("/health/ready").await.0 != 200 {
-        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The run has not returned yet (it hangs 15 s, the error comes at ~11 s).
+    told_then_ready_again(&d, stalled, STALL_BOUND * 4, "decode stall").await;
     // Two tokens: the simulator stops at the limit, before its hang at 3.
     let mut body = chat("m", "again");
     body["max_tokens"] = 2.into();
@@ -186,23 +171,8 @@ async fn a_runtime_that_comes_back_after_a_hung_prefill_is_used_again() {
     let url = format!("{}/v1/chat/completions", d.url);
     let stalled = tokio::spawn(d.client().post(&url).json(&chat("m", "first")).send());
     d.wait_queue(|running, _| running == 1).await;
-    let r = tokio::time::timeout(PREFILL_BOUND * 4, stalled).await.expect("answered").unwrap().unwrap();
-    assert_eq!(r.status().as_u16(), 504);
-    let e: serde_json::Value = r.json().await.unwrap();
-    assert_eq!(e["error"]["code"], "timeout", "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
-
-    // The run has not returned yet (it hangs 20 s, the error came at ~11 s).
-    let r = d.post("/v1/chat/completions", chat("m", "meanwhile")).await;
-    assert_eq!(r.status().as_u16(), 503);
-    let (code, ready) = d.get_json("/health/ready").await;
-    assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
-
-    let deadline = Instant::now() + PREFILL_BOUND * 4;
-    while d.get_json("/health/ready").await.0 != 200 {
-        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The run has not returned yet (it hangs 20 s, the error comes at ~11 s).
+    told_then_ready_again(&d, stalled, PREFILL_BOUND * 4, "prefill stall").await;
     let r = d.post("/v1/chat/completions", chat("m", "again")).await;
     assert_eq!(r.status().as_u16(), 200);
     let reply: serde_json::Value = r.json().await.unwrap();
@@ -390,4 +360,26 @@ async fn a_new_request_is_refused_while_stalled(d: &Daemon) {
     assert_eq!(e["error"]["code"], "runtime_unresponsive", "{e}");
     let (code, ready) = d.get_json("/health/ready").await;
     assert_eq!((code, ready["status"].as_str()), (503, Some("stalled")), "{ready}");
+}
+
+/// A stalled request is answered 504 naming `stall` within `bound`; while
+/// the run has not returned, new requests are refused and readiness says
+/// `stalled`; once it returned, the daemon is ready again (within `bound`).
+async fn told_then_ready_again(
+    d: &Daemon,
+    stalled: tokio::task::JoinHandle<reqwest::Result<reqwest::Response>>,
+    bound: Duration,
+    stall: &str,
+) {
+    let r = tokio::time::timeout(bound, stalled).await.expect("answered").unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "timeout", "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains(stall), "{e}");
+    a_new_request_is_refused_while_stalled(d).await;
+    let deadline = Instant::now() + bound;
+    while d.get_json("/health/ready").await.0 != 200 {
+        assert!(Instant::now() < deadline, "never ready again; log:\n{}", d.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
