@@ -2,8 +2,8 @@
 or CI: Open WebUI is ~7 GB). See README.md beside this file for the setup.
 
 Four turns in a new chat with Open WebUI's default settings (native function
-calling with its built-in tools; title, tags and follow-up tasks after a
-reply); the first turn uploads an image through the chat input's file picker
+calling with its built-in tools; the side tasks: a new chat's title and tags,
+follow-up suggestions after every reply); the first turn uploads an image through the chat input's file picker
 (a generated PNG unless one is given). Open WebUI reaches the daemon through
 a loopback recorder that this script runs (`--listen`, forwarding to
 `--daemon`): every request Open WebUI sent is written to OUT/requests.jsonl
@@ -73,7 +73,7 @@ def kind_of(body: dict) -> str:
     last = text_of(messages[-1]) if messages else ""
     if TASK_MARK not in last:
         return "turn"
-    task = last.split(TASK_MARK, 1)[1].split("\n", 2)[1].lower()
+    task = last.split(TASK_MARK, 1)[1].strip().split("\n", 1)[0].lower()
     return next((name for name, word in TASKS if word in task), "task")
 
 
