@@ -130,10 +130,17 @@ pub async fn serve(
         let Some(permit) = cap.hold(client.ip()) else {
             match probes.clone().try_acquire_owned() {
                 Ok(probe) => {
-                    let over = OverCap { app: app.clone(), builder: builder.clone(), limits, refusal: refusal.clone() };
+                    let over = OverCap {
+                        app: app.clone(),
+                        builder: builder.clone(),
+                        limits,
+                        refusal: refusal.clone(),
+                        cap: cap.clone(),
+                    };
                     tokio::spawn(over.serve(tcp, probe, settings.max_connections));
                 }
                 Err(_) => {
+                    cap.refused();
                     tokio::spawn(refuse(tcp, refusal.clone()));
                 }
             }
@@ -343,12 +350,15 @@ fn raw_response(error: &ApiError, extra_headers: &[&str]) -> Vec<u8> {
     bytes
 }
 
-/// A connection over the cap, while a probe slot is free.
+/// A connection over the cap (the cap full, or its address at its share),
+/// while a probe slot is free.
 struct OverCap {
     app: Router,
     builder: auto::Builder<TokioExecutor>,
     limits: BodyLimits,
     refusal: Bytes,
+    /// Told of each refusal: readiness reports them (`conn_cap.rs`).
+    cap: Arc<ConnCap>,
 }
 
 impl OverCap {
@@ -357,15 +367,17 @@ impl OverCap {
     async fn serve(self, tcp: TcpStream, _probe: tokio::sync::OwnedSemaphorePermit, max_connections: usize) {
         let probe = tokio::time::timeout(REFUSE_LINGER, is_health_probe(&tcp)).await.unwrap_or(false);
         if !probe {
+            self.cap.refused();
             return refuse(tcp, self.refusal).await;
         }
-        let OverCap { app, builder, limits, .. } = self;
+        let OverCap { app, builder, limits, cap, .. } = self;
         let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-            let app = app.clone();
+            let (app, cap) = (app.clone(), cap.clone());
             async move {
                 let mut response = if is_health_path(req.uri().path()) {
                     handle(app, req, limits).await?
                 } else {
+                    cap.refused();
                     ApiError::too_many_connections(max_connections).into_response()
                 };
                 response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -92,7 +92,6 @@ async fn the_tokenizer_routes_count_tokens_ollama_chat_and_tool_lists_are_refuse
     let user = json!([{"role": "user", "content": "hi"}]);
     // (path, body, the field named: `param` where the shape has one, else in the message)
     let cases = [
-        ("/tokenize", json!({"model": "m", "content": text}), "content"),
         (
             "/v1/messages/count_tokens",
             json!({"model": "m", "messages": [{"role": "user", "content": text}]}),
@@ -124,6 +123,15 @@ async fn the_tokenizer_routes_count_tokens_ollama_chat_and_tool_lists_are_refuse
             assert_eq!((param, e["error"]["code"].as_str()), (field, Some("context_length_exceeded")), "{path}: {e}");
         }
     }
+    // `/tokenize`'s body is its text: past what the longest text it takes can be as JSON
+    // (131,072 bytes for the context of 4,096, 6 bytes each, and 64 KiB: 851,968), 413 unparsed.
+    let (status, e) = post_bytes(&d, "/tokenize", &json!({"model": "m", "content": "word ".repeat(1_600_000)})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+        (413, Some("payload_too_large"), Some("content")),
+        "{e}"
+    );
+    assert!(message(&e).contains("is 8000026 bytes; this route takes at most 851968 bytes"), "{e}");
     // Counts: more tool definitions than OpenAI allows, more ids than a text `/tokenize` takes gives.
     let tools: Vec<_> = (0..8500).map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}})).collect();
     let (status, e) =
@@ -176,4 +184,42 @@ async fn too_many_documents_and_inputs_are_refused_by_count_before_the_model_loa
     // build); preparing them took GBs (1.5 million rerank prompts).
     let grown_mib = (peak_rss_kib(&d) - before) / 1024;
     assert!(grown_mib <= 384, "peak RSS grew by {grown_mib} MiB");
+}
+
+/// `/tokenize`'s own limit is what its longest text can be as JSON: a text
+/// one byte over the tokenized bound, each byte written as JSON's longest
+/// escape, is within it and refused by its bytes after the parse (400, as
+/// before); a chunked body (no `Content-Length`) past it is refused as the
+/// bytes arrive; the client reads each answer, and the connection stays usable.
+#[tokio::test]
+async fn tokenize_refuses_a_body_past_its_own_limit_unread_and_no_valid_text() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m"]);
+    let escaped = format!(r#"{{"model":"m","content":"{}"}}"#, r"\u0001".repeat(131_073));
+    assert!(escaped.len() < 851_968, "within the route's limit: {}", escaped.len());
+    let r = d.client().post(format!("{}/tokenize", d.url)).header("content-type", "application/json").body(escaped);
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(
+        (e["error"]["code"].as_str(), e["error"]["param"].as_str()),
+        (Some("context_length_exceeded"), Some("content")),
+        "{e}"
+    );
+
+    let chunk = bytes::Bytes::from("word ".repeat(200_000));
+    let chunks = futures_util::stream::iter((0..5).map(move |_| Ok::<_, std::io::Error>(chunk.clone())));
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{}/tokenize", d.url))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    let e: serde_json::Value = r.json().await.unwrap();
+    assert!(message(&e).contains("is over 851968 bytes") && e["error"]["param"] == "content", "{e}");
+    // The same client's next request on its pool is answered.
+    let r = client.post(format!("{}/tokenize", d.url)).json(&json!({"model": "m", "content": "hi"})).send().await;
+    assert_eq!(r.unwrap().status().as_u16(), 200);
 }

@@ -1,7 +1,9 @@
 //! Connections shared fairly (127.0.0.x on loopback): one address holds at
 //! most `client_connection_share` percent of `max_connections`, another is
-//! still served, readiness is 503 `connections_full` while the cap is full,
-//! and a body slower than `body_min_rate_bytes_per_sec` is closed.
+//! still served, readiness is 503 `connections_full` while the cap is full
+//! and `connections_refused` while an address past its share is being
+//! turned away, and a body slower than `body_min_rate_bytes_per_sec` is
+//! closed.
 
 mod common;
 use common::*;
@@ -57,13 +59,13 @@ async fn one_address_gets_its_share_another_is_served_and_a_full_cap_is_not_read
     // 8 connections, 50 % (the default share): 4 per address.
     let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m", "--max-connections", "8"]);
     let greedy = hold(&d, "127.0.0.2", 4).await;
+    assert_eq!(ready_from(&d, "127.0.0.4").await, (200, Some("ready".into())), "an address at its share");
     // Connections are accepted in order: the four are counted before the next one.
     let chat = chat("m", "hi").to_string();
     let (code, body) = request_from(&d, "127.0.0.2", "POST", "/v1/chat/completions", &chat).await;
     assert_eq!((code, body["error"]["code"].as_str()), (503, Some("too_many_connections")), "{body}");
     let (code, body) = request_from(&d, "127.0.0.3", "POST", "/v1/chat/completions", &chat).await;
     assert_eq!(code, 200, "another address is served: {body}");
-    assert_eq!(ready_from(&d, "127.0.0.4").await, (200, Some("ready".into())));
 
     // The other half from two more addresses: the cap is full.
     let others = [hold(&d, "127.0.0.3", 2).await, hold(&d, "127.0.0.4", 2).await];
@@ -75,11 +77,110 @@ async fn one_address_gets_its_share_another_is_served_and_a_full_cap_is_not_read
     drop(greedy);
     drop(others);
     // The places come back as the daemon sees the connections close.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while ready_from(&d, "127.0.0.5").await.0 != 200 {
+    wait_ready(&d).await;
+}
+
+/// Polls readiness (from an address of its own) until it is 200: the
+/// refusals' hold-down has passed and no place is missing.
+async fn wait_ready(d: &Daemon) {
+    // A generous multiple of the 2 s hold-down (`conn_cap::REFUSED_HOLD`).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while ready_from(d, "127.0.0.5").await.0 != 200 {
         assert!(std::time::Instant::now() < deadline, "never ready again");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// One address trickling request bodies on as many connections as it can
+/// get, each one answered (503 past its share, 408 too slow) opened again.
+struct Trickler {
+    refused: tokio::sync::watch::Receiver<usize>,
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Trickler {
+    fn start(d: &Daemon, source: &'static str, connections: usize) -> Trickler {
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (refusals, refused) = tokio::sync::watch::channel(0);
+        let refusals = std::sync::Arc::new(refusals);
+        let addr = daemon_addr(d);
+        let tasks = (0..connections)
+            .map(|_| tokio::spawn(Self::one(addr, source, stopped.clone(), refusals.clone())))
+            .collect();
+        Trickler { refused, stop, tasks }
+    }
+
+    /// One connection at a time, a body byte every 100 ms, until stopped.
+    async fn one(
+        addr: SocketAddr,
+        source: &str,
+        mut stopped: tokio::sync::watch::Receiver<bool>,
+        refusals: std::sync::Arc<tokio::sync::watch::Sender<usize>>,
+    ) {
+        let every = std::time::Duration::from_millis(100);
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+        );
+        while !*stopped.borrow() {
+            let socket = TcpSocket::new_v4().unwrap();
+            socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+            let Ok(tcp) = socket.connect(addr).await else { continue };
+            let (mut rx, mut tx) = tcp.into_split();
+            let _ = tx.write_all(head.as_bytes()).await;
+            let mut answer = Vec::new();
+            let answered = async {
+                let _ = rx.read_to_end(&mut answer).await;
+            };
+            let trickle = async {
+                while tx.write_all(b" ").await.is_ok() {
+                    tokio::time::sleep(every).await;
+                }
+                std::future::pending::<()>().await;
+            };
+            tokio::select! {
+                () = answered => {}
+                () = trickle => {}
+                _ = stopped.changed() => return,
+            }
+            // A 503 over its share (a 408 for a body too slow is not one).
+            if String::from_utf8_lossy(&answer).contains("\"too_many_connections\"") {
+                refusals.send_modify(|n| *n += 1);
+                // Pacing the next attempt, not waiting for anything.
+                tokio::time::sleep(every).await;
+            }
+        }
+    }
+
+    async fn stop(self) {
+        self.stop.send_replace(true);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+    }
+}
+
+/// The case: one address trickles bodies on more connections than
+/// its share; readiness is 503 `connections_refused` while it is being
+/// turned away (it never fills the cap), a second address is served, and
+/// readiness is 200 again once the trickler is gone.
+#[tokio::test]
+async fn readiness_is_503_while_an_address_past_its_share_is_refused_and_another_is_served() {
+    // 8 connections, 50 %: the trickler gets 4 of its 6.
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant", "--model-id", "m", "--max-connections", "8"]);
+    let mut trickler = Trickler::start(&d, "127.0.0.2", 6);
+    trickler.refused.wait_for(|&n| n >= 1).await.unwrap();
+    assert_eq!(ready_from(&d, "127.0.0.4").await, (503, Some("connections_refused".into())));
+    let (code, body) =
+        request_from(&d, "127.0.0.3", "POST", "/v1/chat/completions", &chat("m", "hi").to_string()).await;
+    assert_eq!(code, 200, "another address is served: {body}");
+    // Still refused (the trickler's count moves on), still not ready.
+    let seen = *trickler.refused.borrow();
+    trickler.refused.wait_for(|&n| n > seen).await.unwrap();
+    assert_eq!(ready_from(&d, "127.0.0.4").await, (503, Some("connections_refused".into())));
+
+    trickler.stop().await;
+    wait_ready(&d).await;
 }
 
 /// A body trickling in (a byte every 200 ms, 5 bytes/s: the idle time-out

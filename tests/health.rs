@@ -101,3 +101,34 @@ async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
     assert!(started.elapsed() > allowance + allowance / 2, "the run outlasted the allowance: {:?}", started.elapsed());
     assert!(probed_past_the_allowance >= 1, "no probe found the run going past the allowance");
 }
+
+/// The systemd watchdog's check judges a prefill by the bound the engine
+/// enforces on it (`engine/liveness.rs`), not by twice the first-token
+/// time-out (with the defaults, 120 s and more: 240 s). A run that hangs
+/// before its first token, with every time-out at its default: `/health`
+/// is 200 while the prefill is within the bound, and 503 `stalled` (during
+/// prefill, allowed 11 s: the 10 s floor and the abort's 1 s) by the time
+/// the engine has aborted the run and told its client.
+#[tokio::test]
+async fn the_watchdog_judges_a_hung_prefill_by_the_bound_the_engine_aborts_it_at() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?hang_after=0", "--model-id", "m"]);
+    let (client, url) = (d.client(), d.url.clone());
+    let request =
+        tokio::spawn(
+            async move { client.post(format!("{url}/v1/chat/completions")).json(&chat("m", "hi")).send().await },
+        );
+    d.wait_queue(|running, _| running == 1).await;
+    let (code, h) = health(&d).await;
+    assert_eq!((code, h["status"].as_str(), h["queue"]["running_tokens"].as_u64()), (200, Some("ok"), Some(0)), "{h}");
+
+    // The engine's abort, and its 1 s grace: the client is told (a generous multiple of the bound).
+    let told = tokio::time::timeout(Duration::from_secs(44), request).await.expect("the client was told");
+    let r = told.unwrap().unwrap();
+    assert_eq!(r.status().as_u16(), 504);
+    let e: Value = r.json().await.unwrap();
+    assert!(e["error"]["message"].as_str().unwrap().contains("prefill stall"), "{e}");
+    let (code, h) = health(&d).await;
+    assert_eq!((code, h["status"].as_str()), (503, Some("stalled")), "{h}");
+    let reason = h["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("during prefill (allowed 11 s)"), "{h}");
+}

@@ -197,7 +197,8 @@ async fn a_hung_runtime_stops_the_pings_and_says_why() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_prefill_is_not_a_hang() {
-    // 2.5 s of prefill without callbacks; the prefill allowance here is 2 × 5 s.
+    // 2.5 s of prefill without callbacks; the prefill allowance here is the 5 s first-token
+    // time-out (the bound the engine aborts the prefill at) and the abort's 1 s.
     let service = Service::start(
         &[
             "--backend",

@@ -13,14 +13,22 @@ use std::time::{Duration, Instant};
 /// What a watchdog needs to tell a busy runtime from a hung one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Activity {
-    /// A run is inside `rkllm_run`.
-    pub running: bool,
+    /// The id of the run inside `rkllm_run` (the `run` of its
+    /// [`Event::Started`](crate::Event::Started)), if one is.
+    pub run: Option<u64>,
     /// Time since the last sign of life (model loaded, run start, callback, run end).
     pub since_progress: Duration,
     /// Token callbacks so far in the active (or last) run; 0 while prefilling.
     pub tokens: u64,
     /// Prompt length of the active (or last) run in bytes.
     pub prompt_bytes: usize,
+}
+
+impl Activity {
+    /// A run is inside `rkllm_run`.
+    pub fn running(&self) -> bool {
+        self.run.is_some()
+    }
 }
 
 pub(crate) struct Progress {
@@ -61,10 +69,10 @@ impl Progress {
         }
     }
 
-    pub(crate) fn activity(&self, running: bool) -> Activity {
+    pub(crate) fn activity(&self, run: Option<u64>) -> Activity {
         let last = self.epoch + Duration::from_nanos(self.last_ns.load(Ordering::Relaxed));
         Activity {
-            running,
+            run,
             since_progress: Instant::now().saturating_duration_since(last),
             tokens: self.tokens.load(Ordering::Relaxed),
             prompt_bytes: self.prompt_bytes.load(Ordering::Relaxed),

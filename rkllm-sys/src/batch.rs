@@ -143,7 +143,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
     };
     let started = Instant::now();
     for events in ctx.slots.iter().filter_map(|s| s.events.as_ref()) {
-        let _ = events.send(Event::Started { at: started });
+        let _ = events.send(Event::Started { at: started, run: id });
     }
     let mut callback: &mut dyn OnResult = &mut ctx;
     // SAFETY: the N inputs, their strings and ids, sampling, infer and ctx

@@ -100,6 +100,9 @@ pub enum Event {
     /// `rkllm_run` is about to be called (the request's `admitted` instant).
     Started {
         at: Instant,
+        /// The run's id, as [`Activity::run`](crate::Activity::run) names it
+        /// while the run is inside `rkllm_run` (a batch's slots share one).
+        run: u64,
     },
     Token(Token),
     Finished(Finish),

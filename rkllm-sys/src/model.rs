@@ -136,7 +136,8 @@ impl Model {
 
     /// Signs of life of the runtime thread (see [`Activity`]).
     pub fn activity(&self) -> Activity {
-        self.shared.progress.activity(self.is_running())
+        let run = self.shared.active.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|(id, _)| *id);
+        self.shared.progress.activity(run)
     }
 
     /// Answered by the runtime thread when it takes its next command: an
@@ -481,7 +482,7 @@ fn run_one<A: Marshal>(
         id,
         reissued_abort: false,
     };
-    let _ = ctx.events.send(Event::Started { at: Instant::now() });
+    let _ = ctx.events.send(Event::Started { at: Instant::now(), run: id });
     let mut callback: &mut dyn OnResult = &mut ctx;
     // SAFETY: every pointer (input, prompt, sampling, extras, infer, ctx) outlives the
     // blocking call; the callback only uses ctx through this userdata.

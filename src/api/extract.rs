@@ -1,6 +1,8 @@
 //! A JSON body extractor whose every rejection is an OpenAI-style error:
 //! wrong content type → 415, too large → 413, malformed JSON, a field of
 //! the wrong type or a declared text holding NUL → 400 naming the field (`param`).
+//! [`BoundedJson`]: the same for a route whose body the models' contexts
+//! bound far below `body_limit_bytes`, refused past that without being parsed.
 
 use super::error::ApiError;
 use super::named::NamesModel;
@@ -8,7 +10,9 @@ use super::record::Counting;
 use super::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::StatusCode;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
@@ -18,30 +22,147 @@ impl<T: DeserializeOwned + ToSchema + NamesModel> FromRequest<AppState> for ApiJ
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let counting = req.extensions().get::<Counting>().cloned();
-        let is_json = req
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .map(|mime| {
-                let mime = mime.trim().to_ascii_lowercase();
-                mime == "application/json" || mime.ends_with("+json")
-            })
-            .unwrap_or(false);
-        if !is_json {
-            return Err(ApiError::unsupported_media_type());
-        }
-        let limit = state.settings.body_limit_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        read(req, state, None).await.map(ApiJson)
+    }
+}
+
+/// A body that is all text (or token ids) the model's context bounds: the
+/// most bytes of JSON a request of the type can use.
+pub trait BodyBound {
+    /// The member whose length the bound is for, named in the refusal.
+    const FIELD: &'static str;
+    /// The most bytes a useful body has for a context of `context` tokens.
+    fn most_bytes(context: usize) -> usize;
+}
+
+/// JSON writes a byte of text in at most this many (`\u001f`).
+pub const JSON_BYTES_PER_TEXT_BYTE: usize = 6;
+
+/// Room in a [`BodyBound`] for the members besides the bounded one (the
+/// model's name, flags) and whitespace.
+pub const OTHER_MEMBERS_BYTES: usize = 64 * 1024;
+
+/// [`ApiJson`] for a [`BodyBound`] body: once every served model's context
+/// is known, a body over the bound for the largest is refused with 413
+/// naming the member, decided by its `Content-Length` before any of it is
+/// read, or once the bytes read pass the bound; what it sends is read and
+/// dropped, never kept or parsed.
+pub struct BoundedJson<T>(pub T);
+
+impl<T: DeserializeOwned + ToSchema + NamesModel + BodyBound> FromRequest<AppState> for BoundedJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let route = largest_context(state).map(|context| RouteLimit {
+            most: T::most_bytes(context).min(state.settings.body_limit_bytes),
+            field: T::FIELD,
+            context,
+        });
+        read(req, state, route).await.map(BoundedJson)
+    }
+}
+
+/// A route's own body limit, below `body_limit_bytes`.
+struct RouteLimit {
+    most: usize,
+    field: &'static str,
+    /// The largest context served, which sets it.
+    context: usize,
+}
+
+impl RouteLimit {
+    fn refusal(&self, size: Option<usize>) -> ApiError {
+        let size = size.map_or_else(|| format!("over {} bytes", self.most), |n| format!("{n} bytes"));
+        let mut e = ApiError::payload_too_large(self.most);
+        e.body.message = format!(
+            "The request body is {size}; this route takes at most {} bytes with the largest context served ({} \
+             tokens): a longer `{}` is refused before it is read (docs/api.md, \"Limits, queue and time-outs\").",
+            self.most, self.context, self.field
+        );
+        e.body.param = Some(self.field.to_owned());
+        e
+    }
+}
+
+/// The largest context of the registered models, when each one's is known
+/// (loaded, or set by `max_context_len`); `None` before that.
+fn largest_context(state: &AppState) -> Option<usize> {
+    let statuses = state.models().ok()?.statuses();
+    let largest = statuses.iter().try_fold(0, |most, s| {
+        let context = match &s.loaded {
+            Some(loaded) => loaded.model.engine.limits().max_context_len,
+            None if !s.spec.engine.limits.context_from_model => s.spec.engine.limits.max_context_len,
+            None => return None,
+        };
+        Some(most.max(context as usize))
+    })?;
+    (largest > 0).then_some(largest)
+}
+
+/// Reads and parses a JSON body: whole up to `body_limit_bytes`, or up to
+/// `route`'s own limit.
+async fn read<T: DeserializeOwned + ToSchema + NamesModel>(
+    req: Request,
+    state: &AppState,
+    route: Option<RouteLimit>,
+) -> Result<T, ApiError> {
+    let counting = req.extensions().get::<Counting>().cloned();
+    let is_json = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|mime| {
+            let mime = mime.trim().to_ascii_lowercase();
+            mime == "application/json" || mime.ends_with("+json")
+        })
+        .unwrap_or(false);
+    if !is_json {
+        return Err(ApiError::unsupported_media_type());
+    }
+    let limit = state.settings.body_limit_bytes;
+    let bytes = match route {
+        Some(route) => read_within(req, route, limit).await?,
+        None => Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::payload_too_large(limit)
             } else {
-                ApiError::bad_request(None, format!("Cannot read the request body: {rejection}"))
+                unreadable(rejection)
             }
-        })?;
-        parse_named(&bytes, counting.as_ref()).map(ApiJson)
+        })?,
+    };
+    parse_named(&bytes, counting.as_ref())
+}
+
+fn unreadable(e: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(None, format!("Cannot read the request body: {e}"))
+}
+
+/// The body whole if it is within `route`'s limit; else its refusal, once
+/// the rest (up to `drain_most` bytes in all) has been read and dropped: a
+/// client that sends its whole body before it reads the answer would lose
+/// the answer to a connection reset otherwise.
+async fn read_within(req: Request, route: RouteLimit, drain_most: usize) -> Result<Bytes, ApiError> {
+    let announced = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let mut chunks = req.into_body().into_data_stream();
+    let mut kept = Vec::with_capacity(announced.unwrap_or(0).min(route.most));
+    let mut seen = 0;
+    let over = announced.is_some_and(|n| n > route.most);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(unreadable)?;
+        seen += chunk.len();
+        if over || seen > route.most {
+            if seen >= drain_most {
+                break;
+            }
+            continue;
+        }
+        kept.extend_from_slice(&chunk);
     }
+    if over || seen > route.most {
+        return Err(route.refusal(announced));
+    }
+    Ok(Bytes::from(kept))
 }
 
 /// [`parse`] a counted request's body and tell its [`Counting`] the model it names.

@@ -2,6 +2,7 @@
 
 use super::runtime_info::{Queue, Runtime};
 use super::state::AppState;
+use crate::conn_cap::Pressure;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
@@ -80,7 +81,8 @@ pub async fn live(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Ready {
-    /// `ready`, `loading`, `stalled`, `connections_full`, `queue_full` or `shutting_down`.
+    /// `ready`, `loading`, `stalled`, `connections_full`, `connections_refused`, `queue_full` or
+    /// `shutting_down`.
     pub status: &'static str,
 }
 
@@ -101,9 +103,12 @@ pub async fn ready(State(state): State<AppState>) -> (StatusCode, Json<Ready>) {
             }
             if stalled {
                 "stalled"
-            } else if crate::conn_cap::serving_full() {
-                // A new connection would get 503 `too_many_connections`.
-                "connections_full"
+            } else if let Some(pressure) = crate::conn_cap::serving_pressure() {
+                // New connections get (or just got) 503 `too_many_connections`.
+                match pressure {
+                    Pressure::Full => "connections_full",
+                    Pressure::Refusing => "connections_refused",
+                }
             } else if loaded.iter().any(|m| m.engine.queue_full()) {
                 "queue_full"
             } else {

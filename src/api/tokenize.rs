@@ -3,8 +3,8 @@
 //! model's tokenizer.json: the one the daemon counts prompts with.
 
 use super::error::{ApiError, ErrorEnvelope};
-use super::extract::ApiJson;
-use super::request::{most_token_ids, prepare, refuse_unfittable};
+use super::extract::{BodyBound, BoundedJson, JSON_BYTES_PER_TEXT_BYTE, OTHER_MEMBERS_BYTES};
+use super::request::{most_token_ids, most_tokenized_bytes, prepare, refuse_unfittable};
 use super::state::AppState;
 use crate::registry::Lease;
 use axum::extract::State;
@@ -74,6 +74,26 @@ impl super::named::NamesModel for DetokenizeRequest {
     }
 }
 
+/// The longest `content` tokenized, each byte as JSON's longest escape.
+impl BodyBound for TokenizeRequest {
+    const FIELD: &'static str = "content";
+    fn most_bytes(context: usize) -> usize {
+        most_tokenized_bytes(context) * JSON_BYTES_PER_TEXT_BYTE + OTHER_MEMBERS_BYTES
+    }
+}
+
+/// A token id as JSON writes it: up to 10 digits (`u32`), an integral
+/// float's `.0`, a comma and a space.
+const JSON_BYTES_PER_ID: usize = 16;
+
+/// The most ids turned into text, each as [`JSON_BYTES_PER_ID`].
+impl BodyBound for DetokenizeRequest {
+    const FIELD: &'static str = "tokens";
+    fn most_bytes(context: usize) -> usize {
+        most_token_ids(context) * JSON_BYTES_PER_ID + OTHER_MEMBERS_BYTES
+    }
+}
+
 /// The model a request names, or the first configured.
 async fn model(state: &AppState, named: Option<&str>) -> Result<Lease, ApiError> {
     let id = match named {
@@ -104,6 +124,7 @@ fn no_tokenizer(id: &str) -> ApiError {
     responses(
         (status = 200, description = "The token ids (with `with_pieces`, `{id, piece}` objects)", body = TokenizeResponse),
         (status = 400, description = "Invalid request, or `content` far longer than the context (`context_length_exceeded`)", body = ErrorEnvelope),
+        (status = 413, description = "The body is larger than `body_limit_bytes`, or than the longest `content` tokenized for the largest context served can be as JSON", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
@@ -112,7 +133,7 @@ fn no_tokenizer(id: &str) -> ApiError {
 )]
 pub async fn tokenize(
     State(state): State<AppState>,
-    ApiJson(req): ApiJson<TokenizeRequest>,
+    BoundedJson(req): BoundedJson<TokenizeRequest>,
 ) -> Result<Json<TokenizeResponse>, ApiError> {
     let lease = model(&state, req.model.as_deref()).await?;
     // Tokenizing costs ~100 bytes of memory per byte: a text far longer than
@@ -143,6 +164,7 @@ pub async fn tokenize(
     responses(
         (status = 200, description = "The text", body = DetokenizeResponse),
         (status = 400, description = "Invalid request, an id outside the vocabulary, or more ids than the model turns into text at once", body = ErrorEnvelope),
+        (status = 413, description = "The body is larger than `body_limit_bytes`, or than the most ids turned into text for the largest context served can be as JSON", body = ErrorEnvelope),
         (status = 404, description = "Unknown model", body = ErrorEnvelope),
         (status = 500, description = "The model failed to load", body = ErrorEnvelope),
         (status = 501, description = "The model has no tokenizer.json", body = ErrorEnvelope),
@@ -151,7 +173,7 @@ pub async fn tokenize(
 )]
 pub async fn detokenize(
     State(state): State<AppState>,
-    ApiJson(req): ApiJson<DetokenizeRequest>,
+    BoundedJson(req): BoundedJson<DetokenizeRequest>,
 ) -> Result<Json<DetokenizeResponse>, ApiError> {
     let lease = model(&state, req.model.as_deref()).await?;
     let most = most_token_ids(context(&lease));

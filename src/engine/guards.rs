@@ -94,7 +94,7 @@ impl Drop for RunGuard {
                 let finished = async {
                     while let Some(event) = events.recv().await {
                         match event {
-                            Event::Started { at } => timeline.admitted = Some(at),
+                            Event::Started { at, .. } => timeline.admitted = Some(at),
                             // Tokens after the client left are not part of any reply.
                             Event::Token(_) => dropped += 1,
                             Event::Finished(f) => {

@@ -7,7 +7,8 @@
 //! deadlock in the library) shows neither, and the daemon then stops pinging
 //! so that systemd restarts it.
 
-use super::{Engine, Limits};
+use super::halt::ABORT_GRACE;
+use super::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::Activity;
 use std::sync::Mutex;
@@ -115,6 +116,33 @@ pub fn prefill_tokens(sent: Option<usize>, prompt: (Option<usize>, usize), batch
     sent.or(ids).unwrap_or(bytes / BYTES_PER_TOKEN)
 }
 
+/// The prefill bound the engine enforces on the run inside the runtime
+/// (`run.rs`: from its start to its first token, the shorter of the
+/// first-token time-out and [`PrefillPace::stall`]), by the run's id, so that
+/// the watchdog judges a prefill as the abort does. Each slot of a batch
+/// records its own; the batch is aborted once every slot gave up, so the
+/// run's bound is the longest.
+#[derive(Debug, Default)]
+pub struct PrefillBound(Mutex<Option<(u64, Duration)>>);
+
+impl PrefillBound {
+    /// Run `run`'s generation (or one of its slots') enforces `allowed`.
+    pub fn record(&self, run: u64, allowed: Duration) {
+        let mut bound = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        *bound = match *bound {
+            Some((id, longest)) if id == run => Some((id, longest.max(allowed))),
+            // A slot that saw its start late: a later run is inside the runtime already.
+            Some((id, _)) if id > run => return,
+            _ => Some((run, allowed)),
+        };
+    }
+
+    fn of(&self, run: u64) -> Option<Duration> {
+        let bound = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        bound.filter(|(id, _)| *id == run).map(|(_, allowed)| allowed)
+    }
+}
+
 /// How often a pending ping looks whether a run started instead.
 const RUN_START_POLL: Duration = Duration::from_millis(10);
 
@@ -125,6 +153,23 @@ impl Engine {
         self.prefill_pace.stall(prefill_tokens(sent, prompt, batch, self.limits.max_context_len))
     }
 
+    /// How long the run inside the runtime may prefill before the watchdog
+    /// calls it hung: the bound the engine enforces on it ([`PrefillBound`])
+    /// and the abort's grace, in which a healthy runtime returns from the
+    /// aborted run (past it the engine counts as unresponsive, `halt.rs`). A
+    /// run no generation bounds (an embedding's, or one in the moment before
+    /// its generation saw it start) gets what a generation of its prompt's
+    /// bytes would. (A decode gap longer than the first-token time-out's
+    /// base is a hang: a step takes well under a second on a board.)
+    fn prefill_allowance(&self, activity: &Activity) -> Duration {
+        let recorded = activity.run.and_then(|run| self.prefill_bound.of(run));
+        let bound = recorded.unwrap_or_else(|| {
+            let bytes = activity.prompt_bytes;
+            self.limits.first_token_timeout(bytes).min(self.prefill_stall(None, (None, bytes), 1))
+        });
+        bound + ABORT_GRACE
+    }
+
     /// A run is inside the runtime and not known to be stuck: what the
     /// shutdown's grace period waits for.
     pub fn is_producing(&self) -> bool {
@@ -133,19 +178,19 @@ impl Engine {
 
     /// A run is inside the runtime: `rkllm_run` has not returned.
     pub fn in_run(&self) -> bool {
-        self.model.activity().running
+        self.model.activity().running()
     }
 
     /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
     /// or is inside a run that progresses as fast as its limits allow.
     pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
-        if !self.model.activity().running {
+        if !self.model.activity().running() {
             let answer = self.model.ping();
             // A run queued just before the ping delays the answer until the
             // run ends: stop waiting once it has started, and judge it below.
             let run_started = async {
                 let mut every = tokio::time::interval(RUN_START_POLL);
-                while !self.model.activity().running {
+                while !self.model.activity().running() {
                     every.tick().await;
                 }
             };
@@ -162,10 +207,11 @@ impl Engine {
             }
         }
         let activity = self.model.activity();
-        if !activity.running && activity.since_progress > ping_timeout {
+        if !activity.running() && activity.since_progress > ping_timeout {
             return Err(format!("the idle runtime thread did not answer within {} ms", ping_timeout.as_millis()));
         }
-        let allowed = self.limits.stall_allowance(&activity);
+        let allowed =
+            if activity.tokens == 0 { self.prefill_allowance(&activity) } else { self.limits.first_token_base };
         if activity.since_progress <= allowed {
             return Ok(());
         }
@@ -189,21 +235,6 @@ pub fn decode_stall(timeline: &Timeline) -> Duration {
         _ => Duration::ZERO,
     };
     (mean * DECODE_STALL_STEPS).max(DECODE_STALL_FLOOR)
-}
-
-impl Limits {
-    /// How long a run may go without a sign of life before it counts as hung.
-    /// Prefill: twice its first-token time-out (the request itself gives up
-    /// at once, but a slow and healthy runtime only notices the abort after
-    /// the prefill). Decode: a step takes well under a second on a board, so
-    /// a gap as long as the base first-token time-out is a hang.
-    pub fn stall_allowance(&self, activity: &Activity) -> Duration {
-        if activity.tokens == 0 {
-            self.first_token_timeout(activity.prompt_bytes) * 2
-        } else {
-            self.first_token_base
-        }
-    }
 }
 
 #[cfg(test)]
@@ -272,6 +303,21 @@ mod tests {
         let slow = PrefillPace::default();
         slow.measured(Some(&perf(10_000.0, 1_000)));
         assert_eq!(stall_secs(&slow, 8_000), 100.0);
+    }
+
+    #[test]
+    fn a_runs_prefill_bound_is_its_slots_longest_and_only_its_own() {
+        let secs = Duration::from_secs;
+        let bound = PrefillBound::default();
+        assert_eq!(bound.of(1), None);
+        for slot in [10, 30, 20] {
+            bound.record(1, secs(slot));
+        }
+        assert_eq!(bound.of(1), Some(secs(30)), "a batch's slots: the longest");
+        bound.record(2, secs(5));
+        assert_eq!((bound.of(1), bound.of(2)), (None, Some(secs(5))), "the next run's own");
+        bound.record(1, secs(40));
+        assert_eq!(bound.of(2), Some(secs(5)), "a slot of the earlier run seen late changes nothing");
     }
 
     #[test]

@@ -169,6 +169,8 @@ pub struct Engine {
     halt: halt::Halt,
     /// How fast this model prefills: a prefill's allowance (`liveness.rs`).
     prefill_pace: liveness::PrefillPace,
+    /// The prefill bound of the run inside the runtime, for the watchdog (`liveness.rs`).
+    prefill_bound: liveness::PrefillBound,
     queue: queue::Queue,
     info: RuntimeInfo,
     defaults: SamplingParams,
@@ -306,6 +308,7 @@ impl Engine {
             prefixes,
             halt: halt::Halt::default(),
             prefill_pace: liveness::PrefillPace::default(),
+            prefill_bound: liveness::PrefillBound::default(),
             queue: queue::Queue::new(queue_depth, npu),
             info,
             defaults,

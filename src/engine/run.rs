@@ -160,10 +160,12 @@ impl Run {
 
     pub(super) fn step(&mut self, event: Event) -> Step {
         match event {
-            Event::Started { at } => {
+            Event::Started { at, run } => {
                 self.guard.timeline.admitted = Some(self.plan.as_ref().map_or(at, |p| p.admitted(at)));
                 let allowed = self.first_token_timeout.min(self.prefill_stall);
                 self.deadline = Some(tokio::time::Instant::from_std(at + allowed));
+                // The watchdog judges the run by the same bound (`liveness.rs`).
+                self.guard.engine.prefill_bound.record(run, allowed);
                 Step::Started
             }
             Event::Token(token) => {

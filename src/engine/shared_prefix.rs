@@ -275,7 +275,7 @@ impl Engine {
         let mut started = None;
         let finish = loop {
             match events.recv().await? {
-                Event::Started { at } => started = Some(at),
+                Event::Started { at, .. } => started = Some(at),
                 Event::Token(_) if aborts_at_first => control.abort(),
                 Event::Finished(finish) => break finish,
                 Event::Token(_) => {}

@@ -1,8 +1,9 @@
-# Reliability measurement (not a test; docs/reliability.md). usage: reliability_big_input.py BIN PORT [case] [n_parallel]: peak RSS growth and time of a refusal by size (case: a path, or one of the named cases below)
-import subprocess, sys, time, json, threading, urllib.request
+# Reliability measurement (not a test; docs/reliability.md). usage: reliability_big_input.py BIN PORT [case] [n_parallel] [rounds]: peak RSS growth and time of a refusal by size (case: a path, or one of the named cases below); rounds (default 1) of n_parallel requests one after the other, on one daemon, then the median and worst time
+import subprocess, sys, time, json, threading, urllib.request, statistics
 bin, port = sys.argv[1], sys.argv[2]
 path = sys.argv[3] if len(sys.argv) > 3 else "/v1/chat/completions"
 n = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 p = subprocess.Popen([bin, "--backend", "sim", "--model", "sim:instant", "--model-id", "m", "--port", port], stderr=subprocess.DEVNULL)
 time.sleep(2.5)
 def hwm():
@@ -38,8 +39,12 @@ def one():
     except urllib.error.HTTPError as e:
         code = e.code; body = e.read()[:200]
     res.append((code, round((time.time() - t) * 1000), body))
-ts = [threading.Thread(target=one) for _ in range(n)]
-[t.start() for t in ts]; [t.join() for t in ts]
+for _ in range(rounds):
+    ts = [threading.Thread(target=one) for _ in range(n)]
+    [t.start() for t in ts]; [t.join() for t in ts]
 after = list(hwm())
-print(path, "x", n, res, "HWM growth MiB", (int(after[0]) - int(base[0])) / 1024, "RSS after growth MiB", (int(after[1]) - int(base[1])) / 1024)
+ms = [r[1] for r in res]
+print(path, "x", n, "rounds", rounds, res if rounds == 1 else sorted({(r[0], r[2]) for r in res}),
+      "ms median", statistics.median(ms), "max", max(ms),
+      "HWM growth MiB", (int(after[0]) - int(base[0])) / 1024, "RSS after growth MiB", (int(after[1]) - int(base[1])) / 1024)
 p.terminate(); p.wait()

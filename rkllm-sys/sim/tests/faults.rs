@@ -75,7 +75,7 @@ fn an_idle_runtime_thread_answers_pings_and_reports_its_last_run() {
     assert!(matches!(model.ping().blocking_recv(), Ok(Ok(()))));
     let out = prompt(&model, "count me");
     let activity = model.activity();
-    assert!(!activity.running);
+    assert!(!activity.running());
     assert_eq!(activity.tokens, out.tokens.len() as u64);
     assert_eq!(activity.prompt_bytes, "count me".len());
     assert!(matches!(model.ping().blocking_recv(), Ok(Ok(()))));
@@ -103,7 +103,7 @@ fn hang_after_wedges_the_run_the_thread_stops_answering() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let activity = model.activity();
-    assert!(activity.running, "still inside rkllm_run");
+    assert!(activity.running(), "still inside rkllm_run");
     assert_eq!(activity.tokens, 2);
     assert!(events.try_recv().is_err(), "no callbacks or Finished after the hang, even after an abort");
     assert!(ping.try_recv().is_err(), "the stuck thread does not answer");

@@ -9,7 +9,9 @@ mod tools_fit;
 mod wire;
 
 pub use images::{vision_encoder, ImageRef};
-pub use size::{most_token_ids, refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN, MAX_INPUTS, MAX_TOOLS};
+pub use size::{
+    most_token_ids, most_tokenized_bytes, refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN, MAX_INPUTS, MAX_TOOLS,
+};
 pub use wire::*;
 
 use super::ceiling::{clamp, Clamped};

@@ -55,10 +55,16 @@ pub fn refuse_unfittable(param: &str, bytes: usize, context: usize) -> Result<()
     Err(e)
 }
 
+/// The most bytes of text tokenized for a context of `context` tokens:
+/// more is refused by [`refuse_unfittable`].
+pub fn most_tokenized_bytes(context: usize) -> usize {
+    context * TOKENIZED_CONTEXTS_AT_MOST * MAX_BYTES_PER_TOKEN
+}
+
 /// The most token ids a request may have turned into text (`/detokenize`):
 /// as many as a text short enough to tokenize can give, at most one a byte.
 pub fn most_token_ids(context: usize) -> usize {
-    context * TOKENIZED_CONTEXTS_AT_MOST * MAX_BYTES_PER_TOKEN
+    most_tokenized_bytes(context)
 }
 
 /// The most tool definitions a request may offer (OpenAI's bound on `tools`).

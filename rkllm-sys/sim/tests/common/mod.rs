@@ -52,7 +52,7 @@ pub fn collect(events: &mut mpsc::UnboundedReceiver<Event>) -> Outcome {
     let mut tokens = Vec::new();
     loop {
         match events.blocking_recv().expect("the run ends with Finished") {
-            Event::Started { at } => started = Some(at),
+            Event::Started { at, .. } => started = Some(at),
             Event::Token(t) => tokens.push(t),
             Event::Finished(finish) => {
                 return Outcome { started: started.unwrap_or(finish.at), tokens, finish };
