@@ -13,6 +13,11 @@
 //! arithmetic, CMYK, Adobe RGB, a corrupt stream — returns `None` and the
 //! caller decodes it the general way.
 
+#[path = "jpeg_dc_bits.rs"]
+mod bits;
+#[path = "jpeg_dc_scan.rs"]
+mod scan;
+
 /// Bits a table lookup reads at once; longer codes take the slow path.
 const LOOKUP: u32 = 12;
 
@@ -93,145 +98,14 @@ impl Table {
     }
 }
 
-/// The entropy-coded bits, most significant first, with `FF 00` unstuffed;
-/// at a marker it reads zeros.
-struct Bits<'a> {
-    data: &'a [u8],
-    pos: usize,
-    bits: u64,
-    count: u32,
-    at_marker: bool,
-}
-
-impl Bits<'_> {
-    /// At least 56 bits in the buffer.
-    #[inline(always)]
-    fn refill(&mut self) {
-        if self.count > 56 {
-            return;
-        }
-        if let Some(chunk) = self.data.get(self.pos..self.pos + 8) {
-            let x = u64::from_be_bytes(chunk.try_into().unwrap_or_default());
-            // No FF byte among the eight: take whole bytes at once. The bits
-            // of a partly taken byte land where its next read puts them again.
-            let no_ff = ((!x).wrapping_sub(0x0101_0101_0101_0101) & x & 0x8080_8080_8080_8080) == 0;
-            if no_ff && !self.at_marker {
-                self.bits |= x >> self.count;
-                let bytes = (63 - self.count) / 8;
-                self.pos += bytes as usize;
-                self.count += bytes * 8;
-                return;
-            }
-        }
-        self.refill_slow();
-    }
-
-    #[cold]
-    fn refill_slow(&mut self) {
-        while self.count <= 56 {
-            let mut byte = 0;
-            if !self.at_marker && self.pos < self.data.len() {
-                byte = self.data[self.pos];
-                if byte == 0xFF {
-                    if self.data.get(self.pos + 1) == Some(&0) {
-                        self.pos += 2;
-                    } else {
-                        self.at_marker = true;
-                        byte = 0;
-                    }
-                } else {
-                    self.pos += 1;
-                }
-            }
-            self.bits |= u64::from(byte) << (56 - self.count);
-            self.count += 8;
-        }
-    }
-
-    #[inline(always)]
-    fn consume(&mut self, n: u32) {
-        self.bits <<= n;
-        self.count -= n;
-    }
-
-    /// The next code of `table`: (code length, symbol), not yet consumed.
-    #[inline(always)]
-    fn symbol(&self, table: &Table) -> Option<(u32, u8)> {
-        let entry = table.fast[(self.bits >> (64 - LOOKUP)) as usize];
-        let len = (entry >> 16) & 0xFF;
-        if len != 0 {
-            return Some((len, (entry >> 24) as u8));
-        }
-        (LOOKUP + 1..=16).find_map(|len| {
-            let code = (self.bits >> (64 - len)) as i32;
-            (code <= table.max_code[len as usize])
-                .then(|| table.symbols.get((table.offset[len as usize] + code) as usize).map(|&s| (len, s)))
-                .flatten()
-        })
-    }
-
-    /// A block's DC difference; its AC coefficients are stepped over.
-    #[inline(always)]
-    fn block(&mut self, dc: &Table, ac: &Table) -> Option<i32> {
-        self.refill();
-        let (len, size) = self.symbol(dc)?;
-        let size = u32::from(size);
-        if size > 11 {
-            return None;
-        }
-        self.consume(len);
-        let diff = if size == 0 {
-            0
-        } else {
-            let v = (self.bits >> (64 - size)) as i32;
-            self.consume(size);
-            if v < 1 << (size - 1) {
-                v - (1 << size) + 1
-            } else {
-                v
-            }
-        };
-        let mut k = 1;
-        while k < 64 {
-            // A code (≤ 16 bits) and its value (≤ 10) fit 56 bits twice.
-            if self.count < 26 {
-                self.refill();
-            }
-            let entry = ac.fast[(self.bits >> (64 - LOOKUP)) as usize];
-            if entry != 0 {
-                self.consume(entry & 0xFF);
-                k += (entry >> 8) & 0xFF;
-                continue;
-            }
-            let (len, symbol) = self.symbol(ac)?;
-            self.consume(len + u32::from(symbol & 15));
-            k += match (symbol >> 4, symbol & 15) {
-                (15, 0) => 16,
-                (_, 0) => 64,
-                (run, _) => u32::from(run) + 1,
-            };
-        }
-        Some(diff)
-    }
-
-    /// Past a restart marker (`FF D0`–`FF D7`), with the bit buffer emptied.
-    fn restart(&mut self) -> Option<()> {
-        (self.bits, self.count, self.at_marker) = (0, 0, false);
-        while self.data.get(self.pos) == Some(&0xFF) && self.data.get(self.pos + 1) == Some(&0xFF) {
-            self.pos += 1;
-        }
-        match self.data.get(self.pos..self.pos + 2)? {
-            [0xFF, 0xD0..=0xD7] => {
-                self.pos += 2;
-                Some(())
-            }
-            _ => None,
-        }
-    }
-}
-
 /// Decodes `bytes` at 1/8 scale, or `None` where this path does not apply.
 pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
+    decode_in(bytes, None)
+}
+
+/// [`decode`] with the scan in `parts` parts at once (`None`: as many as
+/// the machine and the file's size make worth it).
+pub(super) fn decode_in(bytes: &[u8], parts: Option<usize>) -> Option<Dc> {
     let mut quant = [None; 4];
     // Huffman tables as the header gives them (counts, symbols); each is
     // built (a 16 KiB lookup) only if the scan uses it: a header may define
@@ -326,7 +200,7 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
                 if adobe_rgb || rgb_ids || width == 0 || height == 0 {
                     return None;
                 }
-                let planes = scan(
+                let planes = planes(
                     bytes.get(pos..)?,
                     (width, height),
                     &components,
@@ -334,6 +208,7 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
                     &dc_tables,
                     &ac_tables,
                     restart_interval,
+                    parts,
                 )?;
                 return Some(assemble(&planes, &components, width, height, exif));
             }
@@ -350,7 +225,7 @@ struct Plane {
 }
 
 /// The scan's blocks, each component's DC pixels in a plane of its own.
-fn scan(
+fn planes(
     data: &[u8],
     (width, height): (u32, u32),
     components: &[Component],
@@ -358,6 +233,7 @@ fn scan(
     dc_tables: &[Option<Table>; 4],
     ac_tables: &[Option<Table>; 4],
     restart_interval: usize,
+    parts: Option<usize>,
 ) -> Option<Vec<Plane>> {
     let (w, h) = (width as usize, height as usize);
     let h_max = components.iter().map(|c| c.h).max()?;
@@ -376,23 +252,26 @@ fn scan(
         .collect();
     let mut coding = Vec::with_capacity(components.len());
     for c in components {
-        coding.push((dc_tables[c.dc].as_ref()?, ac_tables[c.ac].as_ref()?, i64::from(quant[c.quant]?), layout(c)));
+        let (bh, bv) = layout(c);
+        coding.push(scan::Coding { dc: dc_tables[c.dc].as_ref()?, ac: ac_tables[c.ac].as_ref()?, blocks: bh * bv });
     }
-    let mut bits = Bits { data, pos: 0, bits: 0, count: 0, at_marker: false };
+    let quant: Vec<i64> = components.iter().map(|c| quant[c.quant].map(i64::from)).collect::<Option<_>>()?;
+    let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
+    let pieces = scan::diffs(data, &coding, mcus_x * mcus_y, restart_interval, parts)?;
     let mut predictors = [0i32; 3];
-    for mcu in 0..mcus_x * mcus_y {
-        if restart_interval > 0 && mcu > 0 && mcu % restart_interval == 0 {
-            bits.restart()?;
+    for (mcu, diffs) in pieces.iter().flat_map(|p| p.chunks_exact(per_mcu)).enumerate() {
+        if restart_interval > 0 && mcu % restart_interval == 0 {
             predictors = [0; 3];
         }
         let (mx, my) = (mcu % mcus_x, mcu / mcus_x);
-        for (i, &(dc, ac, q, (bh, bv))) in coding.iter().enumerate() {
-            let plane = &mut planes[i];
+        let mut diffs = diffs.iter();
+        for (i, c) in components.iter().enumerate() {
+            let ((bh, bv), plane) = (layout(c), &mut planes[i]);
             for by in 0..bv {
                 for bx in 0..bh {
-                    predictors[i] = predictors[i].wrapping_add(bits.block(dc, ac)?);
+                    predictors[i] = predictors[i].wrapping_add(i32::from(*diffs.next()?));
                     // The 1×1 IDCT: the block's mean, level-shifted.
-                    let value = ((i64::from(predictors[i]) * q + 1024) >> 3).clamp(0, 255) as u8;
+                    let value = ((i64::from(predictors[i]) * quant[i] + 1024) >> 3).clamp(0, 255) as u8;
                     plane.pixels[(my * bv + by) * plane.stride + mx * bh + bx] = value;
                 }
             }

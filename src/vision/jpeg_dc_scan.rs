@@ -1,0 +1,273 @@
+//! A scan's DC differences, block by block in the file's order, decoded in
+//! parts at once where the file is large enough.
+//!
+//! Every Huffman code of the scan must be read in order: where a code
+//! starts is known only once the one before it is read. But Huffman codes
+//! fall back in step by themselves: a decode started at an arbitrary byte
+//! reads garbage for a while, then its codes start where the file's do,
+//! and from there on it reads what a decode from the start reads. So the
+//! scan is cut into as many parts as there are threads; each part is
+//! decoded from its first byte as if an MCU started there, noting where
+//! each of its MCUs started (`Run::starts`). Then each part's decode
+//! (which is right, the first from the file's start and each next one from
+//! where it fell in step) goes on past its end until one of its MCUs
+//! starts at a bit where one of the next part's did: same bit, same place
+//! in the MCU, so the same decode from there on, and the next part's
+//! blocks count from that MCU. Parts that never fall in step, or damage,
+//! leave the whole scan to one decode from the start: the result is always
+//! what that decode gives.
+//!
+//! A file with restart markers is decoded in one part (each interval's
+//! place in the image is known only by counting the markers before it).
+
+use super::bits::Bits;
+use super::Table;
+
+/// Bytes of entropy-coded data below which a part is not worth a thread.
+const PART_BYTES: usize = 256 << 10;
+/// Threads one decode takes at most: the board's big cores (RK3588: 4 + 4).
+const MAX_THREADS: usize = 4;
+
+/// How the scan codes one component: its tables and its blocks per MCU.
+pub(super) struct Coding<'t> {
+    pub dc: &'t Table,
+    pub ac: &'t Table,
+    pub blocks: usize,
+}
+
+/// Why a run stopped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// It passed the byte it was to reach.
+    Passed,
+    /// Its MCUs fell in step with the next part's (its MCU, the next part's).
+    InStep(usize, usize),
+    /// The file's bits are spent: only zeros follow.
+    Exhausted,
+    /// It has as many MCUs as the image.
+    Full,
+    /// A code no table has, or an impossible value.
+    Broken,
+}
+
+/// One decode of consecutive MCUs: each block's DC difference, in order.
+struct Run<'a> {
+    bits: Bits<'a>,
+    diffs: Vec<i16>,
+    /// Per MCU of the first `STARTS` (in a part after the first), the bit
+    /// where it started, or `UNKNOWN` (`Bits::at`).
+    starts: Vec<u32>,
+    mcus: usize,
+}
+
+/// MCUs of a part whose starts are noted: a part falls in step within a
+/// few (measured: docs/performance.md, "Images"), and the notes are memory.
+const STARTS: usize = 4096;
+const UNKNOWN: u32 = u32::MAX;
+
+impl<'a> Run<'a> {
+    fn new(data: &'a [u8], from: usize, capacity: usize) -> Run<'a> {
+        Run { bits: Bits::new(data, from), diffs: Vec::with_capacity(capacity), starts: Vec::new(), mcus: 0 }
+    }
+
+    /// Decodes MCUs until `stop` says so after one (given the MCUs so far),
+    /// the image is full or the data broken. `noting`: the starts are noted.
+    fn decode(
+        &mut self,
+        coding: &[Coding],
+        total: usize,
+        (restart_interval, noting): (usize, bool),
+        mut stop: impl FnMut(&Bits, usize) -> Option<Stop>,
+    ) -> Stop {
+        loop {
+            if self.mcus == total {
+                return Stop::Full;
+            }
+            if restart_interval > 0
+                && self.mcus > 0
+                && self.mcus % restart_interval == 0
+                && self.bits.restart().is_none()
+            {
+                return Stop::Broken;
+            }
+            if noting && self.starts.len() < STARTS {
+                self.starts.push(self.bits.at().and_then(|at| u32::try_from(at).ok()).unwrap_or(UNKNOWN));
+            }
+            for c in coding {
+                for _ in 0..c.blocks {
+                    match self.bits.block(c.dc, c.ac) {
+                        Some(diff) => self.diffs.push(diff),
+                        None => return Stop::Broken,
+                    }
+                }
+            }
+            self.mcus += 1;
+            if let Some(why) = stop(&self.bits, self.mcus) {
+                return why;
+            }
+        }
+    }
+
+    /// Goes on past its part until an MCU starts where one of `next`'s did.
+    fn fall_in_step(&mut self, next: &Run, coding: &[Coding], total: usize) -> Stop {
+        // The next part's known starts, in order; past its last, no match can come.
+        let mut known = next.starts.iter().enumerate().filter(|(_, &s)| s != UNKNOWN).peekable();
+        let Some(&last) = next.starts.iter().rev().find(|&&s| s != UNKNOWN) else { return Stop::Passed };
+        let mut check = |bits: &Bits, mcus: usize| {
+            if bits.exhausted() {
+                return Some(Stop::Exhausted);
+            }
+            let here = bits.at()?;
+            while known.next_if(|&(_, &s)| u64::from(s) < here).is_some() {}
+            match known.peek() {
+                Some(&(theirs, &s)) if u64::from(s) == here => Some(Stop::InStep(mcus, theirs)),
+                _ if here > u64::from(last) => Some(Stop::Passed),
+                _ => None,
+            }
+        };
+        match check(&self.bits, self.mcus) {
+            Some(why) => why,
+            None => self.decode(coding, total, (0, false), check),
+        }
+    }
+}
+
+/// The scan's DC differences (per MCU, each component's blocks in turn) in
+/// pieces, as one decode from the start gives them, or `None` where it fails.
+/// `parts`: how many at once (`None`: as many as the machine and the data's size make worth it).
+pub(super) fn diffs(
+    data: &[u8],
+    coding: &[Coding],
+    total: usize,
+    restart_interval: usize,
+    parts: Option<usize>,
+) -> Option<Vec<Vec<i16>>> {
+    let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
+    let parts = parts.unwrap_or_else(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
+        threads.min(data.len() / PART_BYTES).max(1)
+    });
+    // Bit places are noted in 32 bits.
+    if parts > 1 && restart_interval == 0 && data.len() < 1 << 28 {
+        if let Some(pieces) = in_parts(data, coding, total, parts) {
+            #[cfg(test)]
+            IN_PARTS.with(|n| n.set(n.get() + 1));
+            return Some(pieces);
+        }
+    }
+    let mut run = Run::new(data, 0, total * per_mcu);
+    (run.decode(coding, total, (restart_interval, false), |_, _| None) == Stop::Full).then(|| vec![run.diffs])
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Scans this thread decoded in parts: the tests check that the parts
+    /// fell in step, not that one decode stood in for them.
+    pub(super) static IN_PARTS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The scan decoded in `parts` parts at once; `None` where they do not all
+/// fall in step (the caller then decodes it in one).
+fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Option<Vec<Vec<i16>>> {
+    if data.len() < 2 * parts {
+        return None;
+    }
+    let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
+    // A part's share of the blocks, and some: its vector seldom grows.
+    let capacity = total * per_mcu / parts * 9 / 8 + 1024;
+    // Part starts, none on the `00` of an `FF 00`.
+    let mut starts: Vec<usize> = (0..parts).map(|i| data.len() * i / parts).collect();
+    for s in starts.iter_mut().skip(1) {
+        while *s < data.len() && data[*s - 1] == 0xFF {
+            *s += 1;
+        }
+    }
+    let ends: Vec<usize> = starts.iter().skip(1).copied().chain([data.len()]).collect();
+    let mut runs: Vec<(Run, Stop)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..parts)
+            .map(|i| {
+                let (from, to) = (starts[i], ends[i]);
+                // A thread the system refuses leaves the scan to one decode.
+                std::thread::Builder::new().spawn_scoped(scope, move || part(data, (from, to), coding, total, capacity))
+            })
+            .collect();
+        let mut first = Run::new(data, 0, capacity);
+        let why = first.decode(coding, total, (0, false), |bits, _| until(bits, ends[0]));
+        let mut runs = vec![Some((first, why))];
+        runs.extend(handles.into_iter().map(|h| h.ok()?.join().ok()));
+        runs.into_iter().collect::<Option<Vec<_>>>()
+    })?;
+    // Each part (right from where it fell in step) decodes on into the next one.
+    for i in 0..parts - 1 {
+        let (head, tail) = runs.split_at_mut(i + 1);
+        let (run, why) = &mut head[i];
+        if *why == Stop::Passed {
+            *why = run.fall_in_step(&tail[0].0, coding, total);
+        }
+    }
+    // The parts' blocks, each from where it fell in step to where the next did.
+    let (mut pieces, mut mcus, mut from) = (Vec::with_capacity(parts), 0, 0);
+    for (mut run, why) in runs {
+        let to = match why {
+            Stop::InStep(mine, _) => mine,
+            _ => run.mcus,
+        };
+        let take = to.checked_sub(from)?.min(total - mcus);
+        run.diffs.truncate((from + take) * per_mcu);
+        run.diffs.drain(..from * per_mcu);
+        mcus += take;
+        match why {
+            _ if mcus == total => {
+                pieces.push(run.diffs);
+                return Some(pieces);
+            }
+            Stop::InStep(_, theirs) => {
+                pieces.push(std::mem::take(&mut run.diffs));
+                from = theirs;
+            }
+            // The file's bits are spent: the rest of the image reads zeros,
+            // as the decode from the start goes on to read them.
+            Stop::Exhausted => {
+                run.mcus = mcus;
+                let rest = run.decode(coding, total, (0, false), |_, _| None);
+                pieces.push(run.diffs);
+                return (rest == Stop::Full).then_some(pieces);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// Where a part's decode stops before it is checked against the next one.
+fn until(bits: &Bits, end: usize) -> Option<Stop> {
+    if bits.exhausted() {
+        Some(Stop::Exhausted)
+    } else {
+        bits.passed(end).then_some(Stop::Passed)
+    }
+}
+
+/// One part decoded from `from` until it passes `to`: started again a few
+/// bytes on where it reads a code no table has (it had not fallen in step
+/// yet, or the file is broken there, which the part before it then finds).
+fn part<'a>(
+    data: &'a [u8],
+    (mut from, to): (usize, usize),
+    coding: &[Coding],
+    total: usize,
+    capacity: usize,
+) -> (Run<'a>, Stop) {
+    loop {
+        let mut run = Run::new(data, from, capacity);
+        let why = run.decode(coding, total, (0, true), |bits, _| until(bits, to));
+        let next = run.bits.pos.max(from + 1);
+        if why != Stop::Broken || run.bits.passed(to) || next >= to {
+            return (run, why);
+        }
+        from = next;
+        while from < to && data[from - 1] == 0xFF {
+            from += 1;
+        }
+    }
+}
