@@ -19,7 +19,7 @@ mod bits;
 mod scan;
 
 /// Bits a table lookup reads at once; longer codes take the slow path.
-const LOOKUP: u32 = 12;
+const LOOKUP: u32 = 11;
 
 /// A JPEG decoded at 1/8 scale: RGB (or grey) pixels, and the EXIF chunk.
 pub(super) struct Dc {
@@ -46,8 +46,9 @@ type Spec<'a> = (&'a [u8; 16], &'a [u8]);
 /// One Huffman table: a lookup on the next `LOOKUP` bits, and the canonical
 /// code ranges per length for longer codes.
 struct Table {
-    /// `code length + value bits | advance << 8 | code length << 16 | symbol << 24`,
-    /// or 0 where the code is longer than the lookup.
+    /// DC: `code length + value bits | code length << 16 | symbol << 24`.
+    /// AC: two steps over coefficients at once (`pair`). 0 where the code
+    /// is longer than the lookup.
     fast: Vec<u32>,
     /// Per code length 1..=16: the largest code (−1: none) and the index of
     /// its first symbol less its first code.
@@ -94,8 +95,34 @@ impl Table {
             }
             code <<= 1;
         }
+        if ac {
+            fast = (0..fast.len()).map(|i| pair(&fast, i)).collect();
+        }
         Some(Table { fast, max_code, offset, symbols: symbols.to_vec() })
     }
+}
+
+/// An AC lookup entry: the code at the top of `i`'s bits and, where the
+/// rest of them hold the whole next code too, that one as well, as
+/// `bits | advance << 5 | both's bits << 12 | the second's advance << 17`.
+/// A block that ends with the first (its end code, or its last
+/// coefficient) takes the first alone (`Bits::block`). `single`: one code
+/// per entry, as `Table::new` makes them.
+fn pair(single: &[u32], i: usize) -> u32 {
+    let first = single[i];
+    if first == 0 {
+        return 0;
+    }
+    let (bits, advance) = (first & 0xFF, (first >> 8) & 0xFF);
+    let mut both = (bits, 0);
+    if advance < 64 && bits < LOOKUP {
+        let second = single[(i << bits) & ((1 << LOOKUP) - 1)];
+        // Its code must lie within the bits looked up; its value may not.
+        if second != 0 && (second >> 16) & 0xFF <= LOOKUP - bits {
+            both = (bits + (second & 0xFF), (second >> 8) & 0xFF);
+        }
+    }
+    bits | advance << 5 | both.0 << 12 | both.1 << 17
 }
 
 /// Decodes `bytes` at 1/8 scale, or `None` where this path does not apply.

@@ -141,10 +141,17 @@ impl<'a> Bits<'a> {
             if self.count < 26 {
                 self.refill();
             }
+            // One or two codes with their values (`jpeg_dc::pair`): ≤ 22 bits.
             let entry = ac.fast[(self.bits >> (64 - LOOKUP)) as usize];
             if entry != 0 {
-                self.consume(entry & 0xFF);
-                k += (entry >> 8) & 0xFF;
+                let after_first = k + ((entry >> 5) & 0x7F);
+                if after_first < 64 {
+                    self.consume((entry >> 12) & 0x1F);
+                    k = after_first + ((entry >> 17) & 0x7F);
+                } else {
+                    self.consume(entry & 0x1F);
+                    k = after_first;
+                }
                 continue;
             }
             let (len, symbol) = self.symbol(ac)?;
