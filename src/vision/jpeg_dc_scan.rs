@@ -17,8 +17,11 @@
 //! leave the whole scan to one decode from the start: the result is always
 //! what that decode gives.
 //!
-//! A file with restart markers is decoded in one part (each interval's
-//! place in the image is known only by counting the markers before it).
+//! A file with restart markers needs none of this: each interval starts
+//! after a marker, with its predictors at zero. The markers are found by a
+//! search; runs of whole intervals are decoded at once, each checking that
+//! the marker after its last interval is where the next run starts, as
+//! one decode would find it (`by_intervals`).
 
 use super::bits::Bits;
 use super::Table;
@@ -148,8 +151,12 @@ pub(super) fn diffs(
         threads.min(data.len() / PART_BYTES).max(1)
     });
     // Bit places are noted in 32 bits.
-    if parts > 1 && restart_interval == 0 && data.len() < 1 << 28 {
-        if let Some(pieces) = in_parts(data, coding, total, parts) {
+    if parts > 1 && data.len() < 1 << 28 {
+        let pieces = match restart_interval {
+            0 => in_parts(data, coding, total, parts),
+            _ => by_intervals(data, coding, total, restart_interval, parts),
+        };
+        if let Some(pieces) = pieces {
             #[cfg(test)]
             IN_PARTS.with(|n| n.set(n.get() + 1));
             return Some(pieces);
@@ -183,19 +190,13 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
         }
     }
     let ends: Vec<usize> = starts.iter().skip(1).copied().chain([data.len()]).collect();
-    let mut runs: Vec<(Run, Stop)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..parts)
-            .map(|i| {
-                let (from, to) = (starts[i], ends[i]);
-                // A thread the system refuses leaves the scan to one decode.
-                std::thread::Builder::new().spawn_scoped(scope, move || part(data, (from, to), coding, total, capacity))
-            })
-            .collect();
+    let mut runs = at_once(parts, &|i| {
+        if i > 0 {
+            return part(data, (starts[i], ends[i]), coding, total, capacity);
+        }
         let mut first = Run::new(data, 0, capacity);
         let why = first.decode(coding, total, (0, false), |bits, _| until(bits, ends[0]));
-        let mut runs = vec![Some((first, why))];
-        runs.extend(handles.into_iter().map(|h| h.ok()?.join().ok()));
-        runs.into_iter().collect::<Option<Vec<_>>>()
+        (first, why)
     })?;
     // Each part (right from where it fell in step) decodes on into the next one.
     for i in 0..parts - 1 {
@@ -237,6 +238,66 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
         }
     }
     None
+}
+
+/// `work(i)` for each `i` of `0..n` at once, the first on this thread;
+/// `None` where the system refuses a thread (the caller decodes in one).
+fn at_once<T: Send>(n: usize, work: &(dyn Fn(usize) -> T + Sync)) -> Option<Vec<T>> {
+    std::thread::scope(|scope| {
+        let threads: Vec<_> =
+            (1..n).map(|i| std::thread::Builder::new().spawn_scoped(scope, move || work(i))).collect();
+        let mut all = vec![Some(work(0))];
+        all.extend(threads.into_iter().map(|t| t.ok()?.join().ok()));
+        all.into_iter().collect()
+    })
+}
+
+/// A scan with restart markers in `parts` runs of whole intervals at once,
+/// each run of about as many bytes; `None` where a marker is not where one
+/// decode finds it (the caller then decodes in one).
+fn by_intervals(
+    data: &[u8],
+    coding: &[Coding],
+    total: usize,
+    restart_interval: usize,
+    parts: usize,
+) -> Option<Vec<Vec<i16>>> {
+    let intervals = total.div_ceil(restart_interval);
+    // Where each interval starts: the scan's first byte, then after each marker.
+    let mut starts = Vec::with_capacity(intervals);
+    starts.push(0);
+    for at in memchr::memchr_iter(0xFF, data) {
+        if starts.len() == intervals {
+            break;
+        }
+        match data.get(at + 1) {
+            Some(0xD0..=0xD7) => starts.push(at + 2),
+            // A stuffed FF, or fill before a marker.
+            Some(0x00 | 0xFF) => {}
+            // The scan ends before all its intervals.
+            _ => return None,
+        }
+    }
+    if starts.len() < intervals {
+        return None;
+    }
+    // Each run's first interval: the first to start at or after its share of the bytes.
+    let mut firsts: Vec<usize> = (0..parts)
+        .map(|i| starts.partition_point(|&s| s < data.len() * i / parts))
+        .filter(|&first| first < intervals)
+        .collect();
+    firsts.dedup();
+    let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
+    let runs = at_once(firsts.len(), &|i| {
+        let (first, end) = (firsts[i], firsts.get(i + 1).copied().unwrap_or(intervals));
+        let mcus = (end * restart_interval).min(total) - first * restart_interval;
+        let mut run = Run::new(data, starts[first], mcus * per_mcu);
+        let whole = run.decode(coding, mcus, (restart_interval, false), |_, _| None) == Stop::Full;
+        // The next run starts where this one's next restart takes one decode.
+        let joins = end == intervals || (run.bits.restart().is_some() && run.bits.pos == starts[end]);
+        (whole && joins).then_some(run.diffs)
+    })?;
+    runs.into_iter().collect()
 }
 
 /// Where a part's decode stops before it is checked against the next one.

@@ -181,7 +181,31 @@ fn a_scan_decoded_in_parts_gives_what_one_decode_gives() {
             check_in_parts(bytes, parts, what);
         }
     }
+    // Restart markers: runs of whole intervals.
+    let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+    for parts in [2, 3, 4, 8] {
+        check_in_parts(&restart, parts, "restart");
+    }
     // Cut short: the last parts read zeros where one decode reads them too.
     let (_, textured) = &images[0];
     check_in_parts(&textured[..textured.len() * 6 / 10], 4, "cut");
+}
+
+#[test]
+fn runs_of_intervals_join_only_where_one_decode_finds_the_marker() {
+    // 16 zero bytes before every restart marker: one decode, its interval
+    // read, finds zeros where the marker should be and gives up. Decoded
+    // as runs of one interval each, every run decodes; only the check that
+    // each run ends at the marker the next one starts after refuses them.
+    let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+    let mut padded = Vec::new();
+    for (i, &byte) in restart.iter().enumerate() {
+        if byte == 0xFF && matches!(restart.get(i + 1), Some(0xD0..=0xD7)) {
+            padded.extend([0; 16]);
+        }
+        padded.push(byte);
+    }
+    check_in_parts(&restart, 1000, "restart, an interval a run");
+    assert!(decode_in(&padded, Some(1)).is_none());
+    assert!(decode_in(&padded, Some(1000)).is_none());
 }
