@@ -227,8 +227,10 @@ pub(super) fn decode_in(bytes: &[u8], parts: Option<usize>) -> Option<Dc> {
                 if adobe_rgb || rgb_ids || width == 0 || height == 0 {
                     return None;
                 }
+                let data = bytes.get(pos..)?;
+                let parts = scan::parts(data.len(), parts);
                 let planes = planes(
-                    bytes.get(pos..)?,
+                    data,
                     (width, height),
                     &components,
                     &quant,
@@ -237,7 +239,7 @@ pub(super) fn decode_in(bytes: &[u8], parts: Option<usize>) -> Option<Dc> {
                     restart_interval,
                     parts,
                 )?;
-                return Some(assemble(&planes, &components, width, height, exif));
+                return Some(assemble(&planes, &components, (width, height), exif, parts));
             }
             0xD9 => return None,
             _ => {}
@@ -260,7 +262,7 @@ fn planes(
     dc_tables: &[Option<Table>; 4],
     ac_tables: &[Option<Table>; 4],
     restart_interval: usize,
-    parts: Option<usize>,
+    parts: usize,
 ) -> Option<Vec<Plane>> {
     let (w, h) = (width as usize, height as usize);
     let h_max = components.iter().map(|c| c.h).max()?;
@@ -311,7 +313,14 @@ fn planes(
 /// JFIF's equations. Chroma at half the luma's resolution is interpolated
 /// as libjpeg's "fancy" upsampling does (weights 3/4 and 1/4 from the
 /// nearer and the farther sample); other ratios repeat it.
-fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32, exif: Option<Vec<u8>>) -> Dc {
+/// Colour rows are converted in `parts` bands at once.
+fn assemble(
+    planes: &[Plane],
+    components: &[Component],
+    (width, height): (u32, u32),
+    exif: Option<Vec<u8>>,
+    parts: usize,
+) -> Dc {
     let (w, h) = (width.div_ceil(8) as usize, height.div_ceil(8) as usize);
     let h_max = components.iter().map(|c| c.h).max().unwrap_or(1);
     let v_max = components.iter().map(|c| c.v).max().unwrap_or(1);
@@ -356,11 +365,25 @@ fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32,
     let f = |x: f64| (x * f64::from(ONE)).round() as i32;
     let (cr_r, cb_g, cr_g, cb_b) = (f(1.402), f(0.344136), f(0.714136), f(1.772));
     let clamp = |v: i32| ((v + ONE / 2) >> 16).clamp(0, 255) as u8;
-    for y in 0..h {
-        for x in 0..w {
-            let (luma, cb, cr) = (sample(0, x, y) * ONE, sample(1, x, y) - 128, sample(2, x, y) - 128);
-            pixels.extend([clamp(luma + cr_r * cr), clamp(luma - cb_g * cb - cr_g * cr), clamp(luma + cb_b * cb)]);
+    // Rows from `top` on into `out`.
+    let colour = |top: usize, out: &mut [u8]| {
+        for (y, row) in (top..).zip(out.chunks_exact_mut(w * 3)) {
+            for (x, rgb) in row.chunks_exact_mut(3).enumerate() {
+                let (luma, cb, cr) = (sample(0, x, y) * ONE, sample(1, x, y) - 128, sample(2, x, y) - 128);
+                rgb.copy_from_slice(&[
+                    clamp(luma + cr_r * cr),
+                    clamp(luma - cb_g * cb - cr_g * cr),
+                    clamp(luma + cb_b * cb),
+                ]);
+            }
         }
+    };
+    pixels.resize(w * h * 3, 0);
+    let band = h.div_ceil(parts);
+    let colour = &colour;
+    let bands = pixels.chunks_mut(band * w * 3).enumerate().map(|(i, out)| move || colour(i * band, out));
+    if scan::at_once(bands.collect()).is_none() {
+        colour(0, &mut pixels);
     }
     Dc { width: w as u32, height: h as u32, pixels, grey, exif }
 }

@@ -135,21 +135,26 @@ impl<'a> Run<'a> {
     }
 }
 
+/// In how many parts a scan of `bytes` is decoded: `asked`, or as many as
+/// the machine and the data's size make worth it.
+pub(super) fn parts(bytes: usize, asked: Option<usize>) -> usize {
+    asked.unwrap_or_else(|| {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
+        threads.min(bytes / PART_BYTES).max(1)
+    })
+}
+
 /// The scan's DC differences (per MCU, each component's blocks in turn) in
 /// pieces, as one decode from the start gives them, or `None` where it fails.
-/// `parts`: how many at once (`None`: as many as the machine and the data's size make worth it).
+/// `parts`: how many at once ([`parts`]).
 pub(super) fn diffs(
     data: &[u8],
     coding: &[Coding],
     total: usize,
     restart_interval: usize,
-    parts: Option<usize>,
+    parts: usize,
 ) -> Option<Vec<Vec<i16>>> {
     let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
-    let parts = parts.unwrap_or_else(|| {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS);
-        threads.min(data.len() / PART_BYTES).max(1)
-    });
     // Bit places are noted in 32 bits.
     if parts > 1 && data.len() < 1 << 28 {
         let pieces = match restart_interval {
@@ -190,14 +195,21 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
         }
     }
     let ends: Vec<usize> = starts.iter().skip(1).copied().chain([data.len()]).collect();
-    let mut runs = at_once(parts, &|i| {
-        if i > 0 {
-            return part(data, (starts[i], ends[i]), coding, total, capacity);
-        }
-        let mut first = Run::new(data, 0, capacity);
-        let why = first.decode(coding, total, (0, false), |bits, _| until(bits, ends[0]));
-        (first, why)
-    })?;
+    let (starts, ends) = (&starts, &ends);
+    let mut runs = at_once(
+        (0..parts)
+            .map(|i| {
+                move || {
+                    if i > 0 {
+                        return part(data, (starts[i], ends[i]), coding, total, capacity);
+                    }
+                    let mut first = Run::new(data, 0, capacity);
+                    let why = first.decode(coding, total, (0, false), |bits, _| until(bits, ends[0]));
+                    (first, why)
+                }
+            })
+            .collect(),
+    )?;
     // Each part (right from where it fell in step) decodes on into the next one.
     for i in 0..parts - 1 {
         let (head, tail) = runs.split_at_mut(i + 1);
@@ -240,13 +252,14 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
     None
 }
 
-/// `work(i)` for each `i` of `0..n` at once, the first on this thread;
-/// `None` where the system refuses a thread (the caller decodes in one).
-fn at_once<T: Send>(n: usize, work: &(dyn Fn(usize) -> T + Sync)) -> Option<Vec<T>> {
+/// Each piece of `work` at once, the first on this thread; `None` where
+/// the system refuses a thread (the caller then does the work in one).
+pub(super) fn at_once<T: Send, W: FnOnce() -> T + Send>(work: Vec<W>) -> Option<Vec<T>> {
+    let mut work = work.into_iter();
+    let first = work.next()?;
     std::thread::scope(|scope| {
-        let threads: Vec<_> =
-            (1..n).map(|i| std::thread::Builder::new().spawn_scoped(scope, move || work(i))).collect();
-        let mut all = vec![Some(work(0))];
+        let threads: Vec<_> = work.map(|w| std::thread::Builder::new().spawn_scoped(scope, w)).collect();
+        let mut all = vec![Some(first())];
         all.extend(threads.into_iter().map(|t| t.ok()?.join().ok()));
         all.into_iter().collect()
     })
@@ -288,15 +301,23 @@ fn by_intervals(
         .collect();
     firsts.dedup();
     let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
-    let runs = at_once(firsts.len(), &|i| {
-        let (first, end) = (firsts[i], firsts.get(i + 1).copied().unwrap_or(intervals));
-        let mcus = (end * restart_interval).min(total) - first * restart_interval;
-        let mut run = Run::new(data, starts[first], mcus * per_mcu);
-        let whole = run.decode(coding, mcus, (restart_interval, false), |_, _| None) == Stop::Full;
-        // The next run starts where this one's next restart takes one decode.
-        let joins = end == intervals || (run.bits.restart().is_some() && run.bits.pos == starts[end]);
-        (whole && joins).then_some(run.diffs)
-    })?;
+    let (starts, ends) = (&starts, firsts.iter().skip(1).copied().chain([intervals]));
+    let runs = at_once(
+        firsts
+            .iter()
+            .zip(ends)
+            .map(|(&first, end)| {
+                move || {
+                    let mcus = (end * restart_interval).min(total) - first * restart_interval;
+                    let mut run = Run::new(data, starts[first], mcus * per_mcu);
+                    let whole = run.decode(coding, mcus, (restart_interval, false), |_, _| None) == Stop::Full;
+                    // The next run starts where this one's next restart takes one decode.
+                    let joins = end == intervals || (run.bits.restart().is_some() && run.bits.pos == starts[end]);
+                    (whole && joins).then_some(run.diffs)
+                }
+            })
+            .collect(),
+    )?;
     runs.into_iter().collect()
 }
 
