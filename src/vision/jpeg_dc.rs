@@ -2,11 +2,13 @@
 //! block becomes one pixel, its average, which is what a scaled IDCT gives
 //! at 1/8 (libjpeg's `scale_denom = 8`, jpeg-decoder's `scale`). At that
 //! scale nothing but the entropy decoding is left, and the AC coefficients
-//! need only be stepped over: one table lookup per coefficient gives the
-//! bits of its code and of its value together, and the run it skips. This is
-//! what makes a 12-megapixel photo for a 392-pixel encoder cost 0.5–0.6× of
-//! jpeg-decoder's scaled decode, and 0.78–0.96× of libjpeg-turbo's (Pillow's
-//! `draft`) — docs/performance.md, "Images".
+//! need only be stepped over: one table lookup gives the bits of a code and
+//! of its value together, and the run it skips — of two codes where both
+//! fit the lookup. A large scan is decoded in parts at once
+//! (`jpeg_dc_scan.rs`). One decode of a 12-megapixel photo for a 392-pixel
+//! encoder costs 0.5–0.8× of libjpeg-turbo's (Pillow's `draft`) CPU time,
+//! and in parts 0.3–0.45× of its wall time with two idle cores —
+//! docs/performance.md, "Images".
 //!
 //! Only the common layout is taken: baseline Huffman, 8-bit, one
 //! interleaved scan of grey or YCbCr. Anything else — progressive,
@@ -236,8 +238,7 @@ pub(super) fn decode_in(bytes: &[u8], parts: Option<usize>) -> Option<Dc> {
                     &quant,
                     &dc_tables,
                     &ac_tables,
-                    restart_interval,
-                    parts,
+                    (restart_interval, parts),
                 )?;
                 return Some(assemble(&planes, &components, (width, height), exif, parts));
             }
@@ -261,8 +262,7 @@ fn planes(
     quant: &[Option<u16>; 4],
     dc_tables: &[Option<Table>; 4],
     ac_tables: &[Option<Table>; 4],
-    restart_interval: usize,
-    parts: usize,
+    (restart_interval, parts): (usize, usize),
 ) -> Option<Vec<Plane>> {
     let (w, h) = (width as usize, height as usize);
     let h_max = components.iter().map(|c| c.h).max()?;
@@ -289,7 +289,7 @@ fn planes(
     let pieces = scan::diffs(data, &coding, mcus_x * mcus_y, restart_interval, parts)?;
     let mut predictors = [0i32; 3];
     for (mcu, diffs) in pieces.iter().flat_map(|p| p.chunks_exact(per_mcu)).enumerate() {
-        if restart_interval > 0 && mcu % restart_interval == 0 {
+        if restart_interval > 0 && mcu.is_multiple_of(restart_interval) {
             predictors = [0; 3];
         }
         let (mx, my) = (mcu % mcus_x, mcu / mcus_x);

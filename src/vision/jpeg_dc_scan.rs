@@ -88,7 +88,7 @@ impl<'a> Run<'a> {
             }
             if restart_interval > 0
                 && self.mcus > 0
-                && self.mcus % restart_interval == 0
+                && self.mcus.is_multiple_of(restart_interval)
                 && self.bits.restart().is_none()
             {
                 return Stop::Broken;
