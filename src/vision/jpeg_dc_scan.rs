@@ -80,7 +80,8 @@ impl<'a> Run<'a> {
         coding: &[Coding],
         total: usize,
         (restart_interval, noting): (usize, bool),
-        mut stop: impl FnMut(&Bits, usize) -> Option<Stop>,
+        // Not generic: one copy of the decoding loop in the binary.
+        stop: &mut dyn FnMut(&Bits, usize) -> Option<Stop>,
     ) -> Stop {
         loop {
             if self.mcus == total {
@@ -130,7 +131,7 @@ impl<'a> Run<'a> {
         };
         match check(&self.bits, self.mcus) {
             Some(why) => why,
-            None => self.decode(coding, total, (0, false), check),
+            None => self.decode(coding, total, (0, false), &mut check),
         }
     }
 }
@@ -168,7 +169,7 @@ pub(super) fn diffs(
         }
     }
     let mut run = Run::new(data, 0, total * per_mcu);
-    (run.decode(coding, total, (restart_interval, false), |_, _| None) == Stop::Full).then(|| vec![run.diffs])
+    (run.decode(coding, total, (restart_interval, false), &mut |_, _| None) == Stop::Full).then(|| vec![run.diffs])
 }
 
 #[cfg(test)]
@@ -204,7 +205,7 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
                         return part(data, (starts[i], ends[i]), coding, total, capacity);
                     }
                     let mut first = Run::new(data, 0, capacity);
-                    let why = first.decode(coding, total, (0, false), |bits, _| until(bits, ends[0]));
+                    let why = first.decode(coding, total, (0, false), &mut |bits, _| until(bits, ends[0]));
                     (first, why)
                 }
             })
@@ -242,7 +243,7 @@ fn in_parts(data: &[u8], coding: &[Coding], total: usize, parts: usize) -> Optio
             // as the decode from the start goes on to read them.
             Stop::Exhausted => {
                 run.mcus = mcus;
-                let rest = run.decode(coding, total, (0, false), |_, _| None);
+                let rest = run.decode(coding, total, (0, false), &mut |_, _| None);
                 pieces.push(run.diffs);
                 return (rest == Stop::Full).then_some(pieces);
             }
@@ -310,7 +311,7 @@ fn by_intervals(
                 move || {
                     let mcus = (end * restart_interval).min(total) - first * restart_interval;
                     let mut run = Run::new(data, starts[first], mcus * per_mcu);
-                    let whole = run.decode(coding, mcus, (restart_interval, false), |_, _| None) == Stop::Full;
+                    let whole = run.decode(coding, mcus, (restart_interval, false), &mut |_, _| None) == Stop::Full;
                     // The next run starts where this one's next restart takes one decode.
                     let joins = end == intervals || (run.bits.restart().is_some() && run.bits.pos == starts[end]);
                     (whole && joins).then_some(run.diffs)
@@ -340,9 +341,9 @@ fn part<'a>(
     total: usize,
     capacity: usize,
 ) -> (Run<'a>, Stop) {
+    let mut run = Run::new(data, from, capacity);
     loop {
-        let mut run = Run::new(data, from, capacity);
-        let why = run.decode(coding, total, (0, true), |bits, _| until(bits, to));
+        let why = run.decode(coding, total, (0, true), &mut |bits, _| until(bits, to));
         let next = run.bits.pos.max(from + 1);
         if why != Stop::Broken || run.bits.passed(to) || next >= to {
             return (run, why);
@@ -351,5 +352,9 @@ fn part<'a>(
         while from < to && data[from - 1] == 0xFF {
             from += 1;
         }
+        // The same vectors again: a part of garbage may start over many times.
+        (run.bits, run.mcus) = (Bits::new(data, from), 0);
+        run.diffs.clear();
+        run.starts.clear();
     }
 }
