@@ -2,19 +2,26 @@
 //! block becomes one pixel, its average, which is what a scaled IDCT gives
 //! at 1/8 (libjpeg's `scale_denom = 8`, jpeg-decoder's `scale`). At that
 //! scale nothing but the entropy decoding is left, and the AC coefficients
-//! need only be stepped over: one table lookup per coefficient gives the
-//! bits of its code and of its value together, and the run it skips. This is
-//! what makes a 12-megapixel photo for a 392-pixel encoder cost 0.5–0.6× of
-//! jpeg-decoder's scaled decode, and 0.78–0.96× of libjpeg-turbo's (Pillow's
-//! `draft`) — docs/performance.md, "Images".
+//! need only be stepped over: one table lookup gives the bits of a code and
+//! of its value together, and the run it skips — of two codes where both
+//! fit the lookup. A large scan is decoded in parts at once
+//! (`jpeg_dc_scan.rs`). One decode of a 12-megapixel photo for a 392-pixel
+//! encoder costs 0.5–0.8× of libjpeg-turbo's (Pillow's `draft`) CPU time,
+//! and in parts 0.3–0.45× of its wall time with two idle cores —
+//! docs/performance.md, "Images".
 //!
 //! Only the common layout is taken: baseline Huffman, 8-bit, one
 //! interleaved scan of grey or YCbCr. Anything else — progressive,
 //! arithmetic, CMYK, Adobe RGB, a corrupt stream — returns `None` and the
 //! caller decodes it the general way.
 
+#[path = "jpeg_dc_bits.rs"]
+mod bits;
+#[path = "jpeg_dc_scan.rs"]
+mod scan;
+
 /// Bits a table lookup reads at once; longer codes take the slow path.
-const LOOKUP: u32 = 12;
+const LOOKUP: u32 = 11;
 
 /// A JPEG decoded at 1/8 scale: RGB (or grey) pixels, and the EXIF chunk.
 pub(super) struct Dc {
@@ -41,8 +48,9 @@ type Spec<'a> = (&'a [u8; 16], &'a [u8]);
 /// One Huffman table: a lookup on the next `LOOKUP` bits, and the canonical
 /// code ranges per length for longer codes.
 struct Table {
-    /// `code length + value bits | advance << 8 | code length << 16 | symbol << 24`,
-    /// or 0 where the code is longer than the lookup.
+    /// DC: `code length + value bits | code length << 16 | symbol << 24`.
+    /// AC: two steps over coefficients at once (`pair`). 0 where the code
+    /// is longer than the lookup.
     fast: Vec<u32>,
     /// Per code length 1..=16: the largest code (−1: none) and the index of
     /// its first symbol less its first code.
@@ -89,149 +97,44 @@ impl Table {
             }
             code <<= 1;
         }
+        if ac {
+            fast = (0..fast.len()).map(|i| pair(&fast, i)).collect();
+        }
         Some(Table { fast, max_code, offset, symbols: symbols.to_vec() })
     }
 }
 
-/// The entropy-coded bits, most significant first, with `FF 00` unstuffed;
-/// at a marker it reads zeros.
-struct Bits<'a> {
-    data: &'a [u8],
-    pos: usize,
-    bits: u64,
-    count: u32,
-    at_marker: bool,
-}
-
-impl Bits<'_> {
-    /// At least 56 bits in the buffer.
-    #[inline(always)]
-    fn refill(&mut self) {
-        if self.count > 56 {
-            return;
-        }
-        if let Some(chunk) = self.data.get(self.pos..self.pos + 8) {
-            let x = u64::from_be_bytes(chunk.try_into().unwrap_or_default());
-            // No FF byte among the eight: take whole bytes at once. The bits
-            // of a partly taken byte land where its next read puts them again.
-            let no_ff = ((!x).wrapping_sub(0x0101_0101_0101_0101) & x & 0x8080_8080_8080_8080) == 0;
-            if no_ff && !self.at_marker {
-                self.bits |= x >> self.count;
-                let bytes = (63 - self.count) / 8;
-                self.pos += bytes as usize;
-                self.count += bytes * 8;
-                return;
-            }
-        }
-        self.refill_slow();
+/// An AC lookup entry: the code at the top of `i`'s bits and, where the
+/// rest of them hold the whole next code too, that one as well, as
+/// `bits | advance << 5 | both's bits << 12 | the second's advance << 17`.
+/// A block that ends with the first (its end code, or its last
+/// coefficient) takes the first alone (`Bits::block`). `single`: one code
+/// per entry, as `Table::new` makes them.
+fn pair(single: &[u32], i: usize) -> u32 {
+    let first = single[i];
+    if first == 0 {
+        return 0;
     }
-
-    #[cold]
-    fn refill_slow(&mut self) {
-        while self.count <= 56 {
-            let mut byte = 0;
-            if !self.at_marker && self.pos < self.data.len() {
-                byte = self.data[self.pos];
-                if byte == 0xFF {
-                    if self.data.get(self.pos + 1) == Some(&0) {
-                        self.pos += 2;
-                    } else {
-                        self.at_marker = true;
-                        byte = 0;
-                    }
-                } else {
-                    self.pos += 1;
-                }
-            }
-            self.bits |= u64::from(byte) << (56 - self.count);
-            self.count += 8;
+    let (bits, advance) = (first & 0xFF, (first >> 8) & 0xFF);
+    let mut both = (bits, 0);
+    if advance < 64 && bits < LOOKUP {
+        let second = single[(i << bits) & ((1 << LOOKUP) - 1)];
+        // Its code must lie within the bits looked up; its value may not.
+        if second != 0 && (second >> 16) & 0xFF <= LOOKUP - bits {
+            both = (bits + (second & 0xFF), (second >> 8) & 0xFF);
         }
     }
-
-    #[inline(always)]
-    fn consume(&mut self, n: u32) {
-        self.bits <<= n;
-        self.count -= n;
-    }
-
-    /// The next code of `table`: (code length, symbol), not yet consumed.
-    #[inline(always)]
-    fn symbol(&self, table: &Table) -> Option<(u32, u8)> {
-        let entry = table.fast[(self.bits >> (64 - LOOKUP)) as usize];
-        let len = (entry >> 16) & 0xFF;
-        if len != 0 {
-            return Some((len, (entry >> 24) as u8));
-        }
-        (LOOKUP + 1..=16).find_map(|len| {
-            let code = (self.bits >> (64 - len)) as i32;
-            (code <= table.max_code[len as usize])
-                .then(|| table.symbols.get((table.offset[len as usize] + code) as usize).map(|&s| (len, s)))
-                .flatten()
-        })
-    }
-
-    /// A block's DC difference; its AC coefficients are stepped over.
-    #[inline(always)]
-    fn block(&mut self, dc: &Table, ac: &Table) -> Option<i32> {
-        self.refill();
-        let (len, size) = self.symbol(dc)?;
-        let size = u32::from(size);
-        if size > 11 {
-            return None;
-        }
-        self.consume(len);
-        let diff = if size == 0 {
-            0
-        } else {
-            let v = (self.bits >> (64 - size)) as i32;
-            self.consume(size);
-            if v < 1 << (size - 1) {
-                v - (1 << size) + 1
-            } else {
-                v
-            }
-        };
-        let mut k = 1;
-        while k < 64 {
-            // A code (≤ 16 bits) and its value (≤ 10) fit 56 bits twice.
-            if self.count < 26 {
-                self.refill();
-            }
-            let entry = ac.fast[(self.bits >> (64 - LOOKUP)) as usize];
-            if entry != 0 {
-                self.consume(entry & 0xFF);
-                k += (entry >> 8) & 0xFF;
-                continue;
-            }
-            let (len, symbol) = self.symbol(ac)?;
-            self.consume(len + u32::from(symbol & 15));
-            k += match (symbol >> 4, symbol & 15) {
-                (15, 0) => 16,
-                (_, 0) => 64,
-                (run, _) => u32::from(run) + 1,
-            };
-        }
-        Some(diff)
-    }
-
-    /// Past a restart marker (`FF D0`–`FF D7`), with the bit buffer emptied.
-    fn restart(&mut self) -> Option<()> {
-        (self.bits, self.count, self.at_marker) = (0, 0, false);
-        while self.data.get(self.pos) == Some(&0xFF) && self.data.get(self.pos + 1) == Some(&0xFF) {
-            self.pos += 1;
-        }
-        match self.data.get(self.pos..self.pos + 2)? {
-            [0xFF, 0xD0..=0xD7] => {
-                self.pos += 2;
-                Some(())
-            }
-            _ => None,
-        }
-    }
+    bits | advance << 5 | both.0 << 12 | both.1 << 17
 }
 
 /// Decodes `bytes` at 1/8 scale, or `None` where this path does not apply.
 pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
+    decode_in(bytes, None)
+}
+
+/// [`decode`] with the scan in `parts` parts at once (`None`: as many as
+/// the machine and the file's size make worth it).
+pub(super) fn decode_in(bytes: &[u8], parts: Option<usize>) -> Option<Dc> {
     let mut quant = [None; 4];
     // Huffman tables as the header gives them (counts, symbols); each is
     // built (a 16 KiB lookup) only if the scan uses it: a header may define
@@ -326,16 +229,18 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Dc> {
                 if adobe_rgb || rgb_ids || width == 0 || height == 0 {
                     return None;
                 }
-                let planes = scan(
-                    bytes.get(pos..)?,
+                let data = bytes.get(pos..)?;
+                let parts = scan::parts(data.len(), parts);
+                let planes = planes(
+                    data,
                     (width, height),
                     &components,
                     &quant,
                     &dc_tables,
                     &ac_tables,
-                    restart_interval,
+                    (restart_interval, parts),
                 )?;
-                return Some(assemble(&planes, &components, width, height, exif));
+                return Some(assemble(&planes, &components, (width, height), exif, parts));
             }
             0xD9 => return None,
             _ => {}
@@ -350,14 +255,14 @@ struct Plane {
 }
 
 /// The scan's blocks, each component's DC pixels in a plane of its own.
-fn scan(
+fn planes(
     data: &[u8],
     (width, height): (u32, u32),
     components: &[Component],
     quant: &[Option<u16>; 4],
     dc_tables: &[Option<Table>; 4],
     ac_tables: &[Option<Table>; 4],
-    restart_interval: usize,
+    (restart_interval, parts): (usize, usize),
 ) -> Option<Vec<Plane>> {
     let (w, h) = (width as usize, height as usize);
     let h_max = components.iter().map(|c| c.h).max()?;
@@ -376,23 +281,26 @@ fn scan(
         .collect();
     let mut coding = Vec::with_capacity(components.len());
     for c in components {
-        coding.push((dc_tables[c.dc].as_ref()?, ac_tables[c.ac].as_ref()?, i64::from(quant[c.quant]?), layout(c)));
+        let (bh, bv) = layout(c);
+        coding.push(scan::Coding { dc: dc_tables[c.dc].as_ref()?, ac: ac_tables[c.ac].as_ref()?, blocks: bh * bv });
     }
-    let mut bits = Bits { data, pos: 0, bits: 0, count: 0, at_marker: false };
+    let quant: Vec<i64> = components.iter().map(|c| quant[c.quant].map(i64::from)).collect::<Option<_>>()?;
+    let per_mcu: usize = coding.iter().map(|c| c.blocks).sum();
+    let pieces = scan::diffs(data, &coding, mcus_x * mcus_y, restart_interval, parts)?;
     let mut predictors = [0i32; 3];
-    for mcu in 0..mcus_x * mcus_y {
-        if restart_interval > 0 && mcu > 0 && mcu % restart_interval == 0 {
-            bits.restart()?;
+    for (mcu, diffs) in pieces.iter().flat_map(|p| p.chunks_exact(per_mcu)).enumerate() {
+        if restart_interval > 0 && mcu.is_multiple_of(restart_interval) {
             predictors = [0; 3];
         }
         let (mx, my) = (mcu % mcus_x, mcu / mcus_x);
-        for (i, &(dc, ac, q, (bh, bv))) in coding.iter().enumerate() {
-            let plane = &mut planes[i];
+        let mut diffs = diffs.iter();
+        for (i, c) in components.iter().enumerate() {
+            let ((bh, bv), plane) = (layout(c), &mut planes[i]);
             for by in 0..bv {
                 for bx in 0..bh {
-                    predictors[i] = predictors[i].wrapping_add(bits.block(dc, ac)?);
+                    predictors[i] = predictors[i].wrapping_add(i32::from(*diffs.next()?));
                     // The 1×1 IDCT: the block's mean, level-shifted.
-                    let value = ((i64::from(predictors[i]) * q + 1024) >> 3).clamp(0, 255) as u8;
+                    let value = ((i64::from(predictors[i]) * quant[i] + 1024) >> 3).clamp(0, 255) as u8;
                     plane.pixels[(my * bv + by) * plane.stride + mx * bh + bx] = value;
                 }
             }
@@ -405,7 +313,14 @@ fn scan(
 /// JFIF's equations. Chroma at half the luma's resolution is interpolated
 /// as libjpeg's "fancy" upsampling does (weights 3/4 and 1/4 from the
 /// nearer and the farther sample); other ratios repeat it.
-fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32, exif: Option<Vec<u8>>) -> Dc {
+/// Colour rows are converted in `parts` bands at once.
+fn assemble(
+    planes: &[Plane],
+    components: &[Component],
+    (width, height): (u32, u32),
+    exif: Option<Vec<u8>>,
+    parts: usize,
+) -> Dc {
     let (w, h) = (width.div_ceil(8) as usize, height.div_ceil(8) as usize);
     let h_max = components.iter().map(|c| c.h).max().unwrap_or(1);
     let v_max = components.iter().map(|c| c.v).max().unwrap_or(1);
@@ -450,11 +365,25 @@ fn assemble(planes: &[Plane], components: &[Component], width: u32, height: u32,
     let f = |x: f64| (x * f64::from(ONE)).round() as i32;
     let (cr_r, cb_g, cr_g, cb_b) = (f(1.402), f(0.344136), f(0.714136), f(1.772));
     let clamp = |v: i32| ((v + ONE / 2) >> 16).clamp(0, 255) as u8;
-    for y in 0..h {
-        for x in 0..w {
-            let (luma, cb, cr) = (sample(0, x, y) * ONE, sample(1, x, y) - 128, sample(2, x, y) - 128);
-            pixels.extend([clamp(luma + cr_r * cr), clamp(luma - cb_g * cb - cr_g * cr), clamp(luma + cb_b * cb)]);
+    // Rows from `top` on into `out`.
+    let colour = |top: usize, out: &mut [u8]| {
+        for (y, row) in (top..).zip(out.chunks_exact_mut(w * 3)) {
+            for (x, rgb) in row.chunks_exact_mut(3).enumerate() {
+                let (luma, cb, cr) = (sample(0, x, y) * ONE, sample(1, x, y) - 128, sample(2, x, y) - 128);
+                rgb.copy_from_slice(&[
+                    clamp(luma + cr_r * cr),
+                    clamp(luma - cb_g * cb - cr_g * cr),
+                    clamp(luma + cb_b * cb),
+                ]);
+            }
         }
+    };
+    pixels.resize(w * h * 3, 0);
+    let band = h.div_ceil(parts);
+    let colour = &colour;
+    let bands = pixels.chunks_mut(band * w * 3).enumerate().map(|(i, out)| move || colour(i * band, out));
+    if scan::at_once(bands.collect()).is_none() {
+        colour(0, &mut pixels);
     }
     Dc { width: w as u32, height: h as u32, pixels, grey, exif }
 }

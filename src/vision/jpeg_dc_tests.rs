@@ -1,6 +1,7 @@
 //! `jpeg_dc.rs`'s unit tests, in a file of their own to keep it under 600 lines.
 
 use super::*;
+use std::cell::Cell;
 use std::io::Cursor;
 
 /// jpeg-decoder's own 1/8-scaled decode of the same file, for comparison.
@@ -103,7 +104,9 @@ fn a_damaged_file_never_panics_and_never_gives_pixels_of_another_size() {
         state as usize % below
     };
     let mut decoded = 0;
-    for original in [restart, encode(textured(96, 72).into())] {
+    // The last: no restart markers, so it is also decoded in parts, which
+    // must give what one decode gives, damage and all.
+    for original in [restart, encode(textured(96, 72).into()), encode(textured(240, 160).into())] {
         for _ in 0..1500 {
             let mut bytes = original.clone();
             for _ in 0..1 + next(4) {
@@ -111,7 +114,10 @@ fn a_damaged_file_never_panics_and_never_gives_pixels_of_another_size() {
                 bytes[at] = next(256) as u8;
             }
             bytes.truncate(bytes.len() - next(bytes.len() / 4 + 1));
-            if let Some(dc) = decode(&bytes) {
+            let one = decode_in(&bytes, Some(1));
+            let parts = decode_in(&bytes, Some(3));
+            assert_eq!(parts.as_ref().map(|d| &d.pixels), one.as_ref().map(|d| &d.pixels));
+            if let Some(dc) = one {
                 decoded += 1;
                 let channels = if dc.grey { 1 } else { 3 };
                 assert_eq!(dc.pixels.len(), (dc.width * dc.height) as usize * channels);
@@ -147,4 +153,59 @@ fn a_second_frame_header_is_refused() {
     twice.extend_from_slice(&bytes[sof + 2 + length..]);
     assert!(decode(&bytes).is_some());
     assert!(decode(&twice).is_none());
+}
+
+/// `bytes` decoded in `parts` parts, which must fall in step and give what
+/// one decode gives, exactly.
+fn check_in_parts(bytes: &[u8], parts: usize, what: &str) {
+    let one = decode_in(bytes, Some(1)).unwrap_or_else(|| panic!("{what}: decodes"));
+    let before = scan::IN_PARTS.with(Cell::get);
+    let split = decode_in(bytes, Some(parts)).unwrap_or_else(|| panic!("{what}: decodes in {parts} parts"));
+    assert_eq!(scan::IN_PARTS.with(Cell::get), before + 1, "{what}: {parts} parts fell in step");
+    assert_eq!((split.width, split.height), (one.width, one.height));
+    assert!(split.pixels == one.pixels, "{what}: {parts} parts give other pixels");
+}
+
+#[test]
+fn a_scan_decoded_in_parts_gives_what_one_decode_gives() {
+    // Noisy and smooth (long zero runs: the slowest to fall in step), colour and grey.
+    let smooth =
+        image::RgbImage::from_fn(800, 600, |x, y| image::Rgb([(x / 4) as u8, (y / 3) as u8, ((x + y) / 6) as u8]));
+    let images = [
+        ("textured", encode(textured(640, 480).into())),
+        ("smooth", encode(smooth.into())),
+        ("grey", encode(image::DynamicImage::ImageRgb8(textured(500, 700)).into_luma8().into())),
+    ];
+    for (what, bytes) in &images {
+        for parts in [2, 3, 4, 8] {
+            check_in_parts(bytes, parts, what);
+        }
+    }
+    // Restart markers: runs of whole intervals.
+    let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+    for parts in [2, 3, 4, 8] {
+        check_in_parts(&restart, parts, "restart");
+    }
+    // Cut short: the last parts read zeros where one decode reads them too.
+    let (_, textured) = &images[0];
+    check_in_parts(&textured[..textured.len() * 6 / 10], 4, "cut");
+}
+
+#[test]
+fn runs_of_intervals_join_only_where_one_decode_finds_the_marker() {
+    // 16 zero bytes before every restart marker: one decode, its interval
+    // read, finds zeros where the marker should be and gives up. Decoded
+    // as runs of one interval each, every run decodes; only the check that
+    // each run ends at the marker the next one starts after refuses them.
+    let restart = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/images/restart.jpg")).unwrap();
+    let mut padded = Vec::new();
+    for (i, &byte) in restart.iter().enumerate() {
+        if byte == 0xFF && matches!(restart.get(i + 1), Some(0xD0..=0xD7)) {
+            padded.extend([0; 16]);
+        }
+        padded.push(byte);
+    }
+    check_in_parts(&restart, 1000, "restart, an interval a run");
+    assert!(decode_in(&padded, Some(1)).is_none());
+    assert!(decode_in(&padded, Some(1000)).is_none());
 }
