@@ -96,10 +96,15 @@ fn jpeg_is_whole(bytes: &[u8]) -> bool {
     marker([0xFF, 0xDA]).is_some_and(|sos| bytes[sos..].windows(2).any(|w| w == [0xFF, 0xD9]))
 }
 
-/// What [`jpeg_scaled`] allocates: the image at the DCT scale chosen, and its RGB copy.
+/// What [`jpeg_scaled`] allocates: the image at the DCT scale chosen, and its
+/// RGB copy; at 1/8 also the scan's DC differences, which a decode in parts
+/// (`jpeg_dc_scan.rs`) keeps until the planes are made: 2 bytes a block, up to
+/// 3 blocks an output pixel (4:4:4).
 fn jpeg_scaled_bytes(w: u32, h: u32, side: u32) -> u64 {
     let scale = [8, 4, 2].into_iter().find(|s| w.max(h) / s >= side).unwrap_or(1);
-    u64::from(w.div_ceil(scale)) * u64::from(h.div_ceil(scale)) * 3 * 2
+    let pixels = u64::from(w.div_ceil(scale)) * u64::from(h.div_ceil(scale));
+    let dc_differences = if scale == 8 { pixels * 3 * 2 } else { 0 };
+    pixels * 3 * 2 + dc_differences
 }
 
 /// A JPEG at least twice the encoder's side, decoded at the smallest DCT
