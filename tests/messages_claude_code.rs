@@ -298,3 +298,66 @@ async fn a_key_is_taken_as_bearer_or_as_x_api_key() {
     assert_eq!(send(Some(("x-api-key", "wrong"))).await, 401);
     assert_eq!(send(None).await, 401);
 }
+
+/// The refusals met before a handler, on `path`: what, the status, Anthropic's error type for it, the request.
+fn refusals(d: &Daemon, path: &str) -> Vec<(&'static str, u16, &'static str, reqwest::RequestBuilder)> {
+    let url = format!("{}{path}", d.url);
+    let small = json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]});
+    let big = json!({"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "x".repeat(20_000)}]});
+    // Sent without a Content-Length: refused while it is read, not when announced.
+    let unannounced =
+        reqwest::Body::wrap_stream(futures_util::stream::iter([Ok::<_, std::io::Error>(big.to_string())]));
+    let keyed = |request: reqwest::RequestBuilder| request.header("x-api-key", "sekrit");
+    vec![
+        ("no key", 401, "authentication_error", d.client().post(&url).json(&small)),
+        (
+            "a foreign origin",
+            403,
+            "permission_error",
+            keyed(d.client().post(&url)).header("origin", "http://evil.example").json(&small),
+        ),
+        ("a body announced over the limit", 413, "request_too_large", keyed(d.client().post(&url)).json(&big)),
+        (
+            "a body over the limit",
+            413,
+            "request_too_large",
+            keyed(d.client().post(&url)).header("content-type", "application/json").body(unannounced),
+        ),
+        ("a method the route does not take", 405, "invalid_request_error", keyed(d.client().get(&url))),
+    ]
+}
+
+/// A response's status, header names (less the ones every response varies in) and body.
+async fn refused(request: reqwest::RequestBuilder) -> (u16, Vec<String>, Value) {
+    let r = request.send().await.unwrap();
+    let mut names: Vec<String> =
+        r.headers().keys().map(|n| n.as_str().to_owned()).filter(|n| n != "content-length" && n != "date").collect();
+    names.sort();
+    (r.status().as_u16(), names, r.json().await.unwrap())
+}
+
+/// Every refusal before the handler on the two Messages routes is in
+/// Anthropic's shape, with the status and the headers the same refusal
+/// has in OpenAI's envelope on `/v1/chat/completions`.
+#[tokio::test]
+async fn refusals_before_the_handler_are_in_anthropics_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(&dir.path().join("record.jsonl"), &["--api-key", "sekrit", "--body-limit-bytes", "10000"]);
+    for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+        let openai = refusals(&d, "/v1/chat/completions");
+        for ((what, status, kind, request), (.., like)) in refusals(&d, path).into_iter().zip(openai) {
+            let (got, headers, body) = refused(request).await;
+            assert_eq!(got, status, "{path}, {what}: {body}");
+            assert_eq!(
+                (&body["type"], &body["error"]["type"]),
+                (&json!("error"), &json!(kind)),
+                "{path}, {what}: {body}"
+            );
+            assert!(body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{path}, {what}: {body}");
+            let (openai_status, openai_headers, envelope) = refused(like).await;
+            assert_eq!(openai_status, status, "{what}: {envelope}");
+            assert!(envelope["error"]["code"].is_string(), "{what}: {envelope}");
+            assert_eq!(headers, openai_headers, "{path}, {what}");
+        }
+    }
+}

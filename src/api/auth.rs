@@ -1,13 +1,15 @@
-//! Optional API-key authentication for every API route (those the route
-//! table describes as guarded, `route.rs`: `/v1/*`, Ollama's `/api/*`,
+//! Optional API-key authentication for exactly the routes the route table
+//! describes as guarded (`route.rs`: `/v1/*`, Ollama's `/api/*`,
 //! `/tokenize`, `/detokenize`, `/rerank`): `Authorization: Bearer KEY` (the OpenAI SDKs) or
 //! `x-api-key: KEY` (Anthropic-style clients, proxies). `/`, `/health`,
-//! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` stay public.
+//! `/health/ready`, `/metrics`, `/openapi.json` and `/docs` are described
+//! as public and stay so, as does the 404 of a path that is no route.
 //! Each listener has its own key: the main one `api_key`, the Ollama
 //! clients' one `ollama_api_key`.
 
 use super::error::{ApiError, Refuse};
-use axum::extract::{Request, State};
+use super::route::Routes;
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
@@ -37,8 +39,19 @@ impl Key {
     }
 }
 
-pub async fn require_key(State(key): State<Key>, req: Request, next: Next) -> Response {
-    if key.is_set() && !key.carried_by(req.headers()) {
+/// What the check reads on one listener: its key and its route table.
+#[derive(Debug, Clone)]
+pub struct Lock {
+    pub key: Key,
+    pub routes: Arc<Routes>,
+}
+
+/// Refuses a request to a route its description says is guarded, unless it
+/// carries the key. It wraps the routes only (`api::guarded`), so a request
+/// always matched one; without the matched path it is held guarded too.
+pub async fn require_key(State(lock): State<Lock>, req: Request, next: Next) -> Response {
+    let guarded = req.extensions().get::<MatchedPath>().is_none_or(|path| lock.routes.guards(path.as_str()));
+    if guarded && lock.key.is_set() && !lock.key.carried_by(req.headers()) {
         return Refuse::of(&req).with(ApiError::unauthorized());
     }
     next.run(req).await

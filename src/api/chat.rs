@@ -39,7 +39,6 @@ pub async fn create(
     let meta = Meta::new("chatcmpl", &model);
     let (id, policy) = (meta.id.clone(), state.settings.chat_policy());
     let clamped = req.clamp_max_tokens(model.engine.limits().max_new_tokens);
-    let mut validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
-    validated.checks.clamped = clamped;
-    Ok(respond(&state, model, place, validated, Shape::Chat, meta, &counting).await)
+    let validated = prepare(&model, move |model| req.validate(&id, model, policy)).await?;
+    Ok(respond(&state, (model, place), validated, clamped, Shape::Chat, meta, &counting).await)
 }

@@ -46,7 +46,6 @@ pub async fn create(
         req.common.max_tokens = Some(served);
         clamped
     });
-    let mut validated = prepare(&model, move |model| req.validate(&id, model)).await?;
-    validated.checks.clamped = clamped;
-    Ok(respond(&state, model, place, validated, Shape::Text, meta, &counting).await)
+    let validated = prepare(&model, move |model| req.validate(&id, model)).await?;
+    Ok(respond(&state, (model, place), validated, clamped, Shape::Text, meta, &counting).await)
 }

@@ -14,8 +14,14 @@
 //! the vocabulary before its first load) is not stated, and the check alone
 //! holds it.
 
+use super::embeddings::EmbeddingRequest;
+use super::ollama::wire as ollama;
+use super::request::ChatCompletionRequest;
+use super::tokenize::DetokenizeRequest;
 use crate::registry::Registry;
 use serde_json::{json, Value};
+use std::borrow::Cow;
+use utoipa::ToSchema;
 
 /// What the document states of one registered model.
 pub struct Served {
@@ -65,40 +71,40 @@ pub fn add(doc: &mut Value, models: &[Served]) {
             false => json!({"required": ["model"], "properties": {"model": {"enum": names}}}),
         };
         for (schema, then) in bounds(model) {
-            super::schema_rules::merge(schemas, schema, json!({"allOf": [{"if": named, "then": then}]}));
+            super::schema_rules::merge(schemas, &schema, json!({"allOf": [{"if": named, "then": then}]}));
         }
     }
 }
 
 /// Which request schemas each of the model's bounds narrows, and how.
-fn bounds(model: &Served) -> Vec<(&'static str, Value)> {
+fn bounds(model: &Served) -> Vec<(Cow<'static, str>, Value)> {
     let mut bounds = Vec::new();
     if !model.images {
         bounds.extend([
             // A content part's type: text only.
             (
-                "ChatCompletionRequest",
+                ChatCompletionRequest::name(),
                 json!({"properties": {"messages": {"items": {"properties": {"content":
                     {"items": {"properties": {"type": {"const": "text"}}}}}}}}}),
             ),
             (
-                "OllamaChatRequest",
+                ollama::ChatRequest::name(),
                 json!({"properties": {"messages": {"items": {"properties": {"images": {"maxItems": 0}}}}}}),
             ),
-            ("OllamaGenerateRequest", json!({"properties": {"images": {"maxItems": 0}}})),
+            (ollama::GenerateRequest::name(), json!({"properties": {"images": {"maxItems": 0}}})),
         ]);
     }
     if let Some(last) = model.vocab.and_then(|v| v.checked_sub(1)) {
         bounds.extend([
             (
-                "DetokenizeRequest",
+                DetokenizeRequest::name(),
                 json!({"properties": {"tokens": {
                     "maxItems": crate::api::request::most_token_ids(model.context), "items": {"maximum": last},
                 }}}),
             ),
             // An array of ids, or of arrays of them (`maximum` leaves texts alone).
             (
-                "EmbeddingRequest",
+                EmbeddingRequest::name(),
                 json!({"properties": {"input": {"items": {"maximum": last, "items": {"maximum": last}}}}}),
             ),
         ]);
@@ -106,7 +112,7 @@ fn bounds(model: &Served) -> Vec<(&'static str, Value)> {
     if let Some(width) = model.embedding_width {
         // `minimum`/`maximum` leave `null` (no `dimensions`) allowed.
         let only = json!({"properties": {"dimensions": {"minimum": width, "maximum": width}}});
-        bounds.extend([("EmbeddingRequest", only.clone()), ("OllamaEmbedRequest", only)]);
+        bounds.extend([(EmbeddingRequest::name(), only.clone()), (ollama::EmbedRequest::name(), only)]);
     }
     bounds
 }
@@ -127,16 +133,21 @@ mod tests {
     }
 
     fn doc() -> Value {
-        let names = ["ChatCompletionRequest", "OllamaChatRequest", "OllamaGenerateRequest", "DetokenizeRequest"];
+        let names = [
+            ChatCompletionRequest::name(),
+            ollama::ChatRequest::name(),
+            ollama::GenerateRequest::name(),
+            DetokenizeRequest::name(),
+            ollama::EmbedRequest::name(),
+        ];
         let mut schemas: serde_json::Map<String, Value> =
-            names.iter().map(|n| ((*n).to_owned(), json!({"type": "object"}))).collect();
-        schemas.insert("EmbeddingRequest".into(), json!({"allOf": [{"required": ["input"]}]}));
-        schemas.insert("OllamaEmbedRequest".into(), json!({"type": "object"}));
+            names.iter().map(|n| (n.to_string(), json!({"type": "object"}))).collect();
+        schemas.insert(EmbeddingRequest::name().into(), json!({"allOf": [{"required": ["input"]}]}));
         json!({"components": {"schemas": schemas}})
     }
 
-    fn rules(doc: &Value, schema: &str) -> Vec<Value> {
-        doc["components"]["schemas"][schema]["allOf"].as_array().cloned().unwrap_or_default()
+    fn rules(doc: &Value, schema: Cow<str>) -> Vec<Value> {
+        doc["components"]["schemas"][schema.as_ref()]["allOf"].as_array().cloned().unwrap_or_default()
     }
 
     #[test]
@@ -146,13 +157,13 @@ mod tests {
         assert_eq!(d, doc(), "a vision model that has shown nothing narrows nothing");
 
         add(&mut d, &[model(false, Some(100), Some(256))]);
-        let chat = rules(&d, "ChatCompletionRequest");
+        let chat = rules(&d, ChatCompletionRequest::name());
         assert_eq!(chat.len(), 1);
         assert_eq!(chat[0]["if"], json!({"properties": {"model": {"enum": ["m", "m:latest", null]}}}));
-        let tokens = &rules(&d, "DetokenizeRequest")[0]["then"]["properties"]["tokens"];
+        let tokens = &rules(&d, DetokenizeRequest::name())[0]["then"]["properties"]["tokens"];
         assert_eq!((&tokens["items"]["maximum"], &tokens["maxItems"]), (&json!(99), &json!(16 * 32)));
         // The schema's own `allOf` item stays first; the bounds follow.
-        let embed = rules(&d, "EmbeddingRequest");
+        let embed = rules(&d, EmbeddingRequest::name());
         assert_eq!(embed[0], json!({"required": ["input"]}));
         assert_eq!(embed.len(), 3, "vocabulary and width: {embed:?}");
         assert_eq!(embed[2]["then"]["properties"]["dimensions"], json!({"minimum": 256, "maximum": 256}));
@@ -162,6 +173,6 @@ mod tests {
     fn a_model_other_than_the_default_is_matched_only_when_named() {
         let mut d = doc();
         add(&mut d, &[Served { default: false, ..model(false, None, None) }]);
-        assert_eq!(rules(&d, "OllamaGenerateRequest")[0]["if"]["required"], json!(["model"]));
+        assert_eq!(rules(&d, ollama::GenerateRequest::name())[0]["if"]["required"], json!(["model"]));
     }
 }

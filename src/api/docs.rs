@@ -1,13 +1,21 @@
 //! `/openapi.json`, the vendored Swagger UI at `/docs`, `GET /` pointing
 //! there, and what the document says beyond the handlers' own annotations:
 //! the responses every operation of a kind can give (auth, body reading,
-//! loading; in Ollama's error shape on its routes), the streams' content
+//! loading; in the route's error shape), the streams' content
 //! type, the security schemes (only when a key is configured) and the
 //! numeric ranges the server checks; the rules that join fields are added
 //! to the serialised document (`schema_rules`), and the served models' own
 //! bounds each time it is served (`doc_models`).
 
-use super::request::{MAX_INPUTS, MAX_STOPS, MAX_TOOLS};
+use super::embeddings::EmbeddingInput;
+use super::error::ErrorEnvelope;
+use super::messages::wire::{Conversation, CreateMessage};
+use super::ollama::wire as ollama;
+use super::request::{
+    ChatCompletionRequest, Common, Prompt, SamplingFields, StopSequences, MAX_INPUTS, MAX_STOPS, MAX_TOOLS,
+};
+use super::rerank::RerankRequest;
+use super::responses::CreateResponse;
 use super::route::{Errors, Routes};
 use super::state::AppState;
 use crate::metrics::Kind;
@@ -25,7 +33,7 @@ use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
 use utoipa::openapi::{Content, OpenApi, Ref, RefOr, Response};
-use utoipa::Number;
+use utoipa::{Number, ToSchema};
 
 const INDEX: &str = include_str!("../../assets/swagger-ui/index.html");
 /// Swagger UI's files, vendored gzipped (`gzip -9n`) and served as they are
@@ -64,13 +72,19 @@ pub fn ui_dir(configured: Option<&Path>) -> Option<PathBuf> {
     found
 }
 
-/// Routes serving the document and the UI (no auth); `ui` is where
-/// Swagger UI's files are ([`ui_dir`]). The document is the handlers' with
-/// the served models' bounds as they are when it is asked for (`doc_models`).
-pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<PathBuf>, state: AppState) -> Router<S> {
+/// Routes serving the document and the UI (public, so described in
+/// `table`); `ui` is where Swagger UI's files are ([`ui_dir`]). The
+/// document is the handlers' with the served models' bounds as they are
+/// when it is asked for (`doc_models`).
+pub fn routes<S: Clone + Send + Sync + 'static>(
+    openapi: OpenApi,
+    ui: Option<PathBuf>,
+    state: AppState,
+    table: &mut Routes,
+) -> Router<S> {
     // The served document's schemas are the ones `nul.rs` walks: made once, here.
-    SCHEMAS.get_or_init(|| schemas_of(&openapi));
-    let doc = serialised(&openapi).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
+    SCHEMAS.get_or_init(|| schemas_of(&openapi, table));
+    let doc = serialised(&openapi, table).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
     let doc = Arc::new(doc);
     let served = move || {
         let mut doc = Value::clone(&doc);
@@ -79,18 +93,21 @@ pub fn routes<S: Clone + Send + Sync + 'static>(openapi: OpenApi, ui: Option<Pat
         }
         async move { ([(CONTENT_TYPE, "application/json")], doc.to_string()) }
     };
-    let router = Router::new()
-        .route("/", get(|| async { Redirect::temporary("/docs/") }))
-        .route("/openapi.json", get(served))
-        .route("/docs", get(|| async { Redirect::permanent("/docs/") }));
+    let router = table.public(Router::new(), "/", get(|| async { Redirect::temporary("/docs/") }));
+    let router = table.public(router, "/openapi.json", get(served));
+    let router = table.public(router, "/docs", get(|| async { Redirect::permanent("/docs/") }));
     let Some(ui) = ui else {
-        return router.route("/docs/", get(|| async { not_installed() }));
+        return table.public(router, "/docs/", get(|| async { not_installed() }));
     };
     let (bundle, css) = (ui.join(BUNDLE), ui.join(CSS));
-    router
-        .route("/docs/", get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() }))
-        .route("/docs/swagger-ui-bundle.js", get(move || gzipped("application/javascript", bundle.clone())))
-        .route("/docs/swagger-ui.css", get(move || gzipped("text/css", css.clone())))
+    let index = get(|| async { ([(CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response() });
+    let router = table.public(router, "/docs/", index);
+    let router = table.public(
+        router,
+        "/docs/swagger-ui-bundle.js",
+        get(move || gzipped("application/javascript", bundle.clone())),
+    );
+    table.public(router, "/docs/swagger-ui.css", get(move || gzipped("text/css", css.clone())))
 }
 
 /// A gzipped file, read when asked for (on the blocking pool: `tokio::fs`):
@@ -113,10 +130,13 @@ fn not_installed() -> axum::response::Response {
     (StatusCode::NOT_FOUND, [(CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
-/// The document as served: the handlers' with the rules `schema_rules` adds.
-fn serialised(openapi: &OpenApi) -> Result<serde_json::Value, serde_json::Error> {
+/// The document as served: the handlers' with the rules `schema_rules`
+/// adds, the rule on every text of a request on the bodies `table`'s
+/// routes name.
+fn serialised(openapi: &OpenApi, table: &Routes) -> Result<serde_json::Value, serde_json::Error> {
     let mut doc = serde_json::to_value(openapi)?;
-    super::schema_rules::add(&mut doc);
+    let bodies: Vec<_> = table.iter().filter_map(|(_, route)| route.body_schema()).collect();
+    super::schema_rules::add(&mut doc, &bodies);
     Ok(doc)
 }
 
@@ -133,8 +153,8 @@ pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> 
 }
 
 /// The component schemas of `openapi` as it would be served.
-pub fn schemas_of(openapi: &OpenApi) -> serde_json::Map<String, serde_json::Value> {
-    component_schemas(serialised(openapi).unwrap_or_default())
+pub fn schemas_of(openapi: &OpenApi, table: &Routes) -> serde_json::Map<String, serde_json::Value> {
+    component_schemas(serialised(openapi, table).unwrap_or_default())
 }
 
 fn component_schemas(mut doc: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
@@ -162,7 +182,7 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings, table: &Routes) {
         for (op, post) in [(&mut item.get, false), (&mut item.post, true)] {
             let Some(op) = op.as_mut() else { continue };
             let mut add = |status: &str, description: &str| {
-                let error = Content::new(Some(Ref::from_schema_name(route.errors.schema())));
+                let error = Content::new(Some(Ref::from_schema_name(error_schema(route.errors))));
                 let response = Response::builder().description(description).content("application/json", error);
                 op.responses.responses.entry(status.to_owned()).or_insert_with(|| response.into());
             };
@@ -198,7 +218,8 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings, table: &Routes) {
                     "The request body stopped arriving (body_idle_timeout_secs) or took too long (body_timeout_secs)",
                 );
                 add("413", "The body is larger than body_limit_bytes");
-                if !ollama {
+                // Ollama's and Anthropic's handlers read any content type (`body.rs`).
+                if route.errors == Errors::OpenAi {
                     add("415", "The body is not JSON (Content-Type)");
                 }
             }
@@ -217,6 +238,15 @@ pub fn complete(openapi: &mut OpenApi, settings: &DocSettings, table: &Routes) {
         }
     }
     ranges(openapi);
+}
+
+/// The document's schema of an error shape.
+fn error_schema(errors: Errors) -> std::borrow::Cow<'static, str> {
+    match errors {
+        Errors::OpenAi => ErrorEnvelope::name(),
+        Errors::Ollama => super::ollama::wire::ErrorReply::name(),
+        Errors::Anthropic => super::messages::wire::ErrorResponse::name(),
+    }
 }
 
 /// The schemes only exist with a key: without one, nothing asks for any.
@@ -243,38 +273,41 @@ fn ranges(openapi: &mut OpenApi) {
     let tokens = (1.0, f64::from(u32::MAX));
     let fields = SamplingOverrides::RANGES
         .iter()
-        .map(|&(name, lo, hi)| ("SamplingFields", name, (lo, hi)))
-        .chain([("Common", "n", (1.0, 1.0))])
+        .map(|&(name, lo, hi)| (SamplingFields::name(), name, (lo, hi)))
+        .chain([(Common::name(), "n", (1.0, 1.0))])
         // A ceiling above `max_new_tokens` on every front end (`ceiling.rs`): any count from 1.
-        .chain([("Common", "max_tokens", tokens), ("ChatCompletionRequest", "max_completion_tokens", tokens)])
-        .chain([("CreateMessage", "max_tokens", tokens), ("CreateResponse", "max_output_tokens", tokens)])
+        .chain([
+            (Common::name(), "max_tokens", tokens),
+            (ChatCompletionRequest::name(), "max_completion_tokens", tokens),
+        ])
+        .chain([(CreateMessage::name(), "max_tokens", tokens), (CreateResponse::name(), "max_output_tokens", tokens)])
         // Any count the server can hold exactly (JSON numbers are f64).
-        .chain([("RerankRequest", "top_n", (0.0, 9_007_199_254_740_991.0))]);
+        .chain([(RerankRequest::name(), "top_n", (0.0, 9_007_199_254_740_991.0))]);
     for (schema, field, (lo, hi)) in fields {
-        if let Some(Schema::Object(property)) = property(components.schemas.get_mut(schema), field) {
+        if let Some(Schema::Object(property)) = property(components.schemas.get_mut(schema.as_ref()), field) {
             property.minimum = Some(number(lo));
             property.maximum = Some(number(hi));
         }
     }
-    for (schema, field) in [("ChatCompletionRequest", "messages"), ("RerankRequest", "documents")] {
-        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+    for (schema, field) in [(ChatCompletionRequest::name(), "messages"), (RerankRequest::name(), "documents")] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema.as_ref()), field) {
             array.min_items = Some(1);
         }
     }
     // The counts refused right after parsing: documents
     // (`embeddings::check_count`), tools (`request::size`).
     for (schema, field, max) in [
-        ("RerankRequest", "documents", MAX_INPUTS),
+        (RerankRequest::name(), "documents", MAX_INPUTS),
         // The Messages API's, in what `/v1/messages` and `count_tokens` share.
-        ("Conversation", "tools", MAX_TOOLS),
+        (Conversation::name(), "tools", MAX_TOOLS),
     ] {
-        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema.as_ref()), field) {
             array.max_items = Some(max);
         }
     }
     // An embedding's input: no empty string, array, or string or array in
     // one; token ids within the runtime's range; at most MAX_INPUTS inputs.
-    if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut("EmbeddingInput") {
+    if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(EmbeddingInput::name().as_ref()) {
         for item in one_of.items.iter_mut() {
             if let RefOr::T(schema) = item {
                 non_empty(schema);
@@ -293,14 +326,14 @@ fn ranges(openapi: &mut OpenApi) {
         }
     }
     // The other lists of stop sequences.
-    for (schema, field) in [("CreateMessage", "stop_sequences"), ("OllamaOptions", "stop")] {
-        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema), field) {
+    for (schema, field) in [(CreateMessage::name(), "stop_sequences"), (ollama::Options::name(), "stop")] {
+        if let Some(Schema::Array(array)) = property(components.schemas.get_mut(schema.as_ref()), field) {
             array.max_items = Some(MAX_STOPS);
         }
     }
     // The array forms: `stop` takes up to 4 sequences, `prompt` exactly one.
-    for (schema, (min, max)) in [("StopSequences", (0, MAX_STOPS)), ("Prompt", (1, 1))] {
-        if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(schema) {
+    for (schema, (min, max)) in [(StopSequences::name(), (0, MAX_STOPS)), (Prompt::name(), (1, 1))] {
+        if let Some(RefOr::T(Schema::OneOf(one_of))) = components.schemas.get_mut(schema.as_ref()) {
             for item in one_of.items.iter_mut() {
                 if let RefOr::T(Schema::Array(array)) = item {
                     array.min_items = Some(min);

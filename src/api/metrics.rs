@@ -81,10 +81,11 @@ fn exposition(state: &AppState) -> Response {
     }
 }
 
-/// `/metrics` on the main listener, unless it has a listener of its own.
-pub fn main_routes(state: &AppState) -> Router<AppState> {
+/// `/metrics` on the main listener (public, so described in `table`),
+/// unless it has a listener of its own.
+pub fn main_routes(state: &AppState, table: &mut Routes) -> Router<AppState> {
     if state.settings.metrics_on_main_listener {
-        Router::new().route("/metrics", get(scrape))
+        table.public(Router::new(), "/metrics", get(scrape))
     } else {
         Router::new()
     }
@@ -209,20 +210,7 @@ mod tests {
 
     /// `/v1/rerank` answered by `handler`, counted as the router counts it.
     fn counted(handler: axum::routing::MethodRouter<AppState>) -> Router {
-        let state = AppState::new(crate::api::state::Settings {
-            api_key: None,
-            cors_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            body_limit_bytes: 1 << 20,
-            keepalive: std::time::Duration::from_secs(15),
-            head_wait: std::time::Duration::from_secs(30),
-            write_timeout: std::time::Duration::from_secs(30),
-            reasoning: crate::conversation::ReasoningMode::Split,
-            tools_overflow: crate::conversation::ToolsOverflow::Select,
-            metrics_on_main_listener: true,
-            allow_pull: false,
-            docs_dir: None,
-        });
+        let state = AppState::new(crate::api::state::Settings::example());
         let mut routes = Routes::default();
         routes.insert("/v1/rerank", crate::api::route::Route::counted(Kind::Rerank));
         let router = Router::new().route("/v1/rerank", handler);

@@ -2,6 +2,7 @@
 //! job and shape its events into responses; they never touch FFI.
 
 mod auth;
+mod body;
 mod ceiling;
 mod chat;
 mod completions;
@@ -48,10 +49,16 @@ use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
+use embeddings::EmbeddingRequest;
 use error::{ApiError, Refuse};
+use messages::wire::{CountTokens, CreateMessage};
+use request::{ChatCompletionRequest, CompletionRequest};
+use rerank::RerankRequest;
+use responses::wire::CreateResponse;
 use route::{Errors, Route, Routes};
 pub use state::{mark_instance, unix_now, AppState, Settings};
 use std::sync::Arc;
+use tokenize::{DetokenizeRequest, TokenizeRequest};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -64,47 +71,53 @@ use utoipa_axum::routes;
 )]
 struct ApiDoc;
 
-/// The route table: the API's routes (behind the key), each described in
-/// `table` where it is registered (`route.rs`), and what their handlers'
-/// annotations say of them.
+/// The route table: the API's routes, each described in `table` where it
+/// is registered (`route.rs`), and what their handlers' annotations say of them.
 fn api_routes(table: &mut Routes) -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(table.add(Route::GENERATION, routes!(chat::create)))
-        .routes(table.add(Route::GENERATION, routes!(completions::create)))
-        .routes(table.add(Route::GENERATION, routes!(responses::create)))
-        .routes(table.add(Route::GENERATION, routes!(messages::create)))
-        .routes(table.add(Route::JSON, routes!(messages::count_tokens)))
-        .routes(table.add(Route::counted(Kind::Embedding), routes!(embeddings::create)))
-        .routes(table.add(Route::counted(Kind::Rerank), routes!(rerank::create)))
-        .routes(table.add(Route::counted(Kind::Rerank), routes!(rerank::create_unversioned)))
+        .routes(table.add(Route::GENERATION.takes::<ChatCompletionRequest>(), routes!(chat::create)))
+        .routes(table.add(Route::GENERATION.takes::<CompletionRequest>(), routes!(completions::create)))
+        .routes(table.add(Route::GENERATION.takes::<CreateResponse>(), routes!(responses::create)))
+        .routes(table.add(Route::GENERATION.anthropic().takes::<CreateMessage>(), routes!(messages::create)))
+        .routes(table.add(Route::JSON.anthropic().takes::<CountTokens>(), routes!(messages::count_tokens)))
+        .routes(table.add(Route::counted(Kind::Embedding).takes::<EmbeddingRequest>(), routes!(embeddings::create)))
+        .routes(table.add(Route::counted(Kind::Rerank).takes::<RerankRequest>(), routes!(rerank::create)))
+        .routes(table.add(Route::counted(Kind::Rerank).takes::<RerankRequest>(), routes!(rerank::create_unversioned)))
         .routes(table.add(Route::JSON, routes!(models::list)))
         .routes(table.add(Route::JSON, routes!(models::get)))
         .routes(table.add(Route::JSON, routes!(models::load)))
         .routes(table.add(Route::JSON, routes!(models::unload)))
         .routes(table.add(Route::JSON, routes!(system::get)))
-        .routes(table.add(Route::JSON, routes!(tokenize::tokenize)))
-        .routes(table.add(Route::JSON, routes!(tokenize::detokenize)))
+        .routes(table.add(Route::JSON.takes::<TokenizeRequest>(), routes!(tokenize::tokenize)))
+        .routes(table.add(Route::JSON.takes::<DetokenizeRequest>(), routes!(tokenize::detokenize)))
         .merge(ollama::routes(table))
         .split_for_parts()
 }
 
-/// The whole application: API routes (authenticated), health and docs
-/// (public), OpenAI-style fallbacks, body limit and CORS.
-pub fn router(state: AppState) -> Router {
+/// The main listener's routes, each described in the returned table: the
+/// API's, health, the document and its UI, `/metrics`.
+fn main_routes(state: &AppState) -> (Router<AppState>, Routes) {
     let mut table = Routes::default();
     let (api, mut openapi) = api_routes(&mut table);
-    let (public, health_doc) = OpenApiRouter::new()
+    let (health, health_doc) = OpenApiRouter::new()
         .routes(table.add(Route::PUBLIC, routes!(health::live)))
         .routes(table.add(Route::PUBLIC, routes!(health::ready)))
         .split_for_parts();
     openapi.merge(health_doc);
     let doc_settings = docs::DocSettings { api_key: state.settings.api_key.is_some() };
     docs::complete(&mut openapi, &doc_settings, &table);
-    let public = public
-        .merge(docs::routes(openapi, docs::ui_dir(state.settings.docs_dir.as_deref()), state.clone()))
-        .merge(metrics::main_routes(&state));
+    let ui = docs::ui_dir(state.settings.docs_dir.as_deref());
+    let docs = docs::routes(openapi, ui, state.clone(), &mut table);
+    let metrics = metrics::main_routes(state, &mut table);
+    (api.merge(health).merge(docs).merge(metrics), table)
+}
+
+/// The whole application: the routes (the key on those described as
+/// guarded), OpenAI-style fallbacks, body limit and CORS.
+pub fn router(state: AppState) -> Router {
+    let (routes, table) = main_routes(&state);
     let key = auth::Key::new(state.settings.api_key.as_deref());
-    guarded(api, public, table, key, state)
+    guarded(routes, table, key, state)
 }
 
 /// The Ollama clients' listener (`ollama_listen`): the Ollama routes and
@@ -115,25 +128,26 @@ pub fn router(state: AppState) -> Router {
 pub fn ollama_router(state: AppState, key: Option<&str>) -> Router {
     let mut table = Routes::default();
     let (api, _) = ollama::routes(&mut table)
-        .routes(table.add(Route::GENERATION, routes!(chat::create)))
+        .routes(table.add(Route::GENERATION.takes::<ChatCompletionRequest>(), routes!(chat::create)))
         .routes(table.add(Route::JSON, routes!(models::list)))
         .split_for_parts();
-    let public = Router::new().route("/", axum::routing::get(|| async { "Ollama is running" }));
-    guarded(api, public, table, auth::Key::new(key), state)
+    let routes = table.public(api, "/", axum::routing::get(|| async { "Ollama is running" }));
+    guarded(routes, table, auth::Key::new(key), state)
 }
 
-/// A listener's routes behind what guards every one: `key` on the API
-/// routes (not on `public`), request counting, the body limit, CORS, the
-/// Host and Origin checks, each refusal in its route's error shape, and
-/// the instance header.
-fn guarded(api: Router<AppState>, public: Router<AppState>, table: Routes, key: auth::Key, state: AppState) -> Router {
-    let api = api.layer(axum::middleware::from_fn_with_state(key.clone(), auth::require_key));
+/// A listener's routes behind what guards every one: `key` on the routes
+/// `table` describes as guarded, request counting, the body limit, CORS,
+/// the Host and Origin checks, each refusal in its route's error shape,
+/// and the instance header.
+fn guarded(routes: Router<AppState>, table: Routes, key: auth::Key, state: AppState) -> Router {
     let table = Arc::new(table);
+    let lock = auth::Lock { key: key.clone(), routes: table.clone() };
     let counter = metrics::Counter::new(table.clone(), state.clone());
-    let api = api.layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
-    let mut app = Router::new()
-        .merge(api)
-        .merge(public)
+    // Layered before the fallbacks are set: they wrap the routes only.
+    let routes = routes
+        .layer(axum::middleware::from_fn_with_state(lock, auth::require_key))
+        .layer(axum::middleware::from_fn_with_state(counter, metrics::count_requests));
+    let mut app = routes
         .fallback(|req: Request| async move { Refuse::of(&req).with(ApiError::route_not_found(req.uri().path())) })
         .method_not_allowed_fallback(
             |req: Request| async move { Refuse::of(&req).with(ApiError::method_not_allowed()) },
@@ -158,6 +172,7 @@ async fn refusals(State(table): State<Arc<Routes>>, mut req: Request, next: Next
     let refuse = match table.errors_for(req.uri().path()) {
         Errors::OpenAi => Refuse(IntoResponse::into_response),
         Errors::Ollama => Refuse(ollama::error::refusal),
+        Errors::Anthropic => Refuse(messages::error::refusal),
     };
     req.extensions_mut().insert(refuse);
     next.run(req).await

@@ -27,11 +27,22 @@ pub fn refuse_in(bytes: &[u8], schema: &str, schemas: &Map<String, Value>) -> Re
     }
     // The typed parse took the body, so it is valid JSON.
     let value: Value = serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(None, e.to_string()))?;
-    // A body type the document does not name (a bug `tests` below would
-    // catch) is held to the strictest rule: no NUL anywhere.
-    let root = schemas.get(schema).or_else(|| schemas.get(super::schema_rules::NO_NUL_NAME));
+    // A body type the document does not name (a bug `api/tests.rs` would
+    // catch), or no document yet (no router was built), is held to the
+    // strictest rule: no NUL in any text or key. The check fails closed.
+    let strict: Map<String, Value>;
+    let (schemas, root) = match schemas.get(schema) {
+        Some(root) => (schemas, root),
+        None => {
+            tracing::error!(schema, "no schema for this body (the document does not name its type, or no router was built): no NUL is taken anywhere in it");
+            let no_nul = super::schema_rules::NO_NUL_NAME;
+            strict = Map::from_iter([(no_nul.to_owned(), super::schema_rules::no_nul_anything())]);
+            (&strict, &strict[no_nul])
+        }
+    };
     let mut path = String::new();
-    if !Doc(schemas).nul_at(&value, &root.into_iter().collect::<Vec<_>>(), &mut path) {
+    let found = Doc(schemas).nul_at(&value, &[root], &mut path);
+    if !found {
         // An escaped backslash before `u0000` (text), or a NUL where nothing is declared.
         return Ok(());
     }

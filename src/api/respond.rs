@@ -1,6 +1,7 @@
 //! OpenAI's two completion endpoints' replies: chat completions and text
 //! completions, as an SSE stream or as one JSON body.
 
+use super::ceiling::Clamped;
 use super::error::ApiError;
 use super::record::Counting;
 use super::reply::{Piece, Summary};
@@ -46,20 +47,20 @@ impl Meta {
     }
 }
 
-/// Submits the job to the leased model; the lease rides with the reply
-/// until its last piece, so the model is not unloaded under a stream.
+/// Submits the job to the leased model (`submit`); the lease rides with
+/// the reply until its last piece, so the model is not unloaded under a stream.
 pub async fn respond(
     state: &AppState,
-    model: Lease,
-    place: Place,
+    leased: (Lease, Place),
     v: Validated,
+    clamped: Option<Clamped>,
     shape: Shape,
     meta: Meta,
     counting: &Counting,
 ) -> Response {
     let wait = head_wait(&v, state.settings.head_wait);
     let include_usage = v.include_usage;
-    let Submitted { pieces, streamed, served } = submit(state, model, place, v, &meta.id, counting, wait).await;
+    let Submitted { pieces, streamed, served } = submit(state, leased, v, clamped, &meta.id, counting, wait).await;
     let response = match pieces {
         Ok(pieces) if streamed => stream(pieces, shape, meta, include_usage, state.settings.keepalive).into_response(),
         Ok(pieces) => collect(pieces, shape, meta).await.unwrap_or_else(IntoResponse::into_response),

@@ -5,18 +5,24 @@
 //! Each rule names the check it mirrors, so the two are changed together;
 //! `tests/schemathesis.rs` sends what the document allows.
 
-use super::request::{MAX_INPUTS, MAX_TOOLS};
+use super::messages::wire as messages;
+use super::ollama::wire as ollama;
+use super::request::{AnyObject, ChatCompletionRequest, ChatMessage, Common, ContentPart, MAX_INPUTS, MAX_TOOLS};
+use super::responses::wire as responses;
 use serde_json::{json, Value};
+use std::borrow::Cow;
+use utoipa::ToSchema;
 
 /// Adds the rules to the serialised document's component schemas: a
 /// keyword the schema has already is merged (`allOf` items appended,
-/// `properties` entries replaced one by one).
-pub fn add(doc: &mut Value) {
+/// `properties` entries replaced one by one); and "no NUL" to `bodies`,
+/// the request bodies the routes parse, and every schema they hold.
+pub fn add(doc: &mut Value, bodies: &[Cow<'static, str>]) {
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     for (name, rules) in rules() {
-        merge(schemas, name, rules);
+        merge(schemas, &name, rules);
     }
-    no_nul_everywhere(doc);
+    no_nul_everywhere(doc, bodies);
 }
 
 /// Merges `rules` into the component schema `name` (see [`add`]).
@@ -43,45 +49,36 @@ pub fn merge(schemas: &mut serde_json::Map<String, Value>, name: &str, rules: Va
 /// pattern, and a schema that takes any value becomes `NoNul`, which says
 /// it of any JSON value, recursively (objects read whole are `AnyObject`:
 /// `rules`). A member a schema does not declare is ignored by the handlers,
-/// and may hold anything. Only request schemas: a reply may hold a NUL
-/// (`/detokenize` of a token that is one).
-fn no_nul_everywhere(doc: &mut Value) {
-    let bodies: Vec<&Value> = doc
-        .get("paths")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|paths| paths.values())
-        .filter_map(Value::as_object)
-        .flat_map(|item| item.values())
-        .filter_map(|op| op.pointer("/requestBody/content"))
-        .filter_map(Value::as_object)
-        .flat_map(|content| content.values())
-        .collect();
+/// and may hold anything. Only request schemas — `bodies` and the schemas
+/// they refer to: a reply may hold a NUL (`/detokenize` of a token that is one).
+fn no_nul_everywhere(doc: &mut Value, bodies: &[Cow<'static, str>]) {
     let mut requests = std::collections::BTreeSet::new();
-    let mut pending: Vec<&Value> = bodies;
-    while let Some(schema) = pending.pop() {
-        for name in refs(schema) {
-            if requests.insert(name.clone()) {
-                pending.extend(doc.pointer(&format!("/components/schemas/{name}")));
-            }
+    let mut pending: Vec<String> = bodies.iter().map(|body| body.to_string()).collect();
+    while let Some(name) = pending.pop() {
+        if let Some(schema) = doc.pointer(&format!("/components/schemas/{name}")).filter(|_| !requests.contains(&name))
+        {
+            pending.extend(refs(schema));
         }
+        requests.insert(name);
     }
     let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
     for name in &requests {
         schemas.get_mut(name).into_iter().for_each(no_nul);
     }
-    schemas.insert(
-        NO_NUL_NAME.into(),
-        json!({
-            "description": "Any JSON value whose texts and keys hold no NUL character (U+0000): the runtime takes C strings.",
-            "anyOf": [
-                no_nul_text(),
-                {"type": ["number", "boolean", "null"]},
-                {"type": "array", "items": {"$ref": "#/components/schemas/NoNul"}},
-                {"type": "object", "propertyNames": no_nul_text(), "additionalProperties": {"$ref": "#/components/schemas/NoNul"}},
-            ],
-        }),
-    );
+    schemas.insert(NO_NUL_NAME.into(), no_nul_anything());
+}
+
+/// Any JSON value whose texts and keys hold no NUL (`NoNul`).
+pub fn no_nul_anything() -> Value {
+    json!({
+        "description": "Any JSON value whose texts and keys hold no NUL character (U+0000): the runtime takes C strings.",
+        "anyOf": [
+            no_nul_text(),
+            {"type": ["number", "boolean", "null"]},
+            {"type": "array", "items": {"$ref": NO_NUL}},
+            {"type": "object", "propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}},
+        ],
+    })
 }
 
 /// The schema of any value without NUL, by name and as a reference.
@@ -147,9 +144,14 @@ fn no_nul(schema: &mut Value) {
     }
 }
 
+/// A reference to the schema of `T`.
+fn reference<T: ToSchema>() -> Value {
+    json!({"$ref": format!("#/components/schemas/{}", T::name())})
+}
+
 /// An object read whole (`request::AnyObject`).
 fn any_object() -> Value {
-    json!({"$ref": "#/components/schemas/AnyObject"})
+    reference::<AnyObject>()
 }
 
 /// Present and not null.
@@ -171,7 +173,7 @@ fn needs_offered(choice: Value, offered: Value) -> Value {
 }
 
 /// (schema name, keywords to add to it).
-fn rules() -> Vec<(&'static str, Value)> {
+fn rules() -> Vec<(Cow<'static, str>, Value)> {
     let text_block = json!({
         "type": "object", "required": ["type", "text"],
         "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
@@ -229,13 +231,13 @@ fn rules() -> Vec<(&'static str, Value)> {
         json!({"type": "object", "required": ["type"], "properties": {"type": {"const": "redacted_thinking"}}});
     vec![
         // `request::AnyObject`: an object read whole, whose keys and texts reach the prompt.
-        ("AnyObject", json!({"propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}})),
+        (AnyObject::name(), json!({"propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}})),
         // request/convert.rs `to_message`: a `tool` message needs
         // `tool_call_id`; only `assistant` messages carry `tool_calls`;
         // `content` may be absent or null only beside tool calls; only a
         // `user` message carries images.
         (
-            "ChatMessage",
+            ChatMessage::name(),
             json!({"allOf": [
                 // `to_tool_call`: each call's id, name and arguments (JSON text or an object).
                 {"properties": {"tool_calls": {"items": {
@@ -262,13 +264,13 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // request/mod.rs `Common::validate`: `stream_options` only with `stream: true`.
         (
-            "Common",
+            Common::name(),
             json!({"if": given("stream_options"),
                    "then": {"required": ["stream"], "properties": {"stream": {"const": true}}}}),
         ),
         // messages/convert.rs `add_message`: the blocks each role may carry.
         (
-            "InMessage",
+            messages::InMessage::name(),
             json!({"allOf": [
                 {"if": {"properties": {"role": {"const": "user"}}},
                  "then": {"properties": {"content": text_or_blocks(json!({"oneOf": [text_block.clone(), tool_result]}))}}},
@@ -283,7 +285,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         // stated); `tool_choice` one of its shapes, `required` or a function
         // only with tools (that the function is one of them is checked, not stated).
         (
-            "ChatCompletionRequest",
+            ChatCompletionRequest::name(),
             json!({
                 "properties": {
                     "tools": function_tools.clone(),
@@ -301,11 +303,14 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // Ollama's chat takes the same tools, and its messages become chat
         // messages (ollama/convert.rs `message`), held to the same roles.
-        ("OllamaChatRequest", json!({"properties": {"tools": function_tools}})),
+        (ollama::ChatRequest::name(), json!({"properties": {"tools": function_tools}})),
         // ollama/convert.rs `message` → request/convert.rs `to_tool_call`: JSON text or an object.
-        ("OllamaInFunction", json!({"properties": {"arguments": {"oneOf": [{"type": "string"}, any_object()]}}})),
         (
-            "OllamaInMessage",
+            ollama::InFunction::name(),
+            json!({"properties": {"arguments": {"oneOf": [{"type": "string"}, any_object()]}}}),
+        ),
+        (
+            ollama::InMessage::name(),
             json!({"allOf": [
                 {"if": given("tool_calls"), "then": {"properties": {"role": {"const": "assistant"}}}},
                 {"if": {"required": ["images"], "properties": {"images": {"type": "array", "minItems": 1}}},
@@ -314,7 +319,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // ollama/convert.rs `generate`: a `raw` prompt has no template to place images in.
         (
-            "OllamaGenerateRequest",
+            ollama::GenerateRequest::name(),
             json!({"allOf": [{
                 "if": {"required": ["raw"], "properties": {"raw": {"const": true}}},
                 "then": {"properties": {"images": {"oneOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
@@ -323,7 +328,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         // request/convert.rs `to_message`: a part is text or an image, and
         // only a user message carries images.
         (
-            "ContentPart",
+            ContentPart::name(),
             json!({"allOf": [
                 {"properties": {"type": {"enum": ["text", "image_url"]}}},
                 {"if": {"properties": {"type": {"const": "text"}}}, "then": given("text")},
@@ -333,7 +338,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         // ollama/embed.rs: several inputs, none empty (one empty input only
         // loads the model), at most MAX_INPUTS (`embeddings::check_count`).
         (
-            "OllamaEmbedInput",
+            ollama::EmbedInput::name(),
             json!({"allOf": [{"if": {"type": "array"}, "then": {"items": {"minLength": 1}, "maxItems": MAX_INPUTS}}]}),
         ),
         // responses/tools.rs `convert` and `choice`: function and custom tools
@@ -341,7 +346,7 @@ fn rules() -> Vec<(&'static str, Value)> {
         // holds such tools; any other type is left out, whatever it holds.
         // `tool_choice` `required` or naming a tool needs one the model can call.
         (
-            "CreateResponse",
+            responses::CreateResponse::name(),
             json!({
                 "properties": {
                     "tools": {"type": ["array", "null"], "maxItems": MAX_TOOLS, "items": {
@@ -381,13 +386,13 @@ fn rules() -> Vec<(&'static str, Value)> {
         ),
         // messages/convert.rs: only custom tools (no server tool's `type`), named as above.
         (
-            "Tool",
+            messages::Tool::name(),
             json!({"properties": {"type": {"oneOf": [{"type": "null"}, {"const": "custom"}]}, "name": tool_name}}),
         ),
         // responses/convert.rs `add_item`: the item kinds (none: a message),
         // a message's roles.
         (
-            "InputItem",
+            responses::InputItem::name(),
             json!({"allOf": [
                 {"properties": {"type": {"enum": ["message", "function_call", "function_call_output",
                     "custom_tool_call", "custom_tool_call_output", "reasoning"]}}},
@@ -414,11 +419,11 @@ fn rules() -> Vec<(&'static str, Value)> {
         // four shapes; `thinking.type` enabled, disabled or adaptive;
         // `output_config.effort` one of Anthropic's.
         (
-            "Conversation",
+            messages::Conversation::name(),
             json!({
                 "allOf": [needs_tools(json!({"type": "object", "properties": {"type": {"enum": ["any", "tool"]}}}))],
                 "properties": {
-                    "messages": {"type": "array", "minItems": 1, "items": {"$ref": "#/components/schemas/InMessage"}},
+                    "messages": {"type": "array", "minItems": 1, "items": reference::<messages::InMessage>()},
                     "system": {"oneOf": [{"type": "null"}, text_or_blocks(text_block)]},
                     "thinking": {"oneOf": [
                         {"type": "null"},
@@ -447,12 +452,6 @@ mod tests {
     #[test]
     fn request_texts_say_no_nul_and_replies_do_not() {
         let mut doc = json!({
-            "paths": {
-                "/a": {"post": {
-                    "requestBody": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Ask"}}}},
-                    "responses": {"200": {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Reply"}}}}},
-                }},
-            },
             "components": {"schemas": {
                 "Ask": {
                     "type": "object",
@@ -469,7 +468,8 @@ mod tests {
                 "Reply": {"type": "object", "properties": {"content": {"type": "string"}}},
             }},
         });
-        no_nul_everywhere(&mut doc);
+        // A route takes `Ask` and answers `Reply`.
+        no_nul_everywhere(&mut doc, &["Ask".into()]);
         let schema = |pointer: &str| doc.pointer(&format!("/components/schemas{pointer}")).cloned().unwrap();
         let pattern = json!("^[^\\u0000]*$");
         assert_eq!(schema("/Ask/properties/text/pattern"), pattern);

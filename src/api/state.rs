@@ -60,6 +60,27 @@ impl Settings {
     }
 }
 
+#[cfg(test)]
+impl Settings {
+    /// The defaults' settings, for the api's own tests.
+    pub fn example() -> Settings {
+        Settings {
+            api_key: None,
+            cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            body_limit_bytes: 1 << 20,
+            keepalive: std::time::Duration::from_secs(15),
+            head_wait: std::time::Duration::from_secs(30),
+            write_timeout: std::time::Duration::from_secs(30),
+            reasoning: ReasoningMode::Split,
+            tools_overflow: ToolsOverflow::Select,
+            metrics_on_main_listener: true,
+            allow_pull: false,
+            docs_dir: None,
+        }
+    }
+}
+
 /// `rkllmd-<version>-<backend>-<runtime version>`: what produced a reply.
 pub fn fingerprint(model: &Loaded) -> String {
     let info = model.engine.info();

@@ -4,6 +4,7 @@
 //! reply's headers say of it (`finish.rs`). Each front end then writes the
 //! pieces in its own shape.
 
+use super::ceiling::Clamped;
 use super::error::ApiError;
 use super::finish::Served;
 use super::record::{Counting, Record};
@@ -51,20 +52,22 @@ pub struct Submitted<S> {
 
 /// The one path from a validated job to its reply that every generation
 /// endpoint takes (chat and completions, Ollama, Responses, Messages):
-/// submitted in its queue place, read ahead of its client, and a stream's
-/// head held as `wait` says.
+/// submitted in its queue place (`leased`: the model and the place), read
+/// ahead of its client, and a stream's head held as `wait` says. `clamped`:
+/// the token limit the front end lowered to the server's (`ceiling.rs`),
+/// which the reply's headers say.
 pub async fn submit(
     state: &AppState,
-    model: Lease,
-    place: Place,
+    (model, place): (Lease, Place),
     v: Validated,
+    clamped: Option<Clamped>,
     id: &str,
     counting: &Counting,
     wait: HeadWait,
 ) -> Submitted<impl futures_util::Stream<Item = Piece> + Send + 'static> {
     let streamed = v.stream;
     let template_mode = model.prompter.mode().as_str();
-    let (tools_dropped, clamped) = (v.checks.tools_dropped, v.checks.clamped);
+    let tools_dropped = v.checks.tools_dropped;
     let (pieces, ignored) = start(model, place, v, id, counting);
     let pieces = super::outbox::read_ahead(pieces, state.settings.write_timeout);
     let pieces = hold_head(pieces, streamed.then_some(wait)).await;

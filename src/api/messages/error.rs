@@ -1,6 +1,8 @@
 //! Anthropic's error shape, `{"type": "error", "error": {"type", "message"}}`,
-//! for the Messages API's handlers and its stream's `error` event; the
-//! status is the daemon's one table's (`status.rs`).
+//! for the Messages API's handlers and its stream's `error` event; the route
+//! table writes the refusals met before a handler on these routes with
+//! [`refusal`] (`route::Errors::Anthropic`). The status is the daemon's one
+//! table's (`status.rs`).
 
 use super::wire::{ErrorDetail, ErrorResponse};
 use crate::api::error::ApiError;
@@ -46,4 +48,10 @@ impl IntoResponse for AnthropicError {
         let body = self.body();
         self.0.respond_with(&body)
     }
+}
+
+/// A refusal met before a handler (a missing key, a foreign origin, a body
+/// too large, a method the route does not take), in Anthropic's shape.
+pub fn refusal(e: ApiError) -> Response {
+    AnthropicError(e).into_response()
 }

@@ -5,24 +5,24 @@
 //! have Anthropic's shape and the daemon's one status table.
 
 mod convert;
-mod error;
+pub(super) mod error;
 mod reply;
 mod system;
 pub(super) mod wire;
 
+use super::body::Body;
 use super::error::ApiError;
 use super::record::Counting;
 use super::request::prepare;
 use super::state::AppState;
 use super::submit::{head_wait, submit};
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use error::AnthropicError;
 use wire::{CountTokens, CreateMessage, ErrorResponse, TokenCount};
 
-fn parse<T: serde::de::DeserializeOwned + utoipa::ToSchema>(body: &Bytes) -> Result<T, AnthropicError> {
+fn parse<T: serde::de::DeserializeOwned + utoipa::ToSchema>(body: &[u8]) -> Result<T, AnthropicError> {
     super::extract::parse(body).map_err(AnthropicError)
 }
 
@@ -45,7 +45,7 @@ fn parse<T: serde::de::DeserializeOwned + utoipa::ToSchema>(body: &Bytes) -> Res
 pub async fn create(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, AnthropicError> {
     let req: CreateMessage = super::extract::parse_named(&body, Some(&counting)).map_err(AnthropicError)?;
     let mut chat = convert::chat_request(&req)?;
@@ -56,14 +56,13 @@ pub async fn create(
         let (max_tokens, clamped) = super::ceiling::clamp(req.max_tokens, model.engine.limits().max_new_tokens);
         chat.common.max_tokens = Some(max_tokens);
         system::place(&mut chat, &model.prompter);
-        let mut v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
-        v.checks.clamped = clamped;
+        let v = chat.validate(&job_id, model, policy).map_err(|e| system::refused(e, &req.conversation, model))?;
         Ok((v, clamped))
     })
     .await?;
     let head = reply::Head { id: id.clone(), model: model.served_id(), clamped };
     let wait = head_wait(&v, state.settings.head_wait);
-    let s = submit(&state, model, place, v, &id, &counting, wait).await;
+    let s = submit(&state, (model, place), v, clamped, &id, &counting, wait).await;
     let response = match s.pieces {
         Ok(pieces) if s.streamed => reply::stream(pieces, head, state.settings.keepalive),
         Ok(pieces) => reply::collect(pieces, head).await,
@@ -88,7 +87,7 @@ pub async fn create(
     ),
     security(("bearer" = []))
 )]
-pub async fn count_tokens(State(state): State<AppState>, body: Bytes) -> Result<Json<TokenCount>, AnthropicError> {
+pub async fn count_tokens(State(state): State<AppState>, Body(body): Body) -> Result<Json<TokenCount>, AnthropicError> {
     let req: CountTokens = parse(&body)?;
     let chat = convert::conversation(&req.conversation)?;
     let model = state.lease(&req.conversation.model, None).await?;

@@ -5,13 +5,13 @@
 use super::convert::{self, parse_counted};
 use super::error::OllamaError;
 use super::wire::{EmbedInput, EmbedRequest, EmbedResponse, LegacyEmbedRequest, LegacyEmbedResponse, Options};
+use crate::api::body::Body;
 use crate::api::embeddings::{check_count, check_inputs, known_dimensions, text_inputs, vectors, Vectors};
 use crate::api::error::ApiError;
 use crate::api::record::Counting;
 use crate::api::request::{prepare, MAX_BYTES_PER_TOKEN};
 use crate::api::state::AppState;
 use crate::engine::RunInput;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::{Extension, Json};
 use serde_json::Value;
@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 pub async fn embed(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json<EmbedResponse>, OllamaError> {
     let received = Instant::now();
     let req: EmbedRequest = parse_counted(&body, &counting)?;
@@ -77,7 +77,7 @@ pub async fn embed(
 pub async fn legacy(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Json<LegacyEmbedResponse>, OllamaError> {
     let req: LegacyEmbedRequest = parse_counted(&body, &counting)?;
     let texts: Vec<String> = req.prompt.into_iter().filter(|p| !p.is_empty()).collect();

@@ -2,11 +2,11 @@
 
 use super::error::OllamaError;
 use super::wire::{Details, ModelEntry, Models, Show, ShowRequest, Version};
+use crate::api::body::Body;
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
 use crate::conversation::Prompter;
 use crate::registry::{adapter_id, ModelSpec, Status};
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Map};
@@ -140,7 +140,7 @@ async fn capabilities(status: &Status) -> Vec<&'static str> {
         (status = 200, description = "The model's template, parameters and capabilities", body = Show),
     )
 )]
-pub async fn show(State(state): State<AppState>, body: Bytes) -> Result<Json<Show>, OllamaError> {
+pub async fn show(State(state): State<AppState>, Body(body): Body) -> Result<Json<Show>, OllamaError> {
     let req: ShowRequest = crate::api::extract::parse(&body)?;
     let registry = state.models()?;
     // An adapter (`BASE:NAME`) is shown as its base model.

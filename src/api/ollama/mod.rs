@@ -20,8 +20,8 @@ use super::request::prepare;
 use super::route::{Route, Routes};
 use super::state::AppState;
 use super::submit::{submit, HeadWait};
+use crate::api::body::Body;
 use crate::metrics::Kind;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
@@ -31,7 +31,9 @@ use std::time::Instant;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use wire::{ChatRequest, Chunk, Common, ErrorReply, GenerateRequest, StreamLine};
+use wire::{
+    ChatRequest, Chunk, Common, EmbedRequest, ErrorReply, GenerateRequest, LegacyEmbedRequest, ShowRequest, StreamLine,
+};
 
 /// The error shape, which `api::docs` names for every refusal on these routes.
 #[derive(utoipa::OpenApi)]
@@ -45,12 +47,14 @@ pub fn routes(table: &mut Routes) -> OpenApiRouter<AppState> {
         .routes(table.add(Route::JSON.ollama(), routes!(info::version)))
         .routes(table.add(Route::JSON.ollama(), routes!(info::tags)))
         .routes(table.add(Route::JSON.ollama(), routes!(info::ps)))
-        .routes(table.add(Route::JSON.ollama(), routes!(info::show)))
-        .routes(table.add(Route::JSON.ollama(), routes!(pull::pull)))
-        .routes(table.add(Route::GENERATION.ollama(), routes!(chat)))
-        .routes(table.add(Route::GENERATION.ollama(), routes!(generate)))
-        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::embed)))
-        .routes(table.add(Route::counted(Kind::Embedding).ollama(), routes!(embed::legacy)))
+        .routes(table.add(Route::JSON.ollama().takes::<ShowRequest>(), routes!(info::show)))
+        .routes(table.add(Route::JSON.ollama().takes::<pull::PullRequest>(), routes!(pull::pull)))
+        .routes(table.add(Route::GENERATION.ollama().takes::<ChatRequest>(), routes!(chat)))
+        .routes(table.add(Route::GENERATION.ollama().takes::<GenerateRequest>(), routes!(generate)))
+        .routes(table.add(Route::counted(Kind::Embedding).ollama().takes::<EmbedRequest>(), routes!(embed::embed)))
+        .routes(
+            table.add(Route::counted(Kind::Embedding).ollama().takes::<LegacyEmbedRequest>(), routes!(embed::legacy)),
+        )
 }
 
 /// Ollama's chat: NDJSON objects as tokens come (`stream`, the default), or one.
@@ -68,7 +72,7 @@ pub fn routes(table: &mut Routes) -> OpenApiRouter<AppState> {
 async fn chat(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: ChatRequest = convert::parse_counted(&body, &counting)?;
@@ -93,7 +97,7 @@ async fn chat(
 async fn generate(
     State(state): State<AppState>,
     Extension(counting): Extension<Counting>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
     let req: GenerateRequest = convert::parse_counted(&body, &counting)?;
@@ -130,7 +134,7 @@ async fn answer(
     let limit = model.engine.limits().max_new_tokens;
     let asked = common.options.as_ref().and_then(|o| o.num_predict).filter(|&n| n > 0);
     let clamped = asked.and_then(|n| super::ceiling::clamp(u32::try_from(n).unwrap_or(u32::MAX), limit).1);
-    let Some(mut v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
+    let Some(v) = prepare(&model, move |model| validate(&for_job, model)).await? else {
         let unload = keep_alive.is_some_and(|k| k.is_zero());
         drop(model);
         if unload {
@@ -145,9 +149,8 @@ async fn answer(
         let done = frame.done(empty, if unload { "unload" } else { "load" }, Some(stats));
         return Ok(axum::Json(done).into_response());
     };
-    v.checks.clamped = clamped;
     let wait = HeadWait::RunStart(state.settings.head_wait);
-    let s = submit(state, model, place, v, &id, counting, wait).await;
+    let s = submit(state, (model, place), v, clamped, &id, counting, wait).await;
     let response = match s.pieces {
         Ok(pieces) if s.streamed => reply::stream(pieces, frame),
         Ok(pieces) => reply::collect(pieces, frame).await,

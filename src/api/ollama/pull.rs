@@ -3,6 +3,7 @@
 //! Off unless `allow_pull`: a pull writes gigabytes to the board's disk.
 
 use super::error::OllamaError;
+use crate::api::body::Body as RequestBody;
 use crate::api::error::ApiError;
 use crate::api::state::AppState;
 use crate::pull::{Event, Hub, Options, PullError, Wanted};
@@ -81,7 +82,7 @@ impl Drop for AbortOnDrop {
         (status = 502, description = "The Hub failed, the download broke off (a new pull resumes it), or a file's digest was wrong"),
     )
 )]
-pub async fn pull(State(state): State<AppState>, body: Bytes) -> Result<Response, OllamaError> {
+pub async fn pull(State(state): State<AppState>, RequestBody(body): RequestBody) -> Result<Response, OllamaError> {
     let req: PullRequest = crate::api::extract::parse(&body)?;
     if !state.settings.allow_pull {
         return Err(ApiError::pull_off().into());

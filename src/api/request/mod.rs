@@ -71,9 +71,6 @@ pub struct Checks {
     pub format: Option<ResponseFormat>,
     /// Tool definitions left out because they did not fit (`tools_overflow = "select"`).
     pub tools_dropped: usize,
-    /// A `max_tokens` above the server's limit, served as a ceiling (set by
-    /// the front end that clamped it, `ceiling.rs`).
-    pub clamped: Option<Clamped>,
 }
 
 /// The longest conversation key (`prompt_cache_key`, `X-Session-Id`) taken.
@@ -226,7 +223,7 @@ impl ChatCompletionRequest {
             size.without_tools = without_tools(model, chat.clone());
         }
         size.check(&v.job)?;
-        v.checks = Checks { size, format, tools_dropped, clamped: None };
+        v.checks = Checks { size, format, tools_dropped };
         v.job.enable_thinking = enable_thinking;
         v.rules =
             ReplyRules { reasoning: policy.reasoning, starts_in_thinking: rendered.starts_in_thinking, tool_syntax };

@@ -50,7 +50,7 @@ pub async fn create(
     let job_id = id.clone();
     // A ceiling, as OpenAI's own limit is: the most the server produces, not a refusal.
     let clamped = chat.clamp_max_tokens(model.engine.limits().max_new_tokens);
-    let (mut v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
+    let (v, tools) = prepare(&model, move |model| match chat.validate(&job_id, model, policy) {
         Ok(v) => Ok((v, tools)),
         Err(mut e) => {
             // Chat's field names, as this request calls them.
@@ -78,9 +78,8 @@ pub async fn create(
         names: tools.names,
         unsupported: tools.unsupported.len(),
     };
-    v.checks.clamped = clamped;
     let wait = head_wait(&v, state.settings.head_wait);
-    let mut s = submit(&state, model, place, v, &id, &counting, wait).await;
+    let mut s = submit(&state, (model, place), v, clamped, &id, &counting, wait).await;
     s.served.ignored.extend(convert::ignored(&req));
     s.served.tools_unsupported = tools.unsupported;
     let response = match s.pieces {
