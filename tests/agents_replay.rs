@@ -109,7 +109,17 @@ async fn opencode_first_turn_and_its_bash_loop() {
     let (prompt2, cached2) = tokens(&turn.usage);
     assert!(prompt2 > prompt1);
     assert!(cached2 * 100 >= prompt1 * 95, "{cached2} of the first turn's {prompt1} tokens cached");
-    assert!(!d.log().contains("status=4") && !d.log().contains("status=5"), "{}", d.log());
+    // Both recorded as 200s, so nothing else was (an error event in a 200
+    // stream would be a 5xx there).
+    let done = |reason: &str| {
+        format!("rkllmd_requests_total{{model=\"m\",status=\"200\",finish_reason=\"{reason}\",kind=\"completion\"}}")
+    };
+    for reason in ["tool_calls", "stop"] {
+        assert!(d.wait_metric(&done(reason), |n| n == 1.0).await, "the {reason} turn recorded as a 200");
+    }
+    let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    let counted = metrics.lines().filter(|l| l.starts_with("rkllmd_requests_total{")).count();
+    assert_eq!(counted, 2, "{metrics}");
 }
 
 /// aider 0.86.2's first turn with `hello.py` added to the chat (its `whole`

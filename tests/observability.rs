@@ -187,9 +187,10 @@ async fn timings_log_lines_match_the_final_chunk() {
         assert!(close(ms("finished"), line["timings"]["e2e_ms"].as_f64().unwrap(), 0.002));
         assert!(ms("admitted") <= ms("first_token") && ms("first_token") <= ms("last_token"));
     }
-    // The same request is in the structured log, once.
-    let id = plain["id"].as_str().unwrap();
-    assert_eq!(d.log().lines().filter(|l| l.contains("request finished") && l.contains(id)).count(), 1);
+    // The same request is in the structured log, once (read after the exit).
+    let id = plain["id"].as_str().unwrap().to_owned();
+    let (_, stderr) = d.exit();
+    assert_eq!(stderr.lines().filter(|l| l.contains("request finished") && l.contains(&id)).count(), 1, "{stderr}");
 }
 
 #[tokio::test]

@@ -10,9 +10,10 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 /// Room for one model; `a` replies slowly (a prefill of ~1 s, during which
-/// an abort waits, then ~20 tokens of ~60 ms), `b` at once.
+/// an abort waits, then 60 tokens of ~60 ms: seconds in which it is
+/// checked busy), `b` at once.
 fn daemon() -> (Daemon, tempfile::TempDir) {
-    two_models("sim:qwen2.5-1.5b?reply_tokens=20&prefill_extra_ms=800", &[])
+    two_models("sim:qwen2.5-1.5b?reply_tokens=60&prefill_extra_ms=800", &[])
 }
 
 /// Models `a` (`path_a`) and `b` (an instant one) with room for one.
@@ -42,19 +43,9 @@ async fn first_content(response: &mut reqwest::Response) {
     }
 }
 
-fn unloads(d: &Daemon, model: &str) -> usize {
-    d.log().lines().filter(|l| l.contains("unloading model") && l.contains(&format!("model={model}"))).count()
-}
-
-/// Whether the log line with `first` comes before the `n`th line with
-/// `then` (the daemon writes its log in order).
-fn logged_before(d: &Daemon, first: &str, then: &str, n: usize) -> bool {
-    let log = d.log();
-    let lines: Vec<&str> = log.lines().collect();
-    let at = |needle: &str, n: usize| {
-        lines.iter().enumerate().filter(|(_, l)| l.contains(needle)).nth(n - 1).map(|(i, _)| i)
-    };
-    matches!((at(first, 1), at(then, n)), (Some(f), Some(t)) if f < t)
+/// `rkllmd_model_unloads_total` for `model` unloaded to make room.
+async fn unloads_for_room(d: &Daemon, model: &str) -> f64 {
+    d.metric(&format!("rkllmd_model_unloads_total{{model=\"{model}\",reason=\"room\"}}")).await.unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,17 +57,17 @@ async fn a_model_in_use_is_not_unloaded_and_one_whose_client_left_is_once_its_ru
         let (client, url) = (d.client(), d.url.clone());
         async move { client.post(format!("{url}/v1/chat/completions")).json(&chat("b", "hi")).send().await.unwrap() }
     });
-    assert!(d.wait_log("loading waits for room"), "b's load waits while a streams: {}", d.log());
+    assert!(d.wait_metric("rkllmd_model_load_waits_total", |n| n == 1.0).await, "b's load waits while a streams");
     // Status reads clone the loaded model: they must not change what is idle.
-    assert_eq!(d.get_json("/v1/models/a").await.1["state"], "loaded");
+    assert_eq!(d.get_json("/v1/models/a").await.1["state"], "loaded", "a unloaded while it generates");
+    assert_eq!(unloads_for_room(&d, "a").await, 0.0);
     let (events, _) = read_sse(a).await;
     let last: Value = events.iter().rev().find(|e| e.data != "[DONE]").unwrap().json();
     assert_eq!(last["choices"][0]["finish_reason"], "stop", "a's reply ran to its end: {last}");
-    let b = tokio::time::timeout(Duration::from_secs(20), other).await.expect("b loads once a is idle").unwrap();
+    let b = tokio::time::timeout(Duration::from_secs(60), other).await.expect("b loads once a is idle").unwrap();
     assert_eq!(b.status(), 200);
-    assert!(d.wait_log("model=a reason=\"room\""), "{}", d.log());
-    let finished = "status=200 finish_reason=\"stop\"";
-    assert!(logged_before(&d, finished, "unloading model model=a", 1), "a was unloaded under its stream: {}", d.log());
+    // Counted when the unload ended, before b's load began.
+    assert_eq!(unloads_for_room(&d, "a").await, 1.0);
 
     // A client that leaves during the prefill lets go of its lease at once;
     // its run cannot be aborted before its first token and is drained, and
@@ -85,18 +76,12 @@ async fn a_model_in_use_is_not_unloaded_and_one_whose_client_left_is_once_its_ru
     assert_eq!(a.status(), 200);
     d.wait_queue(|running, _| running == 1).await;
     drop(a);
-    let b = tokio::time::timeout(Duration::from_secs(20), d.post("/v1/chat/completions", chat("b", "hi")))
+    let b = tokio::time::timeout(Duration::from_secs(60), d.post("/v1/chat/completions", chat("b", "hi")))
         .await
         .expect("b loads once a's run is drained");
     assert_eq!(b.status(), 200);
     assert!(d.wait_metric("rkllmd_client_disconnects_total", |n| n == 1.0).await, "a's request counts as a disconnect");
-    assert_eq!(unloads(&d, "a"), 2);
-    let drained = "client_disconnected=true";
-    assert!(
-        logged_before(&d, drained, "unloading model model=a", 2),
-        "a was unloaded under its draining run: {}",
-        d.log()
-    );
+    assert_eq!(unloads_for_room(&d, "a").await, 2.0);
 }
 
 /// Steady traffic to one model must not keep a request for another waiting
@@ -144,4 +129,22 @@ async fn a_flood_to_one_model_lets_another_load_after_the_switch_wait() {
     let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.lines().any(|l| l.starts_with("rkllmd_model_yields_total ") && !l.ends_with(" 0")), "{metrics}");
     eprintln!("`b` answered after {waited:?}, `a` answered {during} requests meanwhile");
+}
+
+/// Every unload is counted once its runtime is destroyed, by why: a
+/// request's `keep_alive: 0` once the model is idle, the unload route at
+/// once (it answers after the unload).
+#[tokio::test]
+async fn unloads_are_counted_by_why() {
+    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?reply_tokens=2", "--model-id", "m"]);
+    let unloads = |reason: &str| format!("rkllmd_model_unloads_total{{model=\"m\",reason=\"{reason}\"}}");
+    let body = json!({"model": "m", "stream": false, "keep_alive": 0, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(d.post("/api/chat", body).await.status(), 200);
+    assert!(d.wait_metric(&unloads("keep_alive"), |n| n == 1.0).await, "unloaded after its request");
+    assert_eq!(d.get_json("/v1/models/m").await.1["state"], "unloaded");
+    assert_eq!(d.post("/v1/models/m/load", json!({})).await.status(), 200);
+    assert_eq!(d.post("/v1/models/m/unload", json!({})).await.status(), 200);
+    assert_eq!(d.metric(&unloads("request")).await, Some(1.0));
+    assert_eq!(d.metric(&unloads("keep_alive")).await, Some(1.0));
+    assert_eq!(d.metric(&unloads("room")).await, None, "no other model needed the room");
 }

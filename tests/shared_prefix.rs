@@ -127,7 +127,8 @@ async fn the_file_lies_beside_the_saved_conversations_and_goes_with_the_model() 
     assert_eq!((files("prefix-"), files("conversation-")), (1, 1));
     let r = on.post("/v1/models/m/unload", json!({})).await;
     assert_eq!(r.status(), 200);
-    assert!(on.wait_log("model unloaded"), "{}", on.log());
+    let unloaded = "rkllmd_model_unloads_total{model=\"m\",reason=\"request\"}";
+    assert!(on.wait_metric(unloaded, |n| n == 1.0).await, "the model was unloaded");
     assert_eq!(std::fs::read_dir(&shm).unwrap().count(), 0, "the model's directory is gone with its files");
 }
 

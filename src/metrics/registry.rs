@@ -45,6 +45,12 @@ struct CacheLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnloadLabels {
+    model: String,
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     check: &'static str,
 }
@@ -76,6 +82,8 @@ pub struct Metrics {
     shared_prefixes_made: Counter,
     shared_prefix_off: Counter,
     model_yields: Counter,
+    model_load_waits: Counter,
+    model_unloads: Family<UnloadLabels, Counter>,
     runtime_text_dropped: Counter,
     batch_gather_window: Histogram,
     batch_gathers_expired: Counter,
@@ -121,6 +129,8 @@ impl Metrics {
             shared_prefixes_made: Counter::default(),
             shared_prefix_off: Counter::default(),
             model_yields: Counter::default(),
+            model_load_waits: Counter::default(),
+            model_unloads: Family::default(),
             runtime_text_dropped: Counter::default(),
             batch_gather_window: histogram(),
             batch_gathers_expired: Counter::default(),
@@ -191,6 +201,16 @@ impl Metrics {
             "rkllmd_model_yields",
             "Times a busy model stopped taking new requests so that another model could load (max_switch_wait_secs)",
             self.model_yields.clone(),
+        );
+        r.register(
+            "rkllmd_model_load_waits",
+            "Loads that waited for room because the loaded models in their way were in use (max_loaded_models, the memory budget)",
+            self.model_load_waits.clone(),
+        );
+        r.register(
+            "rkllmd_model_unloads",
+            "Models unloaded, by why: room (for another model's load), keep_alive (idle past it), request (an unload asked for)",
+            self.model_unloads.clone(),
         );
         r.register(
             "rkllmd_conversation_evictions",
@@ -367,6 +387,15 @@ impl Metrics {
 
     pub fn model_yielded(&self) {
         self.model_yields.inc();
+    }
+
+    pub fn model_load_waited(&self) {
+        self.model_load_waits.inc();
+    }
+
+    /// A model's unload finished (its runtime destroyed).
+    pub fn model_unloaded(&self, model: &str, reason: &'static str) {
+        self.model_unloads.get_or_create(&UnloadLabels { model: model.to_owned(), reason }).inc();
     }
 
     pub fn shared_prefix_made(&self) {

@@ -33,6 +33,7 @@ impl Registry {
                     None => {
                         if !std::mem::replace(&mut said, true) {
                             tracing::info!(model = %spec.id, "loading waits for room: the loaded models are in use");
+                            crate::metrics::observer().metrics.model_load_waited();
                         }
                         if waiting.elapsed() >= self.settings.switch_after {
                             self.yield_to(&mut state, spec);
@@ -43,8 +44,7 @@ impl Registry {
             };
             let reserved = self.state().reserved.iter().any(|(r, _)| *r == spec.id);
             for victim in victims {
-                tracing::info!(model = %victim.model_id, reason = "room", "unloading model");
-                unload(victim).await;
+                unload(victim, Why::Room).await;
             }
             if reserved {
                 return Ok(());
@@ -153,9 +153,8 @@ impl Registry {
         };
         drop(model);
         if let Some(model) = unload_now {
-            tracing::info!(model = %model.model_id, reason = "keep_alive", "unloading model");
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(unload(model));
+                rt.spawn(unload(model, Why::KeepAlive));
             }
         }
         self.changed.notify_waiters();
@@ -179,8 +178,7 @@ impl Registry {
         };
         self.changed.notify_waiters();
         if let Some(model) = now_idle {
-            tracing::info!(model = %id, reason = "request", "unloading model");
-            unload(model).await;
+            unload(model, Why::Request).await;
         }
         Ok(true)
     }
@@ -208,8 +206,7 @@ impl Registry {
                 (models, next)
             };
             for model in expired {
-                tracing::info!(model = %model.model_id, reason = "keep_alive", "unloading model");
-                unload(model).await;
+                unload(model, Why::KeepAlive).await;
             }
             let wait = next.map_or(Duration::from_secs(3600), |at| at.saturating_duration_since(Instant::now()));
             tokio::select! {
@@ -239,6 +236,27 @@ impl Drop for Yielded<'_> {
     }
 }
 
+/// Why a model is unloaded: the log's and the metric's `reason`.
+#[derive(Clone, Copy)]
+enum Why {
+    /// Another model's load needs its room.
+    Room,
+    /// Idle past its keep-alive (`0`: as soon as its last lease ended).
+    KeepAlive,
+    /// `POST /v1/models/{id}/unload`, or an Ollama load-only request with `keep_alive: 0`.
+    Request,
+}
+
+impl Why {
+    fn label(self) -> &'static str {
+        match self {
+            Why::Room => "room",
+            Why::KeepAlive => "keep_alive",
+            Why::Request => "request",
+        }
+    }
+}
+
 /// How long an unload waits for the last transient holders of the model
 /// (a status snapshot, a finished generation's stream) before it says so.
 const HELD_WARN: Duration = Duration::from_secs(5);
@@ -249,9 +267,11 @@ const HELD_WARN: Duration = Duration::from_secs(5);
 /// a reference lets go within moments (a status snapshot, a finished
 /// stream), and the destroy waits for that here rather than happening
 /// wherever the last reference drops (an async task, which it would block).
-/// A holder that does not let go is a bug, said once as a WARN.
-async fn unload(model: Arc<Loaded>) {
+/// A holder that does not let go is a bug, said once as a WARN. Counted
+/// once the runtime is destroyed (`rkllmd_model_unloads_total`).
+async fn unload(model: Arc<Loaded>, why: Why) {
     let id = model.model_id.clone();
+    tracing::info!(model = %id, reason = why.label(), "unloading model");
     let started = Instant::now();
     let destroy = move || {
         let mut warned = false;
@@ -286,4 +306,5 @@ async fn unload(model: Arc<Loaded>) {
         tracing::error!(model = %id, "unloading the model panicked");
     }
     tracing::info!(model = %id, unload_ms = started.elapsed().as_millis() as u64, "model unloaded");
+    crate::metrics::observer().metrics.model_unloaded(&id, why.label());
 }

@@ -13,6 +13,9 @@ pub struct Daemon {
     pub url: String,
     child: Child,
     log: Arc<Mutex<Vec<String>>>,
+    /// The thread reading its stderr: joined by `exit`, so that the log it
+    /// returns holds every line the daemon wrote.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -61,7 +64,7 @@ impl Daemon {
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(at) = line.find("listening on http://") {
                     let url = line[at + "listening on ".len()..].split_whitespace().next().unwrap_or("").to_owned();
@@ -71,7 +74,7 @@ impl Daemon {
             }
         });
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => Daemon { url, child, log },
+            Ok(url) => Daemon { url, child, log, reader: Some(reader) },
             Err(_) => {
                 let _ = child.kill();
                 panic!("rkllmd did not become ready; its log:\n{}", log.lock().unwrap().join("\n"));
@@ -87,11 +90,12 @@ impl Daemon {
         self.log.lock().unwrap().join("\n")
     }
 
-    /// Whether a log line containing `needle` arrives within 10 s (stderr is
+    /// Whether a log line containing `needle` arrives within 60 s (stderr is
     /// read by another thread, so a line written before a reply may show up
-    /// in `log()` only after the reply).
+    /// in `log()` only after the reply). For a moment nothing else marks;
+    /// what a test asserts of the log it reads after the exit (`exit`).
     pub fn wait_log(&self, needle: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         while !self.log().contains(needle) {
             if Instant::now() > deadline {
                 return false;
@@ -101,18 +105,30 @@ impl Daemon {
         true
     }
 
-    /// SIGTERM, then the exit status (within 20 s).
-    pub fn terminate(mut self) -> std::process::ExitStatus {
+    /// SIGTERM, then the exit status (within 60 s).
+    pub fn terminate(self) -> std::process::ExitStatus {
+        self.exit().0
+    }
+
+    /// SIGTERM, the exit status (within 60 s: a busy machine delays the
+    /// shutdown, a hung one never ends it) and the whole log, read to the
+    /// end of the daemon's stderr — what an operator reads, with no line
+    /// still on its way through the pipe.
+    pub fn exit(mut self) -> (std::process::ExitStatus, String) {
         // SAFETY: plain kill(2) on our child's pid.
         unsafe { libc_kill(self.child.id() as i32, 15) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+                break status;
             }
             assert!(Instant::now() < deadline, "rkllmd did not exit after SIGTERM; log:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the log reader");
         }
+        (status, self.log())
     }
 
     pub fn client(&self) -> reqwest::Client {

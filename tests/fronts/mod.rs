@@ -9,6 +9,7 @@ use crate::common::{provision, Daemon};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +31,27 @@ pub fn host_port(d: &Daemon) -> String {
     d.url.trim_start_matches("http://").to_owned()
 }
 
+/// A port for a program started at an address the test chose (a proxy; a
+/// board restarted where its proxy knows it): below the kernel's ephemeral
+/// range (`ip_local_port_range`), which no bind to port 0 and no outgoing
+/// connection is given, so no other test takes it between the choice and
+/// the program's bind, nor while a killed board is down. Handed out once
+/// per test binary from a start that differs between processes, each
+/// checked free.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32768);
+    let (base, span) = (low / 2, low - low / 2);
+    let _ =
+        NEXT.compare_exchange(0, (std::process::id() % u32::from(span)) as u16 + 1, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..span {
+        let port = base + NEXT.fetch_add(1, Ordering::SeqCst) % span;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {base}..{low}");
 }
 
 /// A shipped example's text.
@@ -72,30 +92,38 @@ fn shipped(file: &str, boards: &[Daemon], replace: &[(&str, String)]) -> String 
     text
 }
 
-/// A proxy process, its output lines stamped as they arrive.
+/// A proxy process and its output lines.
 pub struct Proxy {
     child: Child,
     pub url: String,
-    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+    lines: Arc<Mutex<Vec<String>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    /// HAProxy's stats socket (its servers' states and counters).
+    stats: Option<PathBuf>,
+    /// The signal that stops it gracefully: HAProxy's SIGUSR1, nginx's SIGQUIT.
+    graceful: i32,
 }
 
 impl Proxy {
-    fn spawn(mut cmd: Command, port: u16) -> Proxy {
+    fn spawn(mut cmd: Command, port: u16, stats: Option<PathBuf>, graceful: i32) -> Proxy {
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the proxy");
         let lines = Arc::new(Mutex::new(Vec::new()));
-        for out in [
+        let readers = [
             Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
             Box::new(child.stderr.take().unwrap()),
-        ] {
+        ]
+        .into_iter()
+        .map(|out| {
             let lines = lines.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push((Instant::now(), line));
+                    lines.lock().unwrap().push(line);
                 }
-            });
-        }
-        let proxy = Proxy { child, url: format!("http://127.0.0.1:{port}"), lines };
-        let deadline = Instant::now() + Duration::from_secs(10);
+            })
+        })
+        .collect();
+        let proxy = Proxy { child, url: format!("http://127.0.0.1:{port}"), lines, readers, stats, graceful };
+        let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "the proxy did not listen:\n{}", proxy.log());
             std::thread::sleep(Duration::from_millis(20));
@@ -108,20 +136,58 @@ impl Proxy {
     }
 
     pub fn lines(&self) -> Vec<String> {
-        self.lines.lock().unwrap().iter().map(|(_, l)| l.clone()).collect()
+        self.lines.lock().unwrap().clone()
     }
 
-    /// When a line containing `needle` was printed after `since`, waiting up
-    /// to `within`.
-    pub fn line_at(&self, needle: &str, since: Instant, within: Duration) -> Option<Instant> {
-        let deadline = Instant::now() + within;
+    /// Stops the proxy gracefully (it finishes what it serves, logs it and
+    /// exits) and returns every line it wrote: read to the end of its
+    /// output, none still on its way through the pipe.
+    pub fn stop(mut self) -> Vec<String> {
+        extern "C" {
+            fn kill(pid: i32, sig: i32) -> i32;
+        }
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { kill(self.child.id() as i32, self.graceful) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the proxy did not stop:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for reader in std::mem::take(&mut self.readers) {
+            reader.join().expect("the proxy's output reader");
+        }
+        self.lines()
+    }
+
+    /// HAProxy's `show stat` row of `server` in backend `rkllmd`, by column
+    /// name (`status`: UP, DOWN, …; `chkdown`: times it went down).
+    pub fn server_stat(&self, server: &str) -> std::collections::HashMap<String, String> {
+        use std::io::{Read, Write};
+        let path = self.stats.as_ref().expect("HAProxy's stats socket");
+        let mut socket = std::os::unix::net::UnixStream::connect(path).expect("HAProxy's stats socket");
+        socket.write_all(b"show stat\n").unwrap();
+        let mut csv = String::new();
+        socket.read_to_string(&mut csv).unwrap();
+        let mut rows = csv.lines();
+        let header: Vec<&str> = rows.next().unwrap_or_default().trim_start_matches("# ").split(',').collect();
+        let row = rows
+            .map(|r| r.split(',').collect::<Vec<_>>())
+            .find(|r| r.first() == Some(&"rkllmd") && r.get(1) == Some(&server))
+            .unwrap_or_else(|| panic!("no {server} in HAProxy's stats:\n{csv}"));
+        header.iter().map(|h| h.to_string()).zip(row.iter().map(|v| v.to_string())).collect()
+    }
+
+    /// Polls HAProxy's stats until `server`'s status satisfies `pred`
+    /// (within `bound`); when it did.
+    pub async fn wait_status(&self, server: &str, pred: impl Fn(&str) -> bool, bound: Duration) -> Instant {
+        let deadline = Instant::now() + bound;
         loop {
-            let found =
-                self.lines.lock().unwrap().iter().find(|(at, l)| *at >= since && l.contains(needle)).map(|l| l.0);
-            if found.is_some() || Instant::now() > deadline {
-                return found;
+            let stat = self.server_stat(server);
+            if pred(&stat["status"]) {
+                return Instant::now();
             }
-            std::thread::sleep(Duration::from_millis(10));
+            assert!(Instant::now() < deadline, "{server} still {} after {bound:?}: {stat:?}", stat["status"]);
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
@@ -145,10 +211,17 @@ pub fn front(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
 fn haproxy_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
     let port = free_port();
     let config = dir.join("haproxy.cfg");
-    std::fs::write(&config, shipped(file, boards, &[("bind :8080", format!("bind 127.0.0.1:{port}"))])).unwrap();
+    // A stats socket added for the test: the servers' states, read as HAProxy holds them.
+    let stats = dir.join("haproxy.sock");
+    let replace = [
+        ("bind :8080", format!("bind 127.0.0.1:{port}")),
+        ("\nglobal\n", format!("\nglobal\n    stats socket {}\n", stats.display())),
+    ];
+    std::fs::write(&config, shipped(file, boards, &replace)).unwrap();
     let mut cmd = Command::new(debian_binary(provision::HAPROXY));
     cmd.arg("-db").arg("-f").arg(&config);
-    Proxy::spawn(cmd, port)
+    // SIGUSR1: HAProxy's soft stop.
+    Proxy::spawn(cmd, port, Some(stats), 10)
 }
 
 fn nginx_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
@@ -166,14 +239,14 @@ fn nginx_with(file: &str, dir: &Path, boards: &[Daemon]) -> Proxy {
     std::fs::write(dir.join("nginx.conf"), main).unwrap();
     let mut cmd = Command::new(debian_binary(provision::NGINX));
     cmd.arg("-e").arg("stderr").arg("-p").arg(dir).arg("-c").arg(dir.join("nginx.conf"));
-    Proxy::spawn(cmd, port)
+    // SIGQUIT: nginx's graceful shutdown.
+    Proxy::spawn(cmd, port, None, 3)
 }
 
 /// HAProxy's own queue wait (`Tw` of its httplog line, ms) for every chat
-/// request it logged.
-pub fn haproxy_queue_waits(proxy: &Proxy) -> Vec<f64> {
-    proxy
-        .lines()
+/// request it logged (`lines`: its whole log, `Proxy::stop`).
+pub fn haproxy_queue_waits(lines: &[String]) -> Vec<f64> {
+    lines
         .iter()
         .filter(|l| l.contains("POST /v1/chat/completions"))
         // client [date] frontend backend/server TR/Tw/Tc/Tr/Ta status …
