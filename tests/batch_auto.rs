@@ -38,15 +38,21 @@ fn start(keys: &str, root: &Path, record: &Path, extra: &[&str]) -> Daemon {
     Daemon::start(&[&["--model", &spec, "--model-id", MODEL, "--telemetry-root", root][..], extra].concat())
 }
 
-async fn batch(d: &Daemon) -> Value {
+async fn batch_of(d: &Daemon) -> Value {
     let (status, health) = d.get_json("/health").await;
     assert_eq!(status, 200, "{health}");
     health["runtime"]["batch"].clone()
 }
 
-/// The `n_batch` of each `rkllm_init`, in order.
+/// The `n_batch` of each `rkllm_init`, in order (the probe's handle included).
 fn inits(record: &Path) -> Vec<Value> {
-    common::sim_records(record, "init").iter().map(|r| r["extend_param"]["n_batch"].clone()).collect()
+    let calls = common::sim_calls(record).into_iter().filter(|r| r["call"] == "init");
+    calls.map(|r| r["extend_param"]["n_batch"].clone()).collect()
+}
+
+/// The runs, the probe's included.
+fn runs(record: &Path) -> usize {
+    common::sim_calls(record).iter().filter(|r| r["call"] == "run").count()
 }
 
 async fn answers(d: &Daemon) {
@@ -59,7 +65,7 @@ async fn answers(d: &Daemon) {
 async fn auto_keeps_the_slots_memory_holds_where_the_runtime_takes_short_batches() {
     let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
     let d = start("&short_batch=accept", root.path(), record.path(), &[]);
-    let batch = batch(&d).await;
+    let batch = batch_of(&d).await;
     assert_eq!((&batch["slots"], &batch["chosen_by"]), (&json!(8), &json!("auto")), "{batch}");
     let reason = batch["reason"].as_str().unwrap();
     assert!(reason.contains("8 slot(s)") && reason.contains("takes short batches"), "{reason}");
@@ -75,7 +81,7 @@ async fn auto_reopens_with_one_slot_where_the_runtime_refuses_short_batches() {
     // The simulator's default refuses a run with slots left without input.
     let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
     let d = start("", root.path(), record.path(), &[]);
-    let batch = batch(&d).await;
+    let batch = batch_of(&d).await;
     assert_eq!((&batch["slots"], &batch["chosen_by"]), (&json!(1), &json!("auto")), "{batch}");
     assert!(batch["reason"].as_str().unwrap().contains("found `refused`"), "{batch}");
     let (_, health) = d.get_json("/health").await;
@@ -84,14 +90,18 @@ async fn auto_reopens_with_one_slot_where_the_runtime_refuses_short_batches() {
     assert_eq!(d.log().matches("opening the model again with 1 slot").count(), 1, "one WARN: {}", d.log());
     assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(1.0));
     answers(&d).await;
+    // What the other tests read of the record leaves the probe out (tests/common `sim_records`).
+    assert_eq!(runs(record.path()), 2, "the probe and the request");
+    assert_eq!(common::sim_records(record.path(), "run").len(), 1, "the request's");
+    assert_eq!(common::sim_records(record.path(), "init").len(), 1);
 
     // `--batch 1` stays: opened once, nothing probed.
     let record = tempfile::NamedTempFile::new().unwrap();
     let one = start("&short_batch=accept", root.path(), record.path(), &["--batch", "1"]);
-    let batch = self::batch(&one).await;
-    assert_eq!((&batch["slots"], &batch["chosen_by"]), (&json!(1), &json!("config")), "{batch}");
+    let config = batch_of(&one).await;
+    assert_eq!((&config["slots"], &config["chosen_by"]), (&json!(1), &json!("config")), "{config}");
     assert_eq!(inits(record.path()), [json!(1)]);
-    assert!(common::sim_records(record.path(), "run").is_empty(), "no probe");
+    assert_eq!(runs(record.path()), 0, "no probe");
 }
 
 #[tokio::test]
@@ -99,25 +109,25 @@ async fn less_free_memory_opens_fewer_slots() {
     // Room for three slots' KV after the margin.
     let (root, record) = (board(MARGIN_MIB + 3 * SLOT_MIB + 10), tempfile::NamedTempFile::new().unwrap());
     let d = start("&short_batch=accept", root.path(), record.path(), &[]);
-    let batch = batch(&d).await;
-    assert_eq!(batch["slots"], 3, "{batch}");
-    assert!(batch["reason"].as_str().unwrap().starts_with("3 slot(s): 346 MiB free"), "{batch}");
+    let three = batch_of(&d).await;
+    assert_eq!(three["slots"], 3, "{three}");
+    assert!(three["reason"].as_str().unwrap().starts_with("3 slot(s): 346 MiB free"), "{three}");
     assert_eq!(inits(record.path()), [json!(3)]);
     drop(d);
 
     // Room for less than two: one slot, opened once, no probe.
     let (root, record) = (board(MARGIN_MIB + SLOT_MIB + 10), tempfile::NamedTempFile::new().unwrap());
     let d = start("&short_batch=accept", root.path(), record.path(), &[]);
-    let batch = batch(&d).await;
-    assert_eq!((&batch["slots"], &batch["chosen_by"]), (&json!(1), &json!("auto")), "{batch}");
-    assert!(batch["reason"].as_str().unwrap().starts_with("1 slot(s)"), "{batch}");
+    let one = batch_of(&d).await;
+    assert_eq!((&one["slots"], &one["chosen_by"]), (&json!(1), &json!("auto")), "{one}");
+    assert!(one["reason"].as_str().unwrap().starts_with("1 slot(s)"), "{one}");
     assert_eq!(inits(record.path()), [json!(1)]);
-    assert!(common::sim_records(record.path(), "run").is_empty(), "no probe");
+    assert_eq!(runs(record.path()), 0, "no probe");
 
     // A longer context takes more memory a slot: the same board holds one of 8192 tokens.
     let (root, record) = (board(MARGIN_MIB + 3 * SLOT_MIB + 10), tempfile::NamedTempFile::new().unwrap());
     let d = start("&short_batch=accept&context_limit=8192", root.path(), record.path(), &[]);
-    assert_eq!(self::batch(&d).await["slots"], 1);
+    assert_eq!(batch_of(&d).await["slots"], 1);
     assert_eq!(inits(record.path()), [json!(3), json!(1)], "loaded again for its own context, with one slot");
     answers(&d).await;
 }
@@ -130,11 +140,11 @@ async fn a_probe_that_hangs_is_aborted_after_its_bound_and_the_model_serves_with
     let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
     let keys = "&short_batch=accept&hang_after=0&hang_ms=1500&hang_runs=1";
     let d = start(keys, root.path(), record.path(), &["--first-token-timeout-secs", "1"]);
-    let batch = batch(&d).await;
+    let batch = batch_of(&d).await;
     assert_eq!(batch["slots"], 1, "{batch}");
     assert!(batch["reason"].as_str().unwrap().contains("found `timed_out`"), "{batch}");
     assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(1.0));
-    assert!(!common::sim_records(record.path(), "abort").is_empty(), "the probe was aborted");
+    assert!(common::sim_calls(record.path()).iter().any(|r| r["call"] == "abort"), "the probe was aborted");
     assert_eq!(inits(record.path()), [json!(8), json!(1)]);
     // (The new handle's first run would hang too: `hang_runs` counts per handle.)
     assert_eq!(d.get_json("/health").await.1["status"], "ok");
