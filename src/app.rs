@@ -10,12 +10,12 @@
 //! demand; [`api_settings`] and [`metrics_settings`] give those layers theirs.
 
 use crate::api;
-use crate::config::{Backend, Config, LoraArg, ModelTable, ReasoningHistory};
+use crate::config::{Backend, BatchSetting, Config, LoraArg, ModelTable, ReasoningHistory};
 use crate::conversation::PromptSettings;
 use crate::embed::EmbedSettings;
 use crate::engine::{
-    DiskTier, EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings, SavedSettings,
-    ScheduleSettings, SharedPrefixSettings, VisionSettings, DEFAULT_MAX_CONTEXT_LEN,
+    AutoBatch, DiskTier, EngineSettings, Limits, Npu, Prefix, PromptCacheSettings, RuntimeChoice, RuntimeSettings,
+    SavedSettings, ScheduleSettings, SharedPrefixSettings, VisionSettings, DEFAULT_MAX_CONTEXT_LEN,
 };
 use crate::metrics;
 use crate::registry::{self, KeepAlive, LoadFailure, Loaded, ModelSpec, Registry};
@@ -72,12 +72,17 @@ pub fn engine_settings(config: &Config, npu: &Npu) -> EngineSettings {
         limits: limits(config),
         queue_depth: config.queue_depth,
         schedule: ScheduleSettings {
-            batch: config.batch,
+            batch: match config.batch {
+                BatchSetting::Slots(n) => n,
+                BatchSetting::Auto => 1,
+            },
             gather: Duration::from_millis(config.batch_gather_ms),
             gather_ceiling: Duration::from_millis(crate::config::BATCH_GATHER_CEILING_MS),
             max_passed_over: config.queue_max_passed_over,
             probe_short: config.batch_short_probe,
         },
+        auto_batch: (config.batch == BatchSetting::Auto)
+            .then(|| AutoBatch { board_root: config.telemetry_root.clone(), single: None }),
         base_domain_id: config.base_domain_id,
         sampling: config.sampling,
         disable_runtime_template: false,

@@ -21,9 +21,22 @@ pub struct Runtime {
     /// The path or spec given to `rkllm_init` (shown as `origin` is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_path: Option<String>,
-    /// With batch > 1: `accepted` (slots without a request get no input), `refused` or `misplaced` (they get fillers), as the probe at load found, `switched_off` (accepted, then a short run did not keep its slots as they were: fillers) or `not_probed` (`batch_short_probe = false`: fillers).
+    /// With batch > 1: `accepted` (slots without a request get no input), `refused`, `misplaced` or `timed_out` (they get fillers), as the probe at load found, `switched_off` (accepted, then a short run did not keep its slots as they were: fillers) or `not_probed` (`batch_short_probe = false`: fillers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub short_batches: Option<&'static str>,
+    /// The batch slots the model was opened with.
+    pub batch: Batch,
+}
+
+/// The batch slots a model was opened with (`batch` in the configuration).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Batch {
+    /// Sequences per run (`n_batch`; 1: one request at a time).
+    pub slots: u8,
+    /// `auto` (chosen at load from the model's KV size per slot, the free memory and the short-batch probe) or `config` (`batch = N`).
+    pub chosen_by: &'static str,
+    /// Why: the memory arithmetic, the probe's finding, or what keeps the model at 1 slot.
+    pub reason: String,
 }
 
 impl Runtime {
@@ -44,6 +57,11 @@ impl From<&Engine> for Runtime {
             origin: Some(info.origin.clone()),
             model_path: Some(info.model_path.clone()),
             short_batches: engine.short_batches_now().map(|s| s.as_str()),
+            batch: Batch {
+                slots: info.batch.slots,
+                chosen_by: info.batch.chosen_by.as_str(),
+                reason: info.batch.reason.clone(),
+            },
         }
     }
 }

@@ -102,9 +102,11 @@ pub fn refused(error: &EngineError) -> ApiError {
         EngineError::QueueFull => ApiError::queue_full(2),
         EngineError::Unresponsive => ApiError::runtime_unresponsive(),
         // Load-time errors: not what a submitted job meets, but named all the same.
-        EngineError::Model(_) | EngineError::Adapter { .. } | EngineError::PromptCache(_) | EngineError::Vision(_) => {
-            ApiError::runtime(error.to_string())
-        }
+        EngineError::Model(_)
+        | EngineError::Adapter { .. }
+        | EngineError::PromptCache(_)
+        | EngineError::Vision(_)
+        | EngineError::ProbeWedged(_) => ApiError::runtime(error.to_string()),
     }
 }
 

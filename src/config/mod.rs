@@ -8,10 +8,12 @@
 //! checks the result.
 
 mod adapters;
+mod batch;
 mod layers;
 mod validate;
 
 pub use adapters::LoraArg;
+pub use batch::{BatchSetting, MAX_BATCH};
 pub use layers::{ConfigArgs, ConfigError};
 
 use crate::conversation::{ReasoningMode, TemplateFamily, ToolsOverflow};
@@ -98,9 +100,9 @@ pub struct Config {
     /// Requests that may wait while one runs; more are refused with 429.
     #[arg(long, env = "RKLLMD_QUEUE_DEPTH", default_value_t = 16)]
     pub queue_depth: usize,
-    /// Sequences per NPU run (n_batch, 1-8): queued requests with the same sampling share one batched run; 1 (the default until verified on a board) runs one request at a time.
-    #[arg(long, env = "RKLLMD_BATCH", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8))]
-    pub batch: u8,
+    /// Sequences per NPU run (n_batch): `auto` opens as many slots as the board's free memory holds for the model's context (at most 8) and keeps them only where the runtime takes a run with slots left without input (else 1); 1-8: that many, queued requests with the same sampling sharing one batched run.
+    #[arg(long, env = "RKLLMD_BATCH", default_value = "auto", value_parser = BatchSetting::from_str)]
+    pub batch: BatchSetting,
     /// With batch > 1: milliseconds a batch waits at least, after a run ends, for that run's clients to send again before it starts with empty slots; longer (up to 250) when they were measured to take longer to come back. A lone client never waits.
     #[arg(long, env = "RKLLMD_BATCH_GATHER_MS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1000))]
     pub batch_gather_ms: u64,

@@ -24,9 +24,6 @@ impl Config {
                 ));
             }
         }
-        if !(1..=8).contains(&self.batch) {
-            return invalid(format!("batch must be between 1 and 8, got {}", self.batch));
-        }
         if self.keepalive_secs == 0 || self.write_timeout_secs == 0 {
             return invalid("keepalive_secs and write_timeout_secs must be at least 1".into());
         }
@@ -97,9 +94,10 @@ impl Config {
             check(&name, &t.lora, t.prompt_cache.as_ref(), p, t.prompt_cache_prefix_file.as_ref())?;
             caches += usize::from(t.prompt_cache.is_some());
         }
-        if caches > 0 && self.batch > 1 {
-            // Whether and how a loaded prompt cache serves the slots of a batch is undocumented.
-            return Err("prompt_cache needs batch = 1".into());
+        if caches > 0 && self.batch.configured_above_one() {
+            // Whether and how a loaded prompt cache serves the slots of a batch is
+            // undocumented (`auto` gives such a model 1 slot).
+            return Err("prompt_cache needs batch = 1 (or auto)".into());
         }
         Ok(())
     }

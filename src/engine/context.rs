@@ -15,9 +15,16 @@ use rkllm_sys::{InitConfig, Model, ModelError, Runtime};
 use std::sync::Arc;
 
 /// Loads the model with the context it is to be served with; the limits as
-/// served (`max_context_len` the context given to the runtime).
-pub(super) fn load(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -> Result<(Model, Limits), ModelError> {
-    let (model, limits) = load_with_context(runtime, init, limits)?;
+/// served (`max_context_len` the context given to the runtime). A model
+/// loaded again for its own context gets `slots(context)` batch slots (a
+/// slot holds a whole context's KV: `slot_count.rs`).
+pub(super) fn load(
+    runtime: &Arc<Runtime>,
+    init: InitConfig,
+    limits: Limits,
+    slots: &dyn Fn(u32) -> u8,
+) -> Result<(Model, Limits), ModelError> {
+    let (model, limits) = load_with_context(runtime, init, limits, slots)?;
     if limits.max_new_tokens > limits.max_context_len {
         tracing::warn!(
             max_new_tokens = limits.max_new_tokens,
@@ -29,7 +36,12 @@ pub(super) fn load(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -> 
     Ok((model, Limits { max_new_tokens, ..limits }))
 }
 
-fn load_with_context(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -> Result<(Model, Limits), ModelError> {
+fn load_with_context(
+    runtime: &Arc<Runtime>,
+    init: InitConfig,
+    limits: Limits,
+    slots: &dyn Fn(u32) -> u8,
+) -> Result<(Model, Limits), ModelError> {
     // Never more than the context: an unset context's first init is 4096.
     let init = InitConfig { max_new_tokens: init.max_new_tokens.min(init.max_context_len), ..init };
     let model = Model::load(runtime.clone(), init.clone())?;
@@ -42,7 +54,8 @@ fn load_with_context(runtime: &Arc<Runtime>, init: InitConfig, limits: Limits) -
                 "the model was converted for a context of {limit} tokens: loading it again to serve that (max_context_len)"
             );
             let max_new_tokens = (limits.max_new_tokens.min(limit)) as i32;
-            let own = InitConfig { max_context_len: limit as i32, max_new_tokens, ..init.clone() };
+            let own =
+                InitConfig { max_context_len: limit as i32, max_new_tokens, n_batch: slots(limit), ..init.clone() };
             match Model::load(runtime.clone(), own) {
                 Ok(model) => Ok((model, Limits { max_context_len: limit, ..limits })),
                 // Its own context does not load (NPU memory, a runtime that

@@ -15,6 +15,7 @@ mod job;
 mod kv;
 mod kv_images;
 mod liveness;
+mod model_shape;
 mod npu;
 mod outcome;
 mod plan;
@@ -28,6 +29,7 @@ mod saved_dir;
 mod schedule;
 mod shared_prefix;
 mod short_batch;
+mod slot_count;
 mod slots;
 mod vision;
 
@@ -47,6 +49,7 @@ pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use shared_prefix::SharedPrefixSettings;
 pub use short_batch::ShortBatches;
+pub use slot_count::{AutoBatch, BatchChoice, ChosenBy, AUTO_MAX};
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
@@ -70,6 +73,9 @@ pub enum EngineError {
     PromptCache(String),
     #[error("{0}")]
     Vision(String),
+    /// The runtime did not return from the short-batch probe's run (`short_batch.rs`).
+    #[error("the runtime did not come back from the short-batch probe: {0}")]
+    ProbeWedged(String),
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -86,6 +92,8 @@ pub struct RuntimeInfo {
     /// With `batch` > 1: whether the runtime took a batched run with slots
     /// left without input, as the probe at load found (`short_batch.rs`).
     pub short_batches: Option<ShortBatches>,
+    /// The batch slots the model was opened with, who chose them and why (`slot_count.rs`).
+    pub batch: BatchChoice,
 }
 
 /// What one request may take.
@@ -123,8 +131,11 @@ pub struct EngineSettings {
     pub queue_depth: usize,
     /// Sequences per run (`n_batch`, above 1 every run is batched:
     /// `batch.rs`), the batch's gathering time and the bound on locality
-    /// (`schedule.rs`).
+    /// (`schedule.rs`). With `auto_batch` its `batch` is 1 and the load
+    /// chooses the slots.
     pub schedule: ScheduleSettings,
+    /// `batch = "auto"`: the slots chosen at load (`slot_count.rs`).
+    pub auto_batch: Option<AutoBatch>,
     /// NPU memory domain (`extend_param.base_domain_id`).
     pub base_domain_id: i32,
     /// The configured `[sampling]` table, laid over RKLLM's defaults.
@@ -216,7 +227,8 @@ impl Engine {
             model_path,
             limits,
             queue_depth,
-            schedule,
+            mut schedule,
+            auto_batch,
             base_domain_id,
             sampling: _,
             disable_runtime_template,
@@ -233,6 +245,13 @@ impl Engine {
             // Batched runs take text slots only (`batch.rs`).
             return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
         }
+        let single = [
+            (vision.is_some(), "a model with a vision encoder is served with 1 slot (batched runs take text only)"),
+            (prompt_cache.is_some(), "a model with a prompt-cache file is served with 1 slot"),
+        ]
+        .into_iter()
+        .find_map(|(applies, why)| applies.then(|| why.to_owned()));
+        let auto_batch = auto_batch.map(|auto| AutoBatch { single: auto.single.or(single), ..auto });
         // Before the (slow) model load: a missing encoder or unknown tags fail fast.
         let vision = vision
             .map(|v| vision::Vision::open(&v, runtime.kind, &model_path))
@@ -243,12 +262,21 @@ impl Engine {
             max_new_tokens: limits.max_new_tokens as i32,
             sampling: defaults,
             base_domain_id,
-            n_batch: schedule.batch,
+            n_batch: 1,
             // ABI 1.2 takes the image tags at init (1.3: with each run).
             image_tags: vision.as_ref().map(|v| v.info().tags.clone()),
             ..InitConfig::new(model_path.clone())
         };
-        let (model, limits) = context::load(&runtime.runtime, init, limits)?;
+        let opened = slot_count::open(slot_count::Request {
+            runtime: &runtime.runtime,
+            init,
+            limits,
+            configured: schedule.batch,
+            auto: auto_batch,
+            probe_short: schedule.probe_short,
+        })?;
+        let slot_count::Opened { model, limits, batch, short: short_batches } = opened;
+        schedule.batch = batch.slots;
         if disable_runtime_template {
             wait_for(model.set_chat_template("", "", ""))?;
         }
@@ -267,10 +295,6 @@ impl Engine {
                 prompt_cache::PromptCache::prepare(&model, &settings, &runtime, &model_path)
             })
             .transpose()?;
-        let short_batches = (schedule.batch > 1).then(|| match schedule.probe_short {
-            true => short_batch::probe(&model, usize::from(schedule.batch)),
-            false => ShortBatches::NotProbed,
-        });
         let short = short_batches == Some(ShortBatches::Accepted);
         let info = RuntimeInfo {
             backend: runtime.kind,
@@ -279,6 +303,7 @@ impl Engine {
             origin: runtime.runtime.origin().to_string(),
             model_path,
             short_batches,
+            batch,
         };
         let kv = (conversation_cache && schedule.batch == 1)
             .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));

@@ -8,7 +8,11 @@
 //! fast as it would alone, where the runtime's cost follows the inputs it
 //! was given), and a slot whose conversation is away keeps it. Refused, or
 //! another slot grew: fillers as before (`batch.rs`), with a WARN, the
-//! metric `rkllmd_batch_short_off_total` and `short_batches` in `/health`.
+//! metric `rkllmd_batch_short_off_total` and `short_batches` in `/health`
+//! (with `batch = "auto"`: one slot instead, `slot_count.rs`). The probe's
+//! run is bounded by a request's first-token allowance: past it the run is
+//! aborted and counts as refused (`timed_out`); a runtime that does not
+//! return within `ABORT_GRACE` of that abort fails the load.
 //! After every short run the slots without input are checked to hold what
 //! they held (`slots.rs`); one that changed switches short batches off the
 //! same way.
@@ -16,6 +20,8 @@
 use super::Engine;
 use rkllm_sys::{BatchInput, BatchRequest, Event, Model, RunInput};
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 /// What the probe at load found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +32,8 @@ pub enum ShortBatches {
     Refused,
     /// The run succeeded but the input did not land in its own slot alone: fillers.
     Misplaced,
+    /// The probe's run gave no token within its bound and was aborted: fillers.
+    TimedOut,
     /// `batch_short_probe = false`: fillers, the runtime not asked.
     NotProbed,
     /// Accepted at load, then a short run failed or changed a slot it gave
@@ -39,6 +47,7 @@ impl ShortBatches {
             ShortBatches::Accepted => "accepted",
             ShortBatches::Refused => "refused",
             ShortBatches::Misplaced => "misplaced",
+            ShortBatches::TimedOut => "timed_out",
             ShortBatches::NotProbed => "not_probed",
             ShortBatches::SwitchedOff => "switched_off",
         }
@@ -46,34 +55,37 @@ impl ShortBatches {
 }
 
 /// The text of the probe's one input.
-const PROBE: &str = " ";
+pub(super) const PROBE: &str = " ";
 
 /// Runs the probe on a freshly loaded handle with `n` slots (blocking; the
-/// KV cache is cleared after it). Logs what it found; anything but
-/// `Accepted` is a WARN and counted.
-pub(super) fn probe(model: &Model, n: usize) -> ShortBatches {
-    let (found, why) = run_probe(model, n);
+/// KV cache is cleared after it): what it found and why, or `Err` when the
+/// runtime did not return from the probe's run (the handle is lost).
+pub(super) fn probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, String), String> {
+    let found = run_probe(model, n, bound)?;
     if let Err(why) = super::wait_for(model.clear_kv_cache(false)) {
         tracing::warn!("rkllm_clear_kv_cache failed after the short-batch probe ({why})");
     }
-    match found {
-        ShortBatches::Accepted => {
-            tracing::info!(n_batch = n, "the runtime takes batched runs with slots left without input: no fillers");
-        }
-        _ => {
-            crate::metrics::observer().metrics.batch_short_off();
-            tracing::warn!(
-                n_batch = n,
-                found = found.as_str(),
-                reason = %why,
-                "batched runs fill every slot without a job with a filler (a lone request runs at the batch's speed)"
-            );
-        }
+    Ok(found)
+}
+
+/// With `batch = N` configured: logs what the probe found; anything but
+/// `Accepted` is a WARN and counted (the model keeps its N slots, with fillers).
+pub(super) fn report(found: ShortBatches, why: &str, n: u8) -> ShortBatches {
+    if found == ShortBatches::Accepted {
+        tracing::info!(n_batch = n, "the runtime takes batched runs with slots left without input: no fillers");
+    } else {
+        crate::metrics::observer().metrics.batch_short_off();
+        tracing::warn!(
+            n_batch = n,
+            found = found.as_str(),
+            reason = %why,
+            "batched runs fill every slot without a job with a filler (a lone request runs at the batch's speed)"
+        );
     }
     found
 }
 
-fn run_probe(model: &Model, n: usize) -> (ShortBatches, String) {
+fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, String), String> {
     let mut slots: Vec<Option<BatchInput>> = vec![None; n];
     slots[n - 1] = Some(BatchInput { input: RunInput::Prompt(PROBE.into()), enable_thinking: false });
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
@@ -82,24 +94,52 @@ fn run_probe(model: &Model, n: usize) -> (ShortBatches, String) {
     let request = BatchRequest { slots, max_new_tokens: Some(1), sampling: None, lora: None, keep_history: true };
     let (control, done) = match model.submit_batch(request, channels) {
         Ok(run) => run,
-        Err(e) => return (ShortBatches::Refused, e.to_string()),
+        Err(e) => return Ok((ShortBatches::Refused, e.to_string())),
     };
-    // ABI 1.2 takes no per-run limit: the first token ends the probe.
-    while let Some(event) = events.blocking_recv() {
-        match event {
-            Event::Token(_) => control.abort(),
-            Event::Finished(_) => break,
-            Event::Started { .. } => {}
+    // The run is read on a thread of its own, so that waiting for it has a
+    // bound; the thread ends with the run (or with the process, if the run never does).
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    let reader = control.clone();
+    let spawned = std::thread::Builder::new().name("rkllmd-probe".into()).spawn(move || {
+        // ABI 1.2 takes no per-run limit: the first token ends the probe.
+        while let Some(event) = events.blocking_recv() {
+            match event {
+                Event::Token(_) => reader.abort(),
+                Event::Finished(_) => break,
+                Event::Started { .. } => {}
+            }
         }
+        let _ = ended_tx.send(done.blocking_recv());
+    });
+    if let Err(e) = spawned {
+        control.abort();
+        return Ok((ShortBatches::Refused, format!("no thread to read the probe with ({e})")));
     }
-    let finish = match done.blocking_recv() {
+    let end = match ended.recv_timeout(bound) {
+        Ok(end) => end,
+        Err(RecvTimeoutError::Disconnected) => return Err("the probe's reader is gone".into()),
+        Err(RecvTimeoutError::Timeout) => {
+            control.abort();
+            return match ended.recv_timeout(super::ABORT_GRACE) {
+                Ok(_) => Ok((
+                    ShortBatches::TimedOut,
+                    format!("its one-token run took longer than {bound:?} and was aborted"),
+                )),
+                Err(_) => Err(format!(
+                    "its one-token run took longer than {bound:?}, and rkllm_run had not returned {:?} after its abort",
+                    super::ABORT_GRACE
+                )),
+            };
+        }
+    };
+    let finish = match end {
         Ok(end) => end.finish,
-        Err(_) => return (ShortBatches::Refused, "the runtime thread is gone".into()),
+        Err(_) => return Ok((ShortBatches::Refused, "the runtime thread is gone".into())),
     };
     if finish.is_error() || finish.code != 0 {
-        return (ShortBatches::Refused, format!("rkllm_run returned {} (see the runtime's log line)", finish.code));
+        return Ok((ShortBatches::Refused, format!("rkllm_run returned {} (see the runtime's log line)", finish.code)));
     }
-    match super::wait_for(model.kv_cache_size()) {
+    Ok(match super::wait_for(model.kv_cache_size()) {
         Ok(sizes) if sizes.len() == n && sizes[n - 1] > 0 && sizes[..n - 1].iter().all(|&s| s == 0) => {
             (ShortBatches::Accepted, String::new())
         }
@@ -108,7 +148,7 @@ fn run_probe(model: &Model, n: usize) -> (ShortBatches, String) {
             format!("after a run with slot {} given input alone the slots' sizes are {sizes:?}", n - 1),
         ),
         Err(e) => (ShortBatches::Misplaced, format!("rkllm_get_kv_cache_size failed ({e})")),
-    }
+    })
 }
 
 impl Engine {

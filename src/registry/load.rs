@@ -4,8 +4,8 @@
 use super::{Loaded, ModelSpec};
 use crate::conversation::{LoadError, PromptSettings, Prompter};
 use crate::engine::{
-    BackendError, BackendKind, DiskTier, Engine, EngineError, EngineSettings, OpenedRuntime, RuntimeSettings,
-    SavedSettings,
+    AutoBatch, BackendError, BackendKind, DiskTier, Engine, EngineError, EngineSettings, OpenedRuntime,
+    RuntimeSettings, SavedSettings,
 };
 use std::sync::Arc;
 
@@ -66,6 +66,16 @@ pub fn load(
     if spec.engine.schedule.batch > 1 && !prompter.has_tokenizer() {
         return Err(LoadFailure::BatchWithoutTokenizer(spec.engine.schedule.batch));
     }
+    // `batch = "auto"` without a tokenizer: one slot (the reason above).
+    let auto_batch = spec.engine.auto_batch.clone().map(|auto| match prompter.has_tokenizer() {
+        true => auto,
+        false => AutoBatch {
+            single: Some(
+                "no tokenizer.json: each request's usage.prompt_tokens in a batch is the daemon's count".into(),
+            ),
+            ..auto
+        },
+    });
     let conversation_cache =
         spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer() && !prompt_cache;
     if spec.engine.conversation_cache && !conversation_cache {
@@ -94,6 +104,7 @@ pub fn load(
         disable_runtime_template: prompter.renders(),
         conversation_cache,
         saved,
+        auto_batch,
         ..spec.engine.clone()
     };
     let engine = Engine::load(runtime, settings)?;
@@ -124,6 +135,9 @@ pub fn log_loaded(loaded: &Loaded, took: std::time::Duration) {
         path = %info.model_path,
         max_context_len = limits.max_context_len,
         max_new_tokens = limits.max_new_tokens,
+        batch = info.batch.slots,
+        batch_chosen_by = info.batch.chosen_by.as_str(),
+        batch_reason = %info.batch.reason,
         sampling = crate::sampling::named(&s).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
         "model loaded"
     );

@@ -296,8 +296,46 @@ pub fn timings_log_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
 
 /// The simulator's call record (`record=` in a `sim:` spec): its calls named `call`, in order.
 pub fn sim_records(path: &Path, call: &str) -> Vec<serde_json::Value> {
+    let records = without_auto_probe(sim_calls(path));
+    records.into_iter().filter(|r| r["call"] == call).collect()
+}
+
+/// Every call the simulated runtime recorded, in order.
+pub fn sim_calls(path: &Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).filter(|r| r["call"] == call).collect()
+    text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).collect()
+}
+
+/// The calls without a load's probe under `batch = "auto"` on a runtime that
+/// refuses short batches (tests/batch_auto.rs checks it): a handle opened
+/// with several slots, its one probe run, and its destroy before the
+/// handle the model is served with — what a test of its requests' runs
+/// does not ask about.
+fn without_auto_probe(calls: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
+    let name = |r: &serde_json::Value| r["call"].as_str().unwrap_or_default().to_owned();
+    let mut kept = Vec::with_capacity(calls.len());
+    let mut i = 0;
+    while i < calls.len() {
+        let batched_init = name(&calls[i]) == "init" && calls[i]["extend_param"]["n_batch"].as_u64() > Some(1);
+        let shape: Vec<String> = calls[i..].iter().take(6).map(name).collect();
+        let probe_and_reopen = |with_clear: bool| {
+            let tail: &[&str] = if with_clear {
+                &["run", "run_end", "clear_kv_cache", "destroy", "init"]
+            } else {
+                &["run", "run_end", "destroy", "init"]
+            };
+            shape.len() > tail.len() && shape[1..=tail.len()].iter().zip(tail).all(|(a, b)| a == b)
+        };
+        if batched_init && probe_and_reopen(false) {
+            i += 4;
+        } else if batched_init && probe_and_reopen(true) {
+            i += 5;
+        } else {
+            kept.push(calls[i].clone());
+            i += 1;
+        }
+    }
+    kept
 }
 
 /// Asserts that the daemon refuses each of these settings as a configuration error (exit 2).
