@@ -20,8 +20,7 @@ fn start(keys: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let spec = format!("sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=12{keys}");
     let cache_dir = dir.path().to_str().unwrap();
-    let args =
-        [&["--model", &spec, "--model-id", MODEL, "--conversation-cache-dir", cache_dir][..], extra].concat();
+    let args = [&["--model", &spec, "--model-id", MODEL, "--conversation-cache-dir", cache_dir][..], extra].concat();
     (Daemon::start(&args), dir)
 }
 

@@ -262,7 +262,8 @@ impl GroupFiles {
         let candidates = self.files.iter().filter(|f| f.lora.as_deref() == lora);
         let restores = candidates.map(|f| (f, Self::restores(f, members, context as usize)));
         let spared = |jobs: &Vec<Option<(usize, Restore)>>| jobs.iter().flatten().map(|(_, r)| r.held).sum::<usize>();
-        let (file, jobs) = restores.filter(|(_, jobs)| spared(jobs) > 0).max_by_key(|(f, jobs)| (spared(jobs), f.used))?;
+        let (file, jobs) =
+            restores.filter(|(_, jobs)| spared(jobs) > 0).max_by_key(|(f, jobs)| (spared(jobs), f.used))?;
         Some(GroupRestore { file: file.path.clone(), jobs })
     }
 
@@ -272,8 +273,9 @@ impl GroupFiles {
             .iter()
             .map(|m| {
                 let ids = m.ids?;
-                let fits =
-                    |e: &Entry| kv::continuation_fits(e.held.len() + ids.len() - e.client.len(), ids.len(), m.max_new, context);
+                let fits = |e: &Entry| {
+                    kv::continuation_fits(e.held.len() + ids.len() - e.client.len(), ids.len(), m.max_new, context)
+                };
                 let continued = |e: &Entry| e.client.len() < ids.len() && ids.starts_with(&e.client) && fits(e);
                 let (slot, entry) = file.slots.iter().enumerate().find_map(|(s, e)| {
                     let e = e.as_ref().filter(|e| !taken[s] && continued(e))?;
@@ -315,11 +317,15 @@ impl GroupFiles {
         let bytes = match std::fs::metadata(&path) {
             Ok(m) => m.len(),
             Err(e) => {
-                self.switch_off(format!("the runtime wrote no prompt-cache file for a batched run ({}: {e})", path.display()));
+                self.switch_off(format!(
+                    "the runtime wrote no prompt-cache file for a batched run ({}: {e})",
+                    path.display()
+                ));
                 return false;
             }
         };
-        let slots: Vec<Option<Entry>> = slots.into_iter().map(|s| s.map(|(held, client)| Entry { held, client })).collect();
+        let slots: Vec<Option<Entry>> =
+            slots.into_iter().map(|s| s.map(|(held, client)| Entry { held, client })).collect();
         // A conversation continued here is restored from this file from now on.
         for old in &mut self.files {
             for entry in &mut old.slots {
@@ -373,6 +379,7 @@ impl GroupFiles {
     }
 
     /// Files kept, and the conversations they hold.
+    #[cfg(test)]
     pub fn held(&self) -> (usize, usize) {
         (self.files.len(), self.files.iter().map(|f| f.slots.iter().flatten().count()).sum())
     }
@@ -419,7 +426,9 @@ impl Engine {
         let Some(save) = kept.save.clone() else { return };
         let entries = {
             let slots = lock(slots);
-            let entry = |(s, used): (usize, &Option<SlotJob>)| Some((slots.held_prompt(s)?, used.as_ref()?.plan.prompt.clone()));
+            let entry = |(s, used): (usize, &Option<SlotJob>)| {
+                Some((slots.held_prompt(s)?, used.as_ref()?.plan.prompt.clone()))
+            };
             kept.used.iter().enumerate().map(entry).collect()
         };
         lock(files).saved(save, kept.lora.as_deref(), entries);
@@ -461,7 +470,8 @@ mod tests {
         let members: Vec<Member> = ids.iter().map(|ids| member(ids, &hints)).collect();
         let best = files.best(&members, 100).unwrap();
         assert_eq!(best.file, first);
-        let placed: Vec<Option<(usize, usize)>> = best.jobs.iter().map(|j| j.as_ref().map(|(s, r)| (*s, r.held))).collect();
+        let placed: Vec<Option<(usize, usize)>> =
+            best.jobs.iter().map(|j| j.as_ref().map(|(s, r)| (*s, r.held))).collect();
         assert_eq!(placed, vec![Some((1, 3)), Some((0, 2)), None]);
         assert!(files.best(&members[2..], 100).is_none(), "nothing a file holds");
         assert!(files.best(&[member(&[8, 9], &hints)], 100).is_none(), "no new token: nothing to restore");

@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod batch_files;
 mod context;
 mod conversations;
 mod forward;
@@ -23,7 +24,6 @@ mod queue;
 mod restore_costs;
 mod returns;
 mod run;
-mod batch_files;
 mod saved;
 mod saved_dir;
 mod schedule;
@@ -35,6 +35,7 @@ mod vision;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use batch_files::BatchFiles;
 pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
@@ -47,7 +48,6 @@ pub use queue::{Place, QueueState};
 pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use shared_prefix::SharedPrefixSettings;
-pub use batch_files::BatchFiles;
 pub use short_batch::ShortBatches;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 

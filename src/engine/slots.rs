@@ -407,7 +407,8 @@ impl Engine {
                         Some(layout)
                     }
                     Err(why) => {
-                        lock(files).switch_off(format!("rkllm_load_prompt_cache of a batched run's file failed: {why}"));
+                        lock(files)
+                            .switch_off(format!("rkllm_load_prompt_cache of a batched run's file failed: {why}"));
                         // Every slot was cleared: the jobs start clean.
                         Some(lock(slots).layout(members, context, None))
                     }

@@ -127,7 +127,8 @@ impl SimModel {
             }
             _ => json!({"format": FORMAT, "slots": slots}),
         };
-        std::fs::write(path, text.to_string()).map_err(|e| format!("E rkllm: failed to save prompt cache to {path}: {e}"))
+        std::fs::write(path, text.to_string())
+            .map_err(|e| format!("E rkllm: failed to save prompt cache to {path}: {e}"))
     }
 }
 

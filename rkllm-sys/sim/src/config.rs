@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 24] = [
+pub const KEYS: [&str; 25] = [
     "time_scale",
     "reply_tokens",
     "seed",
