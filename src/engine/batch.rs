@@ -184,7 +184,11 @@ impl Engine {
         // A filler slot's input: one id of the prompts when the slots keep
         // history, so that every slot's prefill is known (the runtime's
         // count is checked against it); else a one-token text.
-        let filler_id = plans.iter().flatten().find_map(|plan| plan.prompt.first().copied());
+        // The prompt's last id (its generation prompt's end), which no prompt
+        // starts with: a batched run's file holds a filler slot's input, and
+        // a loaded one must spare no fresh prompt placed in that slot
+        // (`batch_files.rs` checks every restoring run's prefill).
+        let filler_id = plans.iter().flatten().find_map(|plan| plan.prompt.last().copied());
         let filler = match filler_id.filter(|_| layout.is_some()) {
             Some(id) => BatchInput { input: RunInput::Tokens(vec![id]), enable_thinking: false },
             None => BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false },
