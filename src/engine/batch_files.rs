@@ -187,7 +187,7 @@ fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>) -> Result<
     if finish.is_error() || finish.code != 0 {
         return Err(format!("rkllm_run returned {} (see the runtime's log line)", finish.code));
     }
-    Ok(finish.perf.map(|p| i64::from(p.prefill_tokens)))
+    Ok(finish.perf.map(|p| p.prefill_tokens))
 }
 
 /// One conversation in a file: the ids its slot holds and the ids a client
