@@ -220,11 +220,13 @@ async fn when_every_client_leaves_the_batch_is_aborted() {
     let calls: Vec<Value> =
         std::fs::read_to_string(record.path()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let ends: Vec<&str> = calls.iter().filter(|c| c["call"] == "run_end").map(|c| c["end"].as_str().unwrap()).collect();
-    // The first run is the probe at load, which this simulator refuses (`engine/short_batch.rs`).
-    assert_eq!(ends.len(), 4, "{ends:?}");
-    assert_eq!(ends[0], "error", "{ends:?}");
-    assert_eq!(ends[2], "abort", "the batch whose clients all left was aborted: {ends:?}");
-    assert_eq!(ends[3], "abort", "a lone job's run ends with its reply, not with its fillers': {ends:?}");
+    // The first runs are the probes at load: short batches, which this
+    // simulator refuses (`engine/short_batch.rs`), then a batched run's file
+    // saved and restored (`engine/batch_files.rs`).
+    assert_eq!(ends.len(), 6, "{ends:?}");
+    assert_eq!(ends[..3], ["error", "length", "length"], "{ends:?}");
+    assert_eq!(ends[4], "abort", "the batch whose clients all left was aborted: {ends:?}");
+    assert_eq!(ends[5], "abort", "a lone job's run ends with its reply, not with its fillers': {ends:?}");
     let (_, log) = d.exit();
     assert!(!log.contains("surprise"), "{log}");
 }

@@ -111,7 +111,7 @@ pub(crate) fn run_batch<A: Marshal>(fns: &Functions<A>, shared: &Arc<Shared>, ru
         .collect();
     let mut sampling = req.sampling.map(SamplingParams::to_ffi);
     let sampling_ptr = sampling.as_mut().map_or(std::ptr::null_mut(), |s| s as *mut _);
-    let mut extras = crate::adapters::RunExtras::new(req.lora.as_deref(), None);
+    let mut extras = crate::adapters::RunExtras::new(req.lora.as_deref(), req.save_prompt_cache.as_deref());
     let (lora, prompt_cache) = extras.pointers();
     let mut infer = A::infer_param(InferArgs {
         mode: RKLLMInferMode::Generate,

@@ -254,4 +254,8 @@ pub struct BatchRequest {
     /// Every slot's KV cache keeps its input and reply after the run (each
     /// slot has its own); `false`: the runtime clears them.
     pub keep_history: bool,
+    /// Save the run's prompt KV to this file (`prompt_cache_params` with
+    /// `save_prompt_cache = 1`); what a batched run writes (every slot, one)
+    /// is open in the manual: the daemon probes it at load.
+    pub save_prompt_cache: Option<String>,
 }

@@ -24,6 +24,9 @@ pub struct Runtime {
     /// With batch > 1: `accepted` (slots without a request get no input), `refused`, `misplaced` or `timed_out` (they get fillers), as the probe at load found, `switched_off` (accepted, then a short run did not keep its slots as they were: fillers) or `not_probed` (`batch_short_probe = false`: fillers).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub short_batches: Option<&'static str>,
+    /// With batch > 1 and conversations saved: `accepted` (a conversation displaced from its batch slot comes back from a batched run's prompt-cache file), `refused` or `misplaced` (the probe at load found the runtime failing to save or load one, or sparing other ids than each slot's own: displaced conversations are prefilled again) or `switched_off` (accepted, then a run's file or restore did not deliver).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch_files: Option<&'static str>,
     /// The batch slots the model was opened with.
     pub batch: Batch,
 }
@@ -62,6 +65,7 @@ impl From<&Engine> for Runtime {
                 chosen_by: info.batch.chosen_by.as_str(),
                 reason: info.batch.reason.clone(),
             },
+            batch_files: engine.batch_files_now().map(|s| s.as_str()),
         }
     }
 }

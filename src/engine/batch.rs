@@ -184,7 +184,11 @@ impl Engine {
         // A filler slot's input: one id of the prompts when the slots keep
         // history, so that every slot's prefill is known (the runtime's
         // count is checked against it); else a one-token text.
-        let filler_id = plans.iter().flatten().find_map(|plan| plan.prompt.first().copied());
+        // The prompt's last id (its generation prompt's end), which no prompt
+        // starts with: a batched run's file holds a filler slot's input, and
+        // a loaded one must spare no fresh prompt placed in that slot
+        // (`batch_files.rs` checks every restoring run's prefill).
+        let filler_id = plans.iter().flatten().find_map(|plan| plan.prompt.last().copied());
         let filler = match filler_id.filter(|_| layout.is_some()) {
             Some(id) => BatchInput { input: RunInput::Tokens(vec![id]), enable_thinking: false },
             None => BatchInput { input: RunInput::Prompt(FILLER.into()), enable_thinking: false },
@@ -204,6 +208,13 @@ impl Engine {
         let absent_any = absent.contains(&true);
         let inputs: Vec<Option<BatchInput>> =
             inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
+        // The run saves its slots' prompts when the next run will likely
+        // clear them: this one did, or other jobs wait (`batch_files.rs`).
+        let others_wait = self.queue.state().waiting > jobs;
+        let save = match (&layout, &self.batch_files) {
+            (Some(layout), Some(files)) if layout.clear || others_wait => lock(files).next_file(),
+            _ => None,
+        };
         let kept = layout.map(|_| Kept {
             sent: inputs
                 .iter()
@@ -216,6 +227,7 @@ impl Engine {
             absent,
             used,
             lora: first.lora.clone(),
+            save: save.clone(),
         });
         let turn = self.queue.start(permit, places);
         let request = BatchRequest {
@@ -224,6 +236,7 @@ impl Engine {
             sampling: first.sampling,
             lora: first.lora.clone(),
             keep_history: kept.is_some(),
+            save_prompt_cache: save.map(|path| path.to_string_lossy().into_owned()),
         };
         let (control, done) =
             self.model.submit_batch(request, channels).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
@@ -278,7 +291,12 @@ impl Engine {
                 }
             }
             // Not returned: what the slots hold is not known.
-            Err(_) => self.forget_kv(),
+            Err(_) => {
+                self.forget_kv();
+                if let Some(save) = kept.and_then(|k| k.save) {
+                    super::saved_dir::remove(&save, "a batched run's file");
+                }
+            }
         }
         drop(turn);
         let left_at = std::mem::take(&mut *shared.left_at.lock().unwrap_or_else(|e| e.into_inner()));

@@ -290,10 +290,21 @@ impl Plan {
         }
     }
 
-    /// How the run found its prompt, when it restored nothing: the tokens
-    /// it reuses from the resident conversation, or why none.
+    /// A clean start that restores a saved conversation: the file's ids
+    /// sent for the client's, then the rest (the runtime spares the file's).
+    pub fn restoring(ids: &[i32], restore: Restore) -> Plan {
+        let input = [&restore.held_ids[..], &ids[restore.client..]].concat();
+        Plan { input, restore: Some(restore), ..Plan::fresh(ids, MissReason::Displaced) }
+    }
+
+    /// How the run found its prompt as planned: the tokens it reuses from
+    /// the resident conversation or a restored file, or why none. (A single
+    /// run's restore is checked against the runtime's count instead,
+    /// `conversations.rs`.)
     pub fn found(&self) -> (usize, CacheUse) {
-        if self.cached > 0 {
+        if let Some(restore) = &self.restore {
+            (restore.held, CacheUse::Restored)
+        } else if self.cached > 0 {
             (self.cached, CacheUse::Resident)
         } else {
             (0, CacheUse::Miss(self.miss))

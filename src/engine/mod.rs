@@ -5,6 +5,7 @@
 
 mod backend;
 mod batch;
+mod batch_files;
 mod context;
 mod conversations;
 mod forward;
@@ -36,6 +37,7 @@ mod vision;
 pub use backend::{
     open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
 };
+pub use batch_files::BatchFiles;
 pub use conversations::WarmConversations;
 pub use forward::{Capture, Forward, ForwardJob, Matrix, Rows, RunInput};
 pub use generation::Generation;
@@ -94,6 +96,10 @@ pub struct RuntimeInfo {
     pub short_batches: Option<ShortBatches>,
     /// The batch slots the model was opened with, who chose them and why (`slot_count.rs`).
     pub batch: BatchChoice,
+    /// With `batch` > 1 and conversations saved: whether a batched run's
+    /// prompt-cache file restores its slots, as the probe at load found
+    /// (`batch_files.rs`).
+    pub batch_files: Option<BatchFiles>,
 }
 
 /// What one request may take.
@@ -157,8 +163,8 @@ pub struct EngineSettings {
     /// A vision-language model's image encoder (`vision.rs`).
     pub vision: Option<VisionSettings>,
     /// Conversations saved as prompt-cache files beside the resident one
-    /// (`saved.rs`); used with the conversation cache and `batch` = 1 only
-    /// (a batched run's file would hold which slot is not stated).
+    /// (`saved.rs`) with `batch` = 1; with `batch` > 1 the batched runs'
+    /// files (`batch_files.rs`), when the probe at load finds them working.
     pub saved: Option<SavedSettings>,
     /// Long prefixes that several conversations share, kept as prompt-cache
     /// files of their own beside the saved conversations (`shared_prefix.rs`);
@@ -209,6 +215,8 @@ pub struct Engine {
     /// `Some` with the conversation cache on and `batch` > 1: a
     /// conversation per batch slot (`slots.rs`), instead of `kv`.
     slots: Option<std::sync::Mutex<slots::Slots>>,
+    /// `Some` with `slots` when a batched run's file restores its slots.
+    batch_files: Option<std::sync::Mutex<batch_files::GroupFiles>>,
     /// The runtime wraps each prompt in its own chat template (the daemon
     /// renders none for this model) and runs one job at a time: the run's
     /// own prefill count, not the prompt's ids, is the prompt's size. (A
@@ -296,6 +304,8 @@ impl Engine {
             })
             .transpose()?;
         let short = short_batches == Some(ShortBatches::Accepted);
+        let (batch_files, batch_files_found) =
+            batch_files::at_load(&model, &schedule, conversation_cache, saved.as_ref(), prompt_cache.is_some());
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),
@@ -304,6 +314,7 @@ impl Engine {
             model_path,
             short_batches,
             batch,
+            batch_files: batch_files_found,
         };
         let kv = (conversation_cache && schedule.batch == 1)
             .then(|| std::sync::Mutex::new(kv::KvCache::new(keep_reasoning)));
@@ -312,11 +323,6 @@ impl Engine {
             slots.set_short(short);
             std::sync::Mutex::new(slots)
         });
-        if saved.is_some() && slots.is_some() {
-            tracing::info!(
-                "conversations are not saved as files with batch > 1: the slots hold one each (engine/slots.rs)"
-            );
-        }
         let prefix_dir = saved.as_ref().map(|s| s.dir.clone());
         let saved = saved.filter(|_| kv.is_some()).and_then(|settings| match saved::Saved::open(settings) {
             Ok(saved) => Some(std::sync::Arc::new(std::sync::Mutex::new(saved))),
@@ -341,6 +347,7 @@ impl Engine {
             kv,
             saved,
             slots,
+            batch_files,
             kv_tokens: std::sync::Arc::new(std::sync::atomic::AtomicI64::new(-1)),
             runtime_counts_prompt: !disable_runtime_template && schedule.batch == 1,
             short: std::sync::atomic::AtomicBool::new(short),

@@ -7,7 +7,11 @@
 //!   before older ones, because its prefill is mostly done. Fairness bounds
 //!   it: a job passed over `max_passed_over` times goes first, whatever is
 //!   warm (0: strict arrival order). So no job waits behind more than
-//!   `max_passed_over` others that arrived after it.
+//!   `max_passed_over` others that arrived after it. With `batch` > 1 a
+//!   run with one job that continues no slot clears them all, so warm jobs
+//!   go first only when a whole run of them waits, and then together;
+//!   otherwise arrival order, which keeps groups of conversations that take
+//!   turns at the slots together (`batch_files.rs`).
 //! * **Gathering** (`batch` > 1). A batched run cannot take a job once it
 //!   started, so after a run ends the scheduler waits for the clients of
 //!   that run to send again (closed loop) before starting the next one with
@@ -164,13 +168,19 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
         }
         waiting.retain(|job| !job.reply.is_closed());
         let warm = |w: &Waiting| engine.is_warm(w.job.tokens.as_deref(), w.job.plan.lora.as_deref());
+        // A batched run with a job that continues no slot clears every slot,
+        // the warm jobs' too: they go first only as a whole run of them, else
+        // in arrival order, which keeps the groups that take turns at the
+        // slots together (their files restore them, `batch_files.rs`).
+        let whole = size == 1 || waiting.iter().filter(|w| warm(w)).count() >= size;
+        let warm = |w: &Waiting| whole && warm(w);
         let Some(first) = pick(&mut waiting, settings.max_passed_over, warm) else { continue };
         if size == 1 {
             let turn = engine.queue.start(permit, vec![first.job.place]);
             // A client gone since: its turn is dropped with the error, and the loop picks again.
             let _ = first.reply.send(Ok(Assigned::Alone(turn)));
         } else {
-            let group = take_group(first, &mut waiting, size);
+            let group = take_group(first, &mut waiting, size, warm);
             let ran = group.len();
             let arrivals: Vec<Instant> = group.iter().map(|w| w.arrived).collect();
             let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|w| (w.reply, w.job)).unzip();
@@ -285,18 +295,26 @@ fn pick(waiting: &mut VecDeque<Waiting>, max_passed_over: u32, warm: impl Fn(&Wa
 }
 
 /// `first` and, in arrival order, up to `size − 1` more that can share its
-/// run (the same sampling values and adapter).
-fn take_group(first: Waiting, waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
+/// run (the same sampling values and adapter): the `preferred` ones first.
+fn take_group(
+    first: Waiting,
+    waiting: &mut VecDeque<Waiting>,
+    size: usize,
+    preferred: impl Fn(&Waiting) -> bool,
+) -> Vec<Waiting> {
     let mut group = vec![first];
-    let mut rest = VecDeque::with_capacity(waiting.len());
-    while let Some(job) = waiting.pop_front() {
-        if group.len() < size && job.job.plan.shares_run_with(&group[0].job.plan) {
-            group.push(job);
-        } else {
-            rest.push_back(job);
+    for only_preferred in [true, false] {
+        let mut rest = VecDeque::with_capacity(waiting.len());
+        while let Some(job) = waiting.pop_front() {
+            let fits = group.len() < size && job.job.plan.shares_run_with(&group[0].job.plan);
+            if fits && (!only_preferred || preferred(&job)) {
+                group.push(job);
+            } else {
+                rest.push_back(job);
+            }
         }
+        *waiting = rest;
     }
-    *waiting = rest;
     group
 }
 
@@ -335,7 +353,7 @@ mod tests {
 
     fn group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
         match pick(waiting, 0, |_| false) {
-            Some(first) => take_group(first, waiting, size),
+            Some(first) => take_group(first, waiting, size, |_| false),
             None => Vec::new(),
         }
     }

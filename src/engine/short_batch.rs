@@ -91,7 +91,14 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
     let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
     let mut channels = vec![None; n];
     channels[n - 1] = Some(tx);
-    let request = BatchRequest { slots, max_new_tokens: Some(1), sampling: None, lora: None, keep_history: true };
+    let request = BatchRequest {
+        slots,
+        max_new_tokens: Some(1),
+        sampling: None,
+        lora: None,
+        keep_history: true,
+        save_prompt_cache: None,
+    };
     let (control, done) = match model.submit_batch(request, channels) {
         Ok(run) => run,
         Err(e) => return Ok((ShortBatches::Refused, e.to_string())),

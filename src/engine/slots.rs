@@ -23,6 +23,7 @@
 //! runtime that prefilled more did not keep the slots' history as the manual
 //! says, and the slots are switched off for the model (WARN, metric).
 
+use super::batch_files::GroupFiles;
 use super::job::CacheHints;
 use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
@@ -88,6 +89,8 @@ pub(super) struct Layout {
     pub home: Vec<Option<Instant>>,
     /// Every slot is cleared before the run.
     pub clear: bool,
+    /// The batched run's file loaded after the clear (`batch_files.rs`).
+    pub restore: Option<std::path::PathBuf>,
 }
 
 /// The job one slot of a finished run was given, and how it used the slot
@@ -121,7 +124,9 @@ impl Slots {
     }
 
     /// Where each member runs and what it sends; `context` is the model's.
-    pub fn layout(&self, members: &[Member], context: u32) -> Layout {
+    /// When every slot is cleared, `files` may restore some members, each in
+    /// the slot its file saved it from.
+    pub fn layout(&self, members: &[Member], context: u32, files: Option<&GroupFiles>) -> Layout {
         let size = self.caches.len();
         let plans: Vec<Vec<Plan>> = members
             .iter()
@@ -156,6 +161,16 @@ impl Slots {
         let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
         let mut fillers = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
         let clear = homeless > empty.len() || (!self.short && fillers.any(crowded));
+        let restored = files.filter(|_| clear).and_then(|f| f.best(members, context));
+        let restores = restored.as_ref().map_or_else(|| vec![None; members.len()], |r| r.jobs.clone());
+        let mut placed = slot_of.clone();
+        if restored.is_some() {
+            // Every slot is cleared: the restored jobs take the slots they
+            // were saved from, the others any free one.
+            placed.fill(None);
+            taken.fill(false);
+            restores.iter().flatten().for_each(|(s, _)| taken[*s] = true);
+        }
         // A job that continues nothing takes an empty slot, or, once every
         // slot is cleared, any free one.
         let mut free = (0..size).filter(|&s| !taken[s] && (clear || self.caches[s].is_clean()));
@@ -170,9 +185,13 @@ impl Slots {
         let jobs = members
             .iter()
             .zip(plans)
-            .zip(slot_of)
-            .map(|((member, mut per_slot), hit)| {
-                let slot = hit.or_else(|| free.next()).expect("a batch has no more jobs than slots");
+            .zip(slot_of.into_iter().zip(placed))
+            .zip(restores)
+            .map(|(((member, mut per_slot), (hit, placed)), restore)| {
+                if let (Some(ids), Some((slot, restore))) = (member.ids, restore) {
+                    return (slot, Some(Plan::restoring(ids, restore)));
+                }
+                let slot = placed.or_else(|| free.next()).expect("a batch has no more jobs than slots");
                 let plan = member.ids.map(|ids| match hit {
                     Some(s) if !clear => per_slot.swap_remove(s),
                     Some(_) => Plan::fresh(ids, MissReason::Displaced),
@@ -181,7 +200,7 @@ impl Slots {
                 (slot, plan)
             })
             .collect();
-        Layout { jobs, home, clear }
+        Layout { jobs, home, clear, restore: restored.map(|r| r.file) }
     }
 
     /// When the reply ended of the lost conversation `ids` continues.
@@ -213,6 +232,11 @@ impl Slots {
     /// The size the runtime last reported for slot `s`.
     pub fn size(&self, s: usize) -> Option<usize> {
         self.sizes.get(s).copied().flatten()
+    }
+
+    /// The prompt of the conversation slot `s` holds, as its cache holds the ids.
+    pub fn held_prompt(&self, s: usize) -> Option<Vec<i32>> {
+        self.caches.get(s)?.last_prompt().map(<[i32]>::to_vec)
     }
 
     /// Whether slot `s` holds a conversation a job may come back to.
@@ -342,6 +366,8 @@ pub(super) struct Kept {
     /// Per slot: given no input (a short batch).
     pub absent: Vec<bool>,
     pub lora: Option<String>,
+    /// The file the run saves its slots' prompts to (`batch_files.rs`).
+    pub save: Option<std::path::PathBuf>,
 }
 
 impl Engine {
@@ -350,7 +376,12 @@ impl Engine {
     /// history (the cache is off, or clearing failed).
     pub(super) async fn lay_out_batch(&self, members: &[Member<'_>]) -> Option<Layout> {
         let slots = self.slots.as_ref().filter(|s| !lock(s).is_off())?;
-        let layout = lock(slots).layout(members, self.limits.max_context_len);
+        let context = self.limits.max_context_len;
+        let files = self.batch_files.as_ref();
+        let layout = {
+            let files = files.map(lock);
+            lock(slots).layout(members, context, files.as_deref())
+        };
         if layout.clear {
             match super::answered(self.model.clear_kv_cache(false)).await {
                 Ok(()) => lock(slots).cleared(),
@@ -361,7 +392,39 @@ impl Engine {
                 }
             }
         }
-        Some(layout)
+        let Some(files) = files else { return Some(layout) };
+        let loaded = lock(files).loaded;
+        match &layout.restore {
+            // Loaded again even when it is the loaded one: whether a clear
+            // keeps a loaded file is open in the manual.
+            Some(file) => {
+                let path = file.to_string_lossy();
+                match super::answered(self.model.load_prompt_cache(&path)).await {
+                    Ok(()) => {
+                        let mut files = lock(files);
+                        files.loaded = true;
+                        files.used(file);
+                        Some(layout)
+                    }
+                    Err(why) => {
+                        lock(files)
+                            .switch_off(format!("rkllm_load_prompt_cache of a batched run's file failed: {why}"));
+                        // Every slot was cleared: the jobs start clean.
+                        Some(lock(slots).layout(members, context, None))
+                    }
+                }
+            }
+            None if loaded => {
+                // A loaded file would spare a clean slot that starts like
+                // it: every run's prefill must be the planned one.
+                if let Err(why) = super::answered(self.model.release_prompt_cache()).await {
+                    lock(files).switch_off(format!("rkllm_release_prompt_cache failed: {why}"));
+                }
+                lock(files).loaded = false;
+                Some(layout)
+            }
+            None => Some(layout),
+        }
     }
 
     /// The clients of these slots left them at these times (after their run).
@@ -377,12 +440,14 @@ impl Engine {
     pub(super) async fn settle_batch(&self, kept: Kept, finish: &Finish, slot_tokens: &[Vec<i32>]) {
         let Some(slots) = &self.slots else { return };
         let metrics = &crate::metrics::observer().metrics;
-        if !finish.started {
-            // Every client left before the run began: no slot changed.
-            return;
-        }
-        if finish.is_error() {
-            lock(slots).forget();
+        if !finish.started || finish.is_error() {
+            if let Some(save) = &kept.save {
+                super::saved_dir::remove(save, "a batched run's file");
+            }
+            // Not started: every client left before the run began, no slot changed.
+            if finish.started {
+                lock(slots).forget();
+            }
             return;
         }
         let sizes = match self.model.kv_cache_size().await {
@@ -418,6 +483,7 @@ impl Engine {
             metrics.kv_cache_mismatch();
         }
         let prefilled = finish.perf.and_then(|p| usize::try_from(p.prefill_tokens).ok());
+        self.settle_batch_files(&kept, kept.sent.zip(prefilled));
         if let (Some(sent), Some(prefilled)) = (kept.sent, prefilled) {
             // Less is a model's prompt-cache file sparing a fresh slot's prefix.
             if prefilled > sent {
@@ -436,126 +502,5 @@ impl Engine {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn member<'a>(ids: &'a [i32], hints: &'a CacheHints) -> Member<'a> {
-        Member { ids: Some(ids), hints, lora: None, max_new: 8 }
-    }
-
-    fn slots_of(layout: &Layout) -> Vec<usize> {
-        layout.jobs.iter().map(|(s, _)| *s).collect()
-    }
-
-    /// Runs `layout` as the runtime would: each job's slot gets its input and
-    /// `reply`, a filler slot one id and one generated.
-    fn run(slots: &mut Slots, layout: Layout, ids: &[&str], reply: i32) -> Vec<(usize, Disagreement)> {
-        if layout.clear {
-            slots.cleared();
-        }
-        let size = slots.caches.len();
-        let mut used: Vec<Option<SlotJob>> = (0..size).map(|_| None).collect();
-        let mut generated = vec![vec![reply]; size];
-        let mut sizes = vec![0; size];
-        for ((slot, plan), id) in layout.jobs.into_iter().zip(ids) {
-            let plan = plan.unwrap();
-            sizes[slot] = (plan.cached + plan.input.len() + 1) as i32;
-            generated[slot] = vec![reply];
-            used[slot] = Some(SlotJob { id: (*id).into(), plan });
-        }
-        slots.settle(&used, &[], None, &generated, Some(&sizes))
-    }
-
-    #[test]
-    fn each_conversation_keeps_its_slot_and_a_filler_costs_its_slot_its_conversation() {
-        let mut slots = Slots::new(3, false);
-        let hints = CacheHints::default();
-        let first = [member(&[1, 2], &hints), member(&[5, 6], &hints), member(&[8], &hints)];
-        assert!(slots.layout(&first, 100).clear, "what a fresh handle holds is not known");
-        slots.cleared();
-        let first = slots.layout(&first, 100);
-        assert!(!first.clear, "empty slots need no clearing");
-        assert_eq!(slots_of(&first), vec![0, 1, 2]);
-        assert!(run(&mut slots, first, &["a", "b", "c"], 9).is_empty());
-        assert_eq!(slots.held(), (3, 5));
-        let at = |ms| Instant::now() + std::time::Duration::from_millis(ms);
-        let c_ended = at(3);
-        slots.left(&[(0, at(1)), (1, at(2)), (2, c_ended)]);
-
-        // b's follow-up before a's: each in its own slot, c's gets a filler.
-        let next = slots.layout(&[member(&[5, 6, 9, 7], &hints), member(&[1, 2, 9, 4], &hints)], 100);
-        assert!(!next.clear);
-        assert_eq!(slots_of(&next), vec![1, 0]);
-        let plans: Vec<&Plan> = next.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
-        assert_eq!((plans[0].cached, plans[0].input.clone()), (3, vec![7]), "only what follows is sent");
-        assert_eq!(plans[1].cached, 3);
-        assert!(run(&mut slots, next, &["b2", "a2"], 3).is_empty());
-        let a_ended = at(5);
-        slots.left(&[(1, at(4)), (0, a_ended)]);
-        assert!(slots.is_warm(&[1, 2, 9, 4, 3, 1], None));
-        assert!(!slots.is_warm(&[8, 9, 2], None), "the filler is in c's slot now");
-
-        // c continues nothing and no slot is empty: every slot is cleared.
-        let last = slots.layout(&[member(&[8, 9, 2], &hints), member(&[1, 2, 9, 4, 3, 1], &hints)], 100);
-        assert!(last.clear);
-        // Both came back: a to the slot it holds, c to the one it lost.
-        assert_eq!(last.home, vec![Some(c_ended), Some(a_ended)]);
-        let plans: Vec<&Plan> = last.jobs.iter().map(|(_, p)| p.as_ref().unwrap()).collect();
-        assert_eq!((plans[0].miss, plans[1].miss), (MissReason::Other, MissReason::Displaced));
-        assert_eq!(plans[1].input.len(), 6, "a displaced job prefills all of its prompt");
-        assert_ne!(last.jobs[0].0, last.jobs[1].0);
-    }
-
-    #[test]
-    fn a_filler_slot_without_room_for_the_reply_is_cleared_first() {
-        let mut slots = Slots::new(2, false);
-        slots.cleared();
-        let hints = CacheHints::default();
-        let first = slots.layout(&[member(&[1, 2], &hints)], 20);
-        // The filler's slot grew to 10 positions.
-        let (slot, plan) = first.jobs.into_iter().next().unwrap();
-        let mut used = vec![None, None];
-        used[slot] = Some(SlotJob { id: "a".into(), plan: plan.unwrap() });
-        let sizes = if slot == 0 { [3, 10] } else { [10, 3] };
-        assert!(slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&sizes)).is_empty());
-        let follow = |max_new| Member { max_new, ..member(&[1, 2, 9, 4], &hints) };
-        assert!(!slots.layout(&[follow(9)], 20).clear, "10 + 1 + 9 positions fit in 20");
-        assert!(slots.layout(&[follow(10)], 20).clear, "10 + 1 + 10 do not");
-    }
-
-    #[test]
-    fn a_size_that_disagrees_leaves_that_slot_unknown_only() {
-        let mut slots = Slots::new(2, false);
-        slots.cleared();
-        let hints = CacheHints::default();
-        let layout = slots.layout(&[member(&[1, 2], &hints), member(&[5, 6], &hints)], 100);
-        let used: Vec<Option<SlotJob>> = layout
-            .jobs
-            .into_iter()
-            .zip(["a", "b"])
-            .map(|((_, plan), id)| Some(SlotJob { id: id.into(), plan: plan.unwrap() }))
-            .collect();
-        let disagreed = slots.settle(&used, &[], None, &[vec![9], vec![9]], Some(&[3, 4]));
-        assert_eq!(disagreed, vec![(1, Disagreement { expected: 3, reported: Some(4) })]);
-        assert!(slots.is_warm(&[1, 2, 9, 3], None));
-        assert!(!slots.is_warm(&[5, 6, 9, 3], None));
-        assert_eq!(slots.held(), (1, 2));
-    }
-
-    #[test]
-    fn a_view_named_before_the_run_is_settled_still_counts() {
-        let mut slots = Slots::new(2, false);
-        slots.cleared();
-        let hints = CacheHints::default();
-        let mut layout = slots.layout(&[member(&[1, 2], &hints)], 100);
-        let plan = layout.jobs.remove(0).1;
-        slots.seen("a", "nine".into(), false, 1);
-        let used = vec![Some(SlotJob { id: "a".into(), plan: plan.unwrap() }), None];
-        assert!(slots.settle(&used, &[], None, &[vec![9], vec![3]], Some(&[3, 2])).is_empty());
-        let resent = crate::engine::Resent { start: 2, end: 3, view: "nine".into(), before: 2 };
-        let hints = CacheHints { resent: Some(resent), conversation: None, stable: None };
-        let follow = slots.layout(&[member(&[1, 2, 90, 4], &hints)], 100);
-        let plan = follow.jobs[0].1.as_ref().unwrap();
-        assert_eq!((plan.cached, plan.by_view, plan.input.clone()), (3, true, vec![4]));
-    }
-}
+#[path = "slots_tests.rs"]
+mod tests;

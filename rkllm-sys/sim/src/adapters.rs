@@ -6,11 +6,17 @@
 //!   base model's), a run naming another fails.
 //! * A run with `save_prompt_cache = 1` writes the ids of the KV cache after
 //!   its prefill to the file (the simulator's own JSON; a real runtime's
-//!   file is binary and neither reads the other's).
+//!   file is binary and neither reads the other's). What a batched run
+//!   writes is *open* in the manual: with `batch_cache=slots` (the default)
+//!   the file holds every slot's ids, each slot's own; with
+//!   `batch_cache=refuse` such a run fails (ERROR, -1), as a runtime that
+//!   saves single runs only would.
 //! * `rkllm_load_prompt_cache` reads such a file. A later run whose KV cache
 //!   is empty and whose ids start with the cached ids (and go on past them)
 //!   does not prefill those ids again: its prefill time and
-//!   `perf.prefill_tokens` count only the rest. The loaded cache stays until
+//!   `perf.prefill_tokens` count only the rest. A single run's file serves
+//!   any slot so; a batched run's serves each slot from that slot's ids. The
+//!   loaded cache stays until
 //!   released or another is loaded; clearing the KV cache does not drop it
 //!   (both *open* on the real runtime). Loading takes `cache_file_ms` per
 //!   1000 ids (× `time_scale`), and a run that saves adds as much to its
@@ -82,7 +88,8 @@ impl SimModel {
         match read_cache(&path) {
             Ok(ids) => {
                 // Reading the file takes time by its size.
-                std::thread::sleep(self.scaled(self.config.cache_file_ms * ids.len() as f64 / 1000.0));
+                let size: usize = ids.iter().map(Vec::len).sum();
+                std::thread::sleep(self.scaled(self.config.cache_file_ms * size as f64 / 1000.0));
                 // cache_lies: loaded, but it will spare nothing (rknn-llm #399).
                 self.state().prompt_cache = (!self.config.cache_lies).then_some(ids);
                 0
@@ -103,9 +110,9 @@ impl SimModel {
         0
     }
 
-    /// A run's prompt KV (`ids`, of a run with `slots` slots) to the file it
-    /// asked for, if it asked; the error is the line to print.
-    pub(crate) fn save_prompt_cache(&self, slots: usize, ids: &[u32], infer: &InferOptions) -> Result<(), String> {
+    /// A run's prompt KV (`slots`: each slot's ids) to the file it asked
+    /// for, if it asked; the error is the line to print.
+    pub(crate) fn save_prompt_cache(&self, slots: &[Vec<u32>], infer: &InferOptions) -> Result<(), String> {
         let Some((save, path)) = &infer.prompt_cache else { return Ok(()) };
         if *save == 0 {
             return Ok(());
@@ -113,24 +120,36 @@ impl SimModel {
         let Some(path) = path else {
             return Err("E rkllm: save_prompt_cache is set but prompt_cache_path is NULL".into());
         };
-        if slots > 1 {
-            return Err("E rkllm: saving a prompt cache is simulated with n_batch 1 only".into());
-        }
-        let text = json!({"format": FORMAT, "ids": ids}).to_string();
-        std::fs::write(path, text).map_err(|e| format!("E rkllm: failed to save prompt cache to {path}: {e}"))
+        let text = match slots {
+            [ids] => json!({"format": FORMAT, "ids": ids}),
+            _ if !self.config.batch_cache => {
+                return Err("E rkllm: saving a prompt cache from a batched run is refused (batch_cache=refuse)".into())
+            }
+            _ => json!({"format": FORMAT, "slots": slots}),
+        };
+        std::fs::write(path, text.to_string())
+            .map_err(|e| format!("E rkllm: failed to save prompt cache to {path}: {e}"))
     }
 }
 
 impl State {
     /// How many of `ids` the loaded prompt cache spares this slot's prefill:
-    /// all of the cache's ids when the slot's KV cache is empty and `ids`
-    /// starts with them and goes on past them, else none.
+    /// all of the cache's ids (a single run's, or this slot's of a batched
+    /// run's) when the slot's KV cache is empty and `ids` starts with them
+    /// and goes on past them, else none.
     pub(crate) fn prompt_cache_hit(&self, slot: usize, ids: &[u32]) -> usize {
-        match &self.prompt_cache {
-            Some(cached) if self.kv[slot].is_empty() && ids.len() > cached.len() && ids.starts_with(cached) => {
-                cached.len()
-            }
-            _ => 0,
+        let cached = match self.prompt_cache.as_deref() {
+            Some([one]) => one,
+            Some(slots) => match slots.get(slot) {
+                Some(own) => own,
+                None => return 0,
+            },
+            None => return 0,
+        };
+        if self.kv[slot].is_empty() && !cached.is_empty() && ids.len() > cached.len() && ids.starts_with(cached) {
+            cached.len()
+        } else {
+            0
         }
     }
 }
@@ -140,13 +159,18 @@ pub(crate) fn lora_salt(lora: Option<&Lora>) -> u64 {
     lora.map_or(0, |l| fnv1a(format!("{}:{}", l.name, l.scale).as_bytes()))
 }
 
-fn read_cache(path: &str) -> Result<Vec<u32>, String> {
+/// A file's ids: one prompt, or one per slot of a batched run.
+fn read_cache(path: &str) -> Result<Vec<Vec<u32>>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|_| "not a prompt cache file".to_owned())?;
     if value["format"] != FORMAT {
         return Err("not a prompt cache file".into());
     }
-    serde_json::from_value(value["ids"].clone()).map_err(|_| "not a prompt cache file".into())
+    let read = match value.get("slots") {
+        Some(slots) => serde_json::from_value(slots.clone()),
+        None => serde_json::from_value(value["ids"].clone()).map(|ids| vec![ids]),
+    };
+    read.map_err(|_| "not a prompt cache file".into())
 }
 
 #[cfg(test)]
@@ -155,7 +179,7 @@ mod tests {
 
     #[test]
     fn a_cache_spares_only_a_prefix_of_an_empty_slot() {
-        let mut state = State { kv: vec![Vec::new()], prompt_cache: Some(vec![1, 2, 3]), ..State::default() };
+        let mut state = State { kv: vec![Vec::new()], prompt_cache: Some(vec![vec![1, 2, 3]]), ..State::default() };
         assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3, 4]), 3);
         assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3]), 0, "nothing left to prefill: no reuse");
         assert_eq!(state.prompt_cache_hit(0, &[1, 2, 4, 5]), 0);
@@ -164,12 +188,27 @@ mod tests {
     }
 
     #[test]
+    fn a_batched_runs_cache_spares_each_slot_its_own_ids() {
+        let state = State {
+            kv: vec![Vec::new(), Vec::new(), Vec::new()],
+            prompt_cache: Some(vec![vec![1, 2], vec![5, 6], vec![]]),
+            ..State::default()
+        };
+        assert_eq!(state.prompt_cache_hit(0, &[1, 2, 3]), 2);
+        assert_eq!(state.prompt_cache_hit(1, &[5, 6, 7]), 2);
+        assert_eq!(state.prompt_cache_hit(1, &[1, 2, 3]), 0, "another slot's ids");
+        assert_eq!(state.prompt_cache_hit(2, &[1, 2, 3]), 0, "a slot that held nothing spares nothing");
+    }
+
+    #[test]
     fn a_foreign_file_is_refused() {
         let dir = std::env::temp_dir().join(format!("rkllm-sim-cache-{}", std::process::id()));
         std::fs::write(&dir, "{\"ids\": [1]}").unwrap();
         assert_eq!(read_cache(dir.to_str().unwrap()), Err("not a prompt cache file".into()));
         std::fs::write(&dir, json!({"format": FORMAT, "ids": [4, 5]}).to_string()).unwrap();
-        assert_eq!(read_cache(dir.to_str().unwrap()), Ok(vec![4, 5]));
+        assert_eq!(read_cache(dir.to_str().unwrap()), Ok(vec![vec![4, 5]]));
+        std::fs::write(&dir, json!({"format": FORMAT, "slots": [[4], [5, 6]]}).to_string()).unwrap();
+        assert_eq!(read_cache(dir.to_str().unwrap()), Ok(vec![vec![4], vec![5, 6]]));
         std::fs::remove_file(&dir).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 24] = [
+pub const KEYS: [&str; 25] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -34,6 +34,7 @@ pub const KEYS: [&str; 24] = [
     "split_chars",
     "context_limit",
     "short_batch",
+    "batch_cache",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -90,6 +91,10 @@ pub(crate) struct SimConfig {
     /// ids): those slots prefill and decode nothing and keep their
     /// KV cache (`short_batch=accept`); else such a run is refused.
     pub short_batch: bool,
+    /// A batched run may save a prompt-cache file: every slot's prompt KV
+    /// in one file, restored slot by slot (`batch_cache=slots`); else such
+    /// a run is refused (`batch_cache=refuse`).
+    pub batch_cache: bool,
 }
 
 #[derive(Debug)]
@@ -160,6 +165,11 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             None | Some("refuse") => false,
             Some("accept") => true,
             Some(v) => return Err(invalid("short_batch", v, "accept or refuse")),
+        },
+        batch_cache: match value("batch_cache").as_deref().map(str::trim) {
+            None | Some("slots") => true,
+            Some("refuse") => false,
+            Some(v) => return Err(invalid("batch_cache", v, "slots or refuse")),
         },
     })
 }

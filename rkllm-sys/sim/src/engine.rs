@@ -68,8 +68,9 @@ pub(crate) struct State {
     pub paused: Option<Reply>,
     /// The adapters `rkllm_load_lora` loaded.
     pub loras: Vec<Lora>,
-    /// The ids of the prompt cache `rkllm_load_prompt_cache` loaded.
-    pub prompt_cache: Option<Vec<u32>>,
+    /// The ids of the prompt cache `rkllm_load_prompt_cache` loaded: one
+    /// prompt (a file of a single run), or one per slot (a batched run's).
+    pub prompt_cache: Option<Vec<Vec<u32>>>,
     /// The images the slots' KV caches hold (`vision::held` reads which
     /// are still there): a follow-up run's reply still sees them.
     pub images: Vec<crate::vision::Held>,

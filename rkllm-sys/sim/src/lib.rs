@@ -58,6 +58,7 @@
 //! | `image_cache_lies` | `0` (default) or `1` | a fault: a loaded prompt cache spares a token run as usual but no multimodal run (a runtime that does not match images against a file) |
 //! | `batch_history_lies` | `0` (default) or `1` | a fault: a batched run with `keep_history = 1` prefills every slot's cached tokens again (counted in `perf.prefill_tokens` and in the prefill time), as a runtime whose batch slots keep no history would; the replies and sizes stay as they were |
 //! | `short_batch` | `refuse` (default) or `accept` | whether a batched run may leave slots without input (a token input of no ids; the manual leaves it open): `refuse` fails the run as above; `accept` leaves such a slot out of the run — no prefill, no decode, its KV cache as it was |
+//! | `batch_cache` | `slots` (default) or `refuse` | what a batched run asked to save a prompt cache does (the manual leaves it open): `slots` writes every slot's prompt KV to the one file, and a loaded file of a batched run spares each slot its own ids; `refuse` fails such a run (ERROR, -1) |
 //! | `split_chars` | `bytes` (default), `repeat`, `empty`, `null`, `raw`, `lost` | how a character split over tokens is delivered (the manual leaves it open): `bytes` WAITING carries the token's own bytes and the next text the rest; `repeat` WAITING carries the bytes since the last whole character and the completing NORMAL text repeats them (NORMAL texts are whole characters, as Rockchip's demo reads them); `empty` and `null` WAITING carries `""` or NULL and the completing NORMAL text the whole characters; `raw` no WAITING, every token's own bytes as NORMAL; `lost` a fault: WAITING carries NULL and the completing text only its own bytes, so a split character's first bytes never arrive. In a batch (state always NORMAL) each slot's texts follow the same rule |
 //! | `cache_file_ms` | number, default 10 | milliseconds per 1000 tokens to load a prompt-cache file (in `rkllm_load_prompt_cache`) or save one (added to the saving run's prefill), × `time_scale`: ~28 KiB of Qwen2.5-1.5B KV per token on tmpfs |
 //!
@@ -223,12 +224,15 @@
 //!   values do not depend on it.
 //! * A run with `prompt_cache_params.save_prompt_cache = 1` writes what its
 //!   KV cache holds after the prefill to `prompt_cache_path` (the
-//!   simulator's own JSON format; a write error is ERROR and -1).
+//!   simulator's own JSON format; a write error is ERROR and -1). A batched
+//!   run writes every slot's ids (`batch_cache=slots`), or fails
+//!   (`batch_cache=refuse`).
 //!   `rkllm_load_prompt_cache` reads such a file (anything else: -1 with an
 //!   `E rkllm:` line); `rkllm_release_prompt_cache` drops it.
 //! * A run whose slot's KV cache is empty and whose ids start with the
 //!   loaded cache's ids (and go on past them) does not prefill those again:
-//!   the prefill time and `perf.prefill_tokens` count only the rest. The
+//!   the prefill time and `perf.prefill_tokens` count only the rest (a
+//!   batched run's file: slot I is matched against the ids slot I saved). The
 //!   loaded cache stays across runs, `keep_history` and
 //!   `rkllm_clear_kv_cache` (*open* on the real runtime).
 //! * Images are positions like any other: a file saved by a run whose cache

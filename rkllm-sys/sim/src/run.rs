@@ -267,8 +267,10 @@ impl SimModel {
             let spared = if lies { 0 } else { state.prompt_cache_hit(slot, &checked.ids) };
             slots.push((checked, spared, SlotReply { pieces, next: 0, truncated }));
         }
-        // What the KV cache holds after the prefill, as a saved prompt cache.
-        self.save_prompt_cache(slots.len(), &[state.kv[0].as_slice(), &slots[0].0.ids].concat(), infer)?;
+        // What each slot's KV cache holds after the prefill, as a saved prompt cache.
+        let after: Vec<Vec<u32>> =
+            slots.iter().zip(&state.kv).map(|((input, _, _), kv)| [kv.as_slice(), &input.ids].concat()).collect();
+        self.save_prompt_cache(&after, infer)?;
         if state.kv[0].is_empty() {
             state.kv_system_tokens = slots[0].0.system;
         }
@@ -291,7 +293,8 @@ impl SimModel {
         // A batch's prefill costs the tokens of all its slots; writing a
         // prompt-cache file costs by its size.
         let saved = infer.prompt_cache.as_ref().is_some_and(|(save, _)| *save != 0);
-        let save_ms = if saved { self.config.cache_file_ms * state.kv[0].len() as f64 / 1000.0 } else { 0.0 };
+        let size: usize = state.kv.iter().map(Vec::len).sum();
+        let save_ms = if saved { self.config.cache_file_ms * size as f64 / 1000.0 } else { 0.0 };
         let prefill_ms = self.config.profile.prefill_ms(prefill_tokens) + self.config.prefill_extra_ms + save_ms;
         Ok(Prepared {
             reply: Reply {

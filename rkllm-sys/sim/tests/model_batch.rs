@@ -34,7 +34,14 @@ fn request(prompts: &[&str]) -> BatchRequest {
         .iter()
         .map(|p| Some(BatchInput { input: RunInput::Prompt(format!("the {p} prompt")), enable_thinking: false }))
         .collect();
-    BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None, keep_history: false }
+    BatchRequest {
+        slots,
+        max_new_tokens: None,
+        sampling: None,
+        lora: None,
+        keep_history: false,
+        save_prompt_cache: None,
+    }
 }
 
 /// Runs the three scripted prompts plus one filler slot nobody reads.
@@ -144,7 +151,14 @@ fn run_short(model: &Model, given: &[(usize, &str)]) -> (Vec<common::Outcome>, B
         channels[slot] = Some(tx);
         receivers.push(rx);
     }
-    let req = BatchRequest { slots, max_new_tokens: None, sampling: None, lora: None, keep_history: true };
+    let req = BatchRequest {
+        slots,
+        max_new_tokens: None,
+        sampling: None,
+        lora: None,
+        keep_history: true,
+        save_prompt_cache: None,
+    };
     let (_control, done) = model.submit_batch(req, channels).expect("submitted");
     let outcomes = receivers.iter_mut().map(collect).collect();
     (outcomes, done.blocking_recv().expect("the run's Finished"))
