@@ -16,11 +16,8 @@ fn fixture(path: &str) -> PathBuf {
 /// The recorded runs, each with its `prompt` as text: a run sent as token
 /// ids (the conversation cache) is decoded with the simulator's tokenizer.
 fn runs(record: &Path) -> Vec<Value> {
-    std::fs::read_to_string(record)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|c| c["call"] == "run")
+    common::sim_records(record, "run")
+        .into_iter()
         .map(|mut run| {
             if let Some(ids) = run["token_ids"].as_array() {
                 let bytes: Vec<u8> = ids

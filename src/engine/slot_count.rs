@@ -130,8 +130,12 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
             Ok(opened) => opened,
             Err(e) => {
                 let why = format!("rkllm_init with {planned} slots failed ({e})");
-                tracing::warn!(reason = %why, "batch = auto: opening the model with 1 slot");
-                return single_slot(runtime, init, limits, why);
+                // Said once: when one slot fails too, the load's error carries the runtime's lines.
+                let opened = single_slot(runtime, init, limits, why.clone());
+                if opened.is_ok() {
+                    tracing::warn!(reason = %why, "batch = auto: opened the model with 1 slot");
+                }
+                return opened;
             }
         };
     // The context the model is served with (its own, read at init) sized
