@@ -285,7 +285,11 @@ async fn batch_one_is_todays_path_and_batch_is_checked() {
         std::process::Command::new(env!("CARGO_BIN_EXE_rkllmd")).args(["--batch", "9", "--print-config"]).output();
     let out = out.unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("batch must be `auto` or a number from 1 to 8, got `9`"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("batch must be `auto` or a number from 1 to 8, got `9`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Clients that send their next request as soon as their reply ends.
