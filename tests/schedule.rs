@@ -14,9 +14,19 @@ use std::time::Instant;
 /// key the prompt contains: later turns come first.
 const X3: (&str, &str) = ("X-third", "Third and last.");
 const X2: (&str, &str) = ("X-second", "Second reply here.");
+/// Long (~5 s at this pace): four requests must queue behind it while it
+/// runs, each one validated and counted first, on a busy machine too.
 const X1: (&str, &str) = (
     "X-first",
-    "The first reply is long, so that the other requests queue up behind it while it runs: it goes on for a while, sentence after sentence, on a loaded machine too.",
+    concat!(
+        "The first reply is long, so that the other requests queue up behind it while it runs: ",
+        "it goes on for a while, sentence after sentence, on a loaded machine too. ",
+        "It says the same again and again, for as long as four other clients take to send their requests, ",
+        "and each of them is read, validated, rendered, tokenized and put in the queue behind it. ",
+        "Then it goes on some more, because a shared machine can be slow at any of those steps, ",
+        "and a test that waits for the queue to fill must not find the first request finished already. ",
+        "So it goes on, sentence after sentence, until the queue holds every one of them, and then it ends."
+    ),
 );
 const Y: (&str, &str) = ("Y-only", "Why not.");
 const Z: (&str, &str) = ("Z-only", "Zed.");
