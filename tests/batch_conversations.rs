@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Daemon, Turn};
+use common::{Chats, Daemon, Turn};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -30,25 +30,7 @@ fn start(dlopen: bool, keys: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir
     (d, dir)
 }
 
-/// What a client task needs of a daemon.
-#[derive(Clone)]
-struct Api {
-    client: reqwest::Client,
-    url: String,
-}
-
-impl Api {
-    fn of(d: &Daemon) -> Api {
-        Api { client: d.client(), url: d.url.clone() }
-    }
-
-    async fn turn(&self, messages: &[Value]) -> Turn {
-        let body = json!({"model": MODEL, "messages": messages, "max_tokens": 64});
-        let r = self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        Turn::of(&r.json().await.unwrap())
-    }
-
+impl Chats {
     /// Conversation `c` turn by turn, resending its history with the
     /// daemon's replies; each of its turns.
     async fn converse(&self, c: usize) -> Vec<Turn> {
@@ -83,7 +65,7 @@ async fn closed_loop(d: &Daemon, clients: usize) -> Vec<Vec<Turn>> {
 async fn closed_loop_after(d: &Daemon, clients: usize, pause: Duration) -> Vec<Vec<Turn>> {
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
-            let api = Api::of(d);
+            let api = Chats::of(d, MODEL);
             tokio::spawn(async move { api.converse_after(c, pause).await })
         })
         .collect();
@@ -99,7 +81,7 @@ async fn conversations_keep_their_slots(dlopen: bool) {
     let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
     let all = closed_loop(&on, 4).await;
     for (c, turns) in all.iter().enumerate() {
-        let alone = Api::of(&off).converse(c).await;
+        let alone = Chats::of(&off, MODEL).converse(c).await;
         for (i, (t, plain)) in turns.iter().zip(&alone).enumerate() {
             assert_eq!(t.content, plain.content, "conversation {c}, turn {i}: the cache must not change the reply");
             assert_eq!(t.prompt(), plain.prompt(), "conversation {c}, turn {i}: the whole prompt is counted");
@@ -146,7 +128,7 @@ async fn through_dlopen_closed_loop_conversations_keep_their_batch_slots() {
 async fn an_edited_history_in_a_batch_slot_starts_clean_with_the_right_reply() {
     let (on, _dir) = start(false, "", &["--batch", "2"]);
     let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
-    let api = Api::of(&on);
+    let api = Chats::of(&on, MODEL);
     let mut messages = vec![json!({"role": "user", "content": USERS[0]})];
     let first = api.turn(&messages).await;
     messages
@@ -158,7 +140,7 @@ async fn an_edited_history_in_a_batch_slot_starts_clean_with_the_right_reply() {
     let edited = api.turn(&messages).await;
     assert_eq!((edited.cached(), &edited.timings["cache"]), (0, &json!("miss")), "{}", edited.timings);
     assert_eq!(edited.timings["cache_miss"], "other", "{}", edited.timings);
-    let plain = Api::of(&off).turn(&messages).await;
+    let plain = Chats::of(&off, MODEL).turn(&messages).await;
     assert_eq!(edited.content, plain.content);
 }
 
@@ -168,8 +150,8 @@ async fn batch_slots_that_keep_no_history_are_switched_off_loudly() {
     // keeps it: reuse saves nothing, so it must stop.
     let (d, _dir) = start(false, "&batch_history_lies=1", &["--batch", "2"]);
     let (off, _off_dir) = start(false, "", &["--conversation-cache", "off"]);
-    let turns = Api::of(&d).converse(0).await;
-    let plain = Api::of(&off).converse(0).await;
+    let turns = Chats::of(&d, MODEL).converse(0).await;
+    let plain = Chats::of(&off, MODEL).converse(0).await;
     assert!(d.wait_metric("rkllmd_conversation_cache_off_total", |n| n == 1.0).await, "switched off");
     // The second turn was planned as a reuse (and found out); none after it.
     assert_eq!(turns[1].timings["cache"], "resident");
@@ -215,7 +197,7 @@ async fn a_batch_gathers_for_clients_as_long_as_they_take_to_come_back() {
 /// Conversations `a` and `b` on `--batch 2`, one request at a time: a's
 /// first turn, b's, a's second, b's second. The turns.
 async fn two_by_turns(d: &Daemon) -> [Turn; 4] {
-    let api = Api::of(d);
+    let api = Chats::of(d, MODEL);
     let mut a = vec![json!({"role": "user", "content": USERS[0]})];
     let mut b = vec![json!({"role": "user", "content": USERS[1]})];
     let a1 = api.turn(&a).await;

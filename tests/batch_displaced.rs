@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{Daemon, Turn};
-use serde_json::{json, Value};
+use common::{Chats, Daemon, Turn};
+use serde_json::json;
 
 const MODEL: &str = "m";
 const USERS: [&str; 6] =
@@ -24,25 +24,7 @@ fn start(keys: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     (Daemon::start(&args), dir)
 }
 
-/// What a client task needs of a daemon.
-#[derive(Clone)]
-struct Api {
-    client: reqwest::Client,
-    url: String,
-}
-
-impl Api {
-    fn of(d: &Daemon) -> Api {
-        Api { client: d.client(), url: d.url.clone() }
-    }
-
-    async fn turn(&self, messages: &[Value]) -> Turn {
-        let body = json!({"model": MODEL, "messages": messages, "max_tokens": 64});
-        let r = self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap();
-        assert_eq!(r.status(), 200);
-        Turn::of(&r.json().await.unwrap())
-    }
-
+impl Chats {
     /// Conversation `c`'s first `turns` turns, each resending its history
     /// with the daemon's replies as soon as the last reply ended.
     async fn converse(&self, c: usize, turns: usize) -> Vec<Turn> {
@@ -62,7 +44,7 @@ impl Api {
 async fn closed_loop(d: &Daemon, clients: usize, turns: usize) -> Vec<Vec<Turn>> {
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
-            let api = Api::of(d);
+            let api = Chats::of(d, MODEL);
             tokio::spawn(async move { api.converse(c, turns).await })
         })
         .collect();
@@ -77,7 +59,7 @@ async fn closed_loop(d: &Daemon, clients: usize, turns: usize) -> Vec<Vec<Turn>>
 async fn assert_replies_as_without_cache(all: &[Vec<Turn>]) {
     let (off, _dir) = start("", &["--conversation-cache", "off"]);
     for (c, turns) in all.iter().enumerate() {
-        let plain = Api::of(&off).converse(c, turns.len()).await;
+        let plain = Chats::of(&off, MODEL).converse(c, turns.len()).await;
         for (i, (t, p)) in turns.iter().zip(&plain).enumerate() {
             assert_eq!(t.content, p.content, "conversation {c}, turn {i}: the cache must not change the reply");
             assert_eq!(t.prompt(), p.prompt(), "conversation {c}, turn {i}: the whole prompt is counted");

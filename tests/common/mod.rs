@@ -420,6 +420,29 @@ pub fn run_to_exit(command: &mut Command, within: Duration) -> std::process::Out
     child.wait_with_output().unwrap()
 }
 
+/// What a conversation's client task needs of a daemon: its turns are
+/// non-streamed chat completions of `model`, up to 64 tokens each.
+#[derive(Clone)]
+pub struct Chats {
+    pub client: reqwest::Client,
+    pub url: String,
+    pub model: &'static str,
+}
+
+impl Chats {
+    pub fn of(d: &Daemon, model: &'static str) -> Chats {
+        Chats { client: d.client(), url: d.url.clone(), model }
+    }
+
+    /// One turn of `messages`, answered 200.
+    pub async fn turn(&self, messages: &[serde_json::Value]) -> Turn {
+        let body = serde_json::json!({"model": self.model, "messages": messages, "max_tokens": 64});
+        let r = self.client.post(format!("{}/v1/chat/completions", self.url)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        Turn::of(&r.json().await.unwrap())
+    }
+}
+
 /// One chat completion's reply text, usage and timings.
 #[derive(Debug, Clone)]
 pub struct Turn {
