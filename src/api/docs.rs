@@ -83,7 +83,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>(
     table: &mut Routes,
 ) -> Router<S> {
     // The served document's schemas are the ones `nul.rs` walks: made once, here.
-    SCHEMAS.get_or_init(|| schemas_of(&openapi, table));
+    super::nul::walk_schemas(|| schemas_of(&openapi, table));
     let doc = serialised(&openapi, table).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
     let doc = Arc::new(doc);
     let served = move || {
@@ -138,18 +138,6 @@ fn serialised(openapi: &OpenApi, table: &Routes) -> Result<serde_json::Value, se
     let bodies: Vec<_> = table.iter().filter_map(|(_, route)| route.body_schema()).collect();
     super::schema_rules::add(&mut doc, &bodies);
     Ok(doc)
-}
-
-/// The document's component schemas as served, where `nul.rs` reads which
-/// members of a body are declared: set by the first [`routes`] (the main
-/// router, which the daemon builds before it serves). Which members exist
-/// does not depend on the configuration (it changes statuses and ranges).
-static SCHEMAS: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
-
-/// The served document's component schemas (empty before a router is built).
-pub fn request_schemas() -> &'static serde_json::Map<String, serde_json::Value> {
-    static NONE: std::sync::OnceLock<serde_json::Map<String, serde_json::Value>> = std::sync::OnceLock::new();
-    SCHEMAS.get().unwrap_or_else(|| NONE.get_or_init(serde_json::Map::new))
 }
 
 /// The component schemas of `openapi` as it would be served.

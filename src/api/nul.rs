@@ -13,10 +13,28 @@ use serde_json::{Map, Value};
 
 const SCHEMAS: &str = "#/components/schemas/";
 
+/// The document's component schemas as served, where [`refuse`] reads which
+/// members of a body are declared: set by the first router `docs.rs` builds
+/// (the main one, which the daemon builds before it serves), so that this
+/// walker does not import the document's maker. Which members exist does not
+/// depend on the configuration (it changes statuses and ranges).
+static DOCUMENT_SCHEMAS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+
+/// Sets the schemas walked, once (later routers serve the same members).
+pub fn walk_schemas(schemas: impl FnOnce() -> Map<String, Value>) {
+    DOCUMENT_SCHEMAS.get_or_init(schemas);
+}
+
+/// The served document's component schemas (empty before a router is built).
+pub fn request_schemas() -> &'static Map<String, Value> {
+    static NONE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    DOCUMENT_SCHEMAS.get().unwrap_or_else(|| NONE.get_or_init(Map::new))
+}
+
 /// Refuses a body whose texts, where `schema` (a component of the served
 /// document) declares them, hold a NUL, naming the first such text.
 pub fn refuse(bytes: &[u8], schema: &str) -> Result<(), ApiError> {
-    refuse_in(bytes, schema, super::docs::request_schemas())
+    refuse_in(bytes, schema, request_schemas())
 }
 
 /// [`refuse`] along the component schemas `schemas`.
