@@ -34,10 +34,12 @@
 use super::kv;
 use super::saved::{Restore, SavedSettings};
 use super::saved_dir::{self, make_dir};
+use super::short_batch::{self, Bounded};
 use super::slots::{Kept, Member, SlotJob};
 use super::{lock, Engine};
-use rkllm_sys::{BatchInput, BatchRequest, Event, Model, RunInput};
+use rkllm_sys::{BatchInput, BatchRequest, Model, RunInput};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What the probe at load found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,9 +72,9 @@ const PROBE_BASE: i32 = 100;
 /// Runs the probe on a freshly loaded handle with `n` slots, its file in
 /// `dir` (blocking; the KV cache is cleared and the file released after
 /// it). Anything but `Accepted` is a WARN and counted.
-pub(super) fn probe(model: &Model, n: usize, dir: &Path) -> BatchFiles {
+pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> BatchFiles {
     let file = dir.join("batch-probe.cache");
-    let (found, why) = run_probe(model, n, &file);
+    let (found, why) = run_probe(model, n, &file, bound);
     if let Err(why) = super::wait_for(model.release_prompt_cache()) {
         tracing::warn!("rkllm_release_prompt_cache failed after the batch-file probe ({why})");
     }
@@ -109,6 +111,7 @@ pub(super) fn at_load(
     conversation_cache: bool,
     saved: Option<&SavedSettings>,
     model_cache: bool,
+    bound: Duration,
 ) -> (Option<std::sync::Mutex<GroupFiles>>, Option<BatchFiles>) {
     let Some(saved) = saved.filter(|_| schedule.batch > 1 && conversation_cache) else { return (None, None) };
     if model_cache {
@@ -122,15 +125,15 @@ pub(super) fn at_load(
             return (None, None);
         }
     };
-    let found = probe(model, usize::from(schedule.batch), &saved.dir);
+    let found = probe(model, usize::from(schedule.batch), &saved.dir, bound);
     let files = (found == BatchFiles::Accepted).then(|| std::sync::Mutex::new(files));
     (files, Some(found))
 }
 
-fn run_probe(model: &Model, n: usize, file: &Path) -> (BatchFiles, String) {
+fn run_probe(model: &Model, n: usize, file: &Path, bound: Duration) -> (BatchFiles, String) {
     let Some(path) = file.to_str() else { return (BatchFiles::Refused, "the directory is not UTF-8".into()) };
     let ids = |slot: usize| vec![PROBE_BASE + 2 * slot as i32, PROBE_BASE + 2 * slot as i32 + 1];
-    if let Err(why) = probe_run(model, (0..n).map(ids).collect(), Some(path)) {
+    if let Err(why) = probe_run(model, (0..n).map(ids).collect(), Some(path), bound) {
         return (BatchFiles::Refused, format!("a batched run asked to save its prompt cache: {why}"));
     }
     match std::fs::metadata(file) {
@@ -145,7 +148,7 @@ fn run_probe(model: &Model, n: usize, file: &Path) -> (BatchFiles, String) {
     }
     let next = PROBE_BASE + 2 * n as i32;
     let continued = (0..n).map(|slot| [ids(slot), vec![next]].concat()).collect();
-    match probe_run(model, continued, None) {
+    match probe_run(model, continued, None, bound) {
         Ok(Some(prefilled)) if prefilled == n as i64 => (BatchFiles::Accepted, String::new()),
         Ok(prefilled) => (
             BatchFiles::Misplaced,
@@ -160,10 +163,10 @@ fn run_probe(model: &Model, n: usize, file: &Path) -> (BatchFiles, String) {
 
 /// One batched run of these ids per slot, one token generated, saving to
 /// `save`; its prefill count.
-fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>) -> Result<Option<i64>, String> {
+fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>, bound: Duration) -> Result<Option<i64>, String> {
     let n = slots.len();
     let slots = slots.into_iter().map(|ids| Some(BatchInput { input: RunInput::Tokens(ids), enable_thinking: false }));
-    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
     let mut channels = vec![None; n];
     channels[0] = Some(tx);
     let request = BatchRequest {
@@ -175,15 +178,14 @@ fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>) -> Result<
         save_prompt_cache: save.map(str::to_owned),
     };
     let (control, done) = model.submit_batch(request, channels).map_err(|e| e.to_string())?;
-    // ABI 1.2 takes no per-run limit: the first token ends the run.
-    while let Some(event) = events.blocking_recv() {
-        match event {
-            Event::Token(_) => control.abort(),
-            Event::Finished(_) => break,
-            Event::Started { .. } => {}
-        }
-    }
-    let finish = done.blocking_recv().map_err(|_| "the runtime thread is gone".to_owned())?.finish;
+    // Bounded, as the short-batch probe: a runtime that hangs saving or
+    // loading a batched run's file must not hang the load.
+    let finish = match short_batch::read_bounded(control, events, done, bound)? {
+        Bounded::Ended(Some(end)) => end.finish,
+        Bounded::Ended(None) => return Err("the runtime thread is gone".into()),
+        Bounded::Unread(why) => return Err(why),
+        Bounded::TimedOut => return Err(format!("its one-token run took longer than {bound:?} and was aborted")),
+    };
     if finish.is_error() || finish.code != 0 {
         return Err(format!("rkllm_run returned {} (see the runtime's log line)", finish.code));
     }

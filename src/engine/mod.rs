@@ -304,8 +304,14 @@ impl Engine {
             })
             .transpose()?;
         let short = short_batches == Some(ShortBatches::Accepted);
-        let (batch_files, batch_files_found) =
-            batch_files::at_load(&model, &schedule, conversation_cache, saved.as_ref(), prompt_cache.is_some());
+        let (batch_files, batch_files_found) = batch_files::at_load(
+            &model,
+            &schedule,
+            conversation_cache,
+            saved.as_ref(),
+            prompt_cache.is_some(),
+            slot_count::probe_bound(&limits),
+        );
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),

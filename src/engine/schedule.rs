@@ -180,7 +180,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             // A client gone since: its turn is dropped with the error, and the loop picks again.
             let _ = first.reply.send(Ok(Assigned::Alone(turn)));
         } else {
-            let group = take_group(first, &mut waiting, size, warm);
+            let group = take_group(first, &mut waiting, size, settings.max_passed_over, warm);
             let ran = group.len();
             let arrivals: Vec<Instant> = group.iter().map(|w| w.arrived).collect();
             let (replies, members): (Vec<_>, Vec<_>) = group.into_iter().map(|w| (w.reply, w.job)).unzip();
@@ -295,22 +295,38 @@ fn pick(waiting: &mut VecDeque<Waiting>, max_passed_over: u32, warm: impl Fn(&Wa
 }
 
 /// `first` and, in arrival order, up to `size − 1` more that can share its
-/// run (the same sampling values and adapter): the `preferred` ones first.
+/// run (the same sampling values and adapter): the `preferred` ones first,
+/// unless that would pass over a job `max_passed_over` times (0: strict
+/// arrival order). A job that could have shared the run and was left for a
+/// preferred one counts as passed over, as in [`pick`].
 fn take_group(
     first: Waiting,
     waiting: &mut VecDeque<Waiting>,
     size: usize,
+    max_passed_over: u32,
     preferred: impl Fn(&Waiting) -> bool,
 ) -> Vec<Waiting> {
     let mut group = vec![first];
-    for only_preferred in [true, false] {
+    let shares = |job: &Waiting, group: &[Waiting]| job.job.plan.shares_run_with(&group[0].job.plan);
+    let fair = waiting.iter().all(|w| w.passed < max_passed_over || !shares(w, &group));
+    let passes: &[bool] = if fair { &[true, false] } else { &[false] };
+    for &only_preferred in passes {
         let mut rest = VecDeque::with_capacity(waiting.len());
+        let mut left = Vec::new();
         while let Some(job) = waiting.pop_front() {
-            let fits = group.len() < size && job.job.plan.shares_run_with(&group[0].job.plan);
+            let fits = group.len() < size && shares(&job, &group);
             if fits && (!only_preferred || preferred(&job)) {
                 group.push(job);
             } else {
+                if fits {
+                    left.push(rest.len());
+                }
                 rest.push_back(job);
+            }
+        }
+        if only_preferred && group.len() > 1 {
+            for i in left {
+                rest[i].passed += 1;
             }
         }
         *waiting = rest;
@@ -353,7 +369,7 @@ mod tests {
 
     fn group(waiting: &mut VecDeque<Waiting>, size: usize) -> Vec<Waiting> {
         match pick(waiting, 0, |_| false) {
-            Some(first) => take_group(first, waiting, size, |_| false),
+            Some(first) => take_group(first, waiting, size, 0, |_| false),
             None => Vec::new(),
         }
     }
@@ -390,6 +406,28 @@ mod tests {
         assert_eq!(came_back(&mut [at(30), at(10)], [at(20), at(25)].into_iter()), 1, "one slot, one client");
         assert_eq!(came_back(&mut [at(30), at(10)], [at(40), at(20), at(50)].into_iter()), 2);
         assert_eq!(came_back(&mut [], [at(40)].into_iter()), 0);
+    }
+
+    #[test]
+    fn a_group_takes_warm_jobs_first_only_while_that_passes_no_job_over_its_limit() {
+        // Five jobs of one sampling wait; k5 and k6 are warm; a run takes 3.
+        let prompts = |g: &[Waiting]| g.iter().map(|w| w.job.plan.prompt.clone()).collect::<Vec<_>>();
+        let warm = |w: &Waiting| matches!(w.job.plan.prompt.as_str(), "k5" | "k6");
+        let taken = |max_passed_over: u32| {
+            let (mut waiting, rx) = queue_of([2, 2, 2, 2, 2].map(|k| (k, None)));
+            for (w, name) in waiting.iter_mut().zip(["k2", "k3", "k4", "k5", "k6"]) {
+                Arc::get_mut(&mut w.job.plan).unwrap().prompt = name.into();
+            }
+            let first = waiting.pop_front().unwrap();
+            let group = take_group(first, &mut waiting, 3, max_passed_over, warm);
+            (prompts(&group), waiting.iter().map(|w| w.passed).collect::<Vec<_>>(), rx)
+        };
+        let (group, passed, _rx) = taken(2);
+        assert_eq!(group, ["k2", "k5", "k6"], "the warm ones join the oldest");
+        assert_eq!(passed, [1, 1], "k3 and k4, left for them, were passed over");
+        let (group, passed, _rx) = taken(0);
+        assert_eq!(group, ["k2", "k3", "k4"], "max_passed_over 0: arrival order");
+        assert_eq!(passed, [0, 0]);
     }
 
     #[test]

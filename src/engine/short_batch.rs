@@ -18,10 +18,11 @@
 //! same way.
 
 use super::Engine;
-use rkllm_sys::{BatchInput, BatchRequest, Event, Model, RunInput};
+use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, Model, RunControl, RunInput};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
+use tokio::sync::{mpsc::UnboundedReceiver, oneshot};
 
 /// What the probe at load found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +89,7 @@ pub(super) fn report(found: ShortBatches, why: &str, n: u8) -> ShortBatches {
 fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, String), String> {
     let mut slots: Vec<Option<BatchInput>> = vec![None; n];
     slots[n - 1] = Some(BatchInput { input: RunInput::Prompt(PROBE.into()), enable_thinking: false });
-    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, events) = tokio::sync::mpsc::unbounded_channel();
     let mut channels = vec![None; n];
     channels[n - 1] = Some(tx);
     let request = BatchRequest {
@@ -103,45 +104,16 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
         Ok(run) => run,
         Err(e) => return Ok((ShortBatches::Refused, e.to_string())),
     };
-    // The run is read on a thread of its own, so that waiting for it has a
-    // bound; the thread ends with the run (or with the process, if the run never does).
-    let (ended_tx, ended) = std::sync::mpsc::channel();
-    let reader = control.clone();
-    let spawned = std::thread::Builder::new().name("rkllmd-probe".into()).spawn(move || {
-        // ABI 1.2 takes no per-run limit: the first token ends the probe.
-        while let Some(event) = events.blocking_recv() {
-            match event {
-                Event::Token(_) => reader.abort(),
-                Event::Finished(_) => break,
-                Event::Started { .. } => {}
-            }
+    let finish = match read_bounded(control, events, done, bound)? {
+        Bounded::Ended(Some(end)) => end.finish,
+        Bounded::Ended(None) => return Ok((ShortBatches::Refused, "the runtime thread is gone".into())),
+        Bounded::Unread(why) => return Ok((ShortBatches::Refused, why)),
+        Bounded::TimedOut => {
+            return Ok((
+                ShortBatches::TimedOut,
+                format!("its one-token run took longer than {bound:?} and was aborted"),
+            ))
         }
-        let _ = ended_tx.send(done.blocking_recv());
-    });
-    if let Err(e) = spawned {
-        control.abort();
-        return Ok((ShortBatches::Refused, format!("no thread to read the probe with ({e})")));
-    }
-    let end = match ended.recv_timeout(bound) {
-        Ok(end) => end,
-        Err(RecvTimeoutError::Disconnected) => return Err("the probe's reader is gone".into()),
-        Err(RecvTimeoutError::Timeout) => {
-            control.abort();
-            return match ended.recv_timeout(super::ABORT_GRACE) {
-                Ok(_) => Ok((
-                    ShortBatches::TimedOut,
-                    format!("its one-token run took longer than {bound:?} and was aborted"),
-                )),
-                Err(_) => Err(format!(
-                    "its one-token run took longer than {bound:?}, and rkllm_run had not returned {:?} after its abort",
-                    super::ABORT_GRACE
-                )),
-            };
-        }
-    };
-    let finish = match end {
-        Ok(end) => end.finish,
-        Err(_) => return Ok((ShortBatches::Refused, "the runtime thread is gone".into())),
     };
     if finish.is_error() || finish.code != 0 {
         return Ok((ShortBatches::Refused, format!("rkllm_run returned {} (see the runtime's log line)", finish.code)));
@@ -182,6 +154,59 @@ impl Engine {
             tracing::warn!(reason = why, "short batches are switched off for this model: fillers from now on");
             if let Some(slots) = &self.slots {
                 super::lock(slots).set_short(false);
+            }
+        }
+    }
+}
+
+/// How a probe's one-token batched run ended, read with a bound.
+pub(super) enum Bounded {
+    /// It ended: its end, or `None` when the runtime thread is gone.
+    Ended(Option<BatchEnd>),
+    /// It ran past the bound, was aborted, and returned.
+    TimedOut,
+    /// No thread could read it (it was aborted).
+    Unread(String),
+}
+
+/// Reads a probe's one-token batched run (its first token aborts it: ABI
+/// 1.2 takes no per-run limit) on a thread of its own, so that waiting for
+/// it has a bound; past `bound` it is aborted. `Err`: it had not returned
+/// `ABORT_GRACE` after the abort (a stuck runtime).
+pub(super) fn read_bounded(
+    control: RunControl,
+    mut events: UnboundedReceiver<Event>,
+    done: oneshot::Receiver<BatchEnd>,
+    bound: Duration,
+) -> Result<Bounded, String> {
+    let (ended_tx, ended) = std::sync::mpsc::channel();
+    let reader = control.clone();
+    // The thread ends with the run (or with the process, if the run never does).
+    let spawned = std::thread::Builder::new().name("rkllmd-probe".into()).spawn(move || {
+        while let Some(event) = events.blocking_recv() {
+            match event {
+                Event::Token(_) => reader.abort(),
+                Event::Finished(_) => break,
+                Event::Started { .. } => {}
+            }
+        }
+        let _ = ended_tx.send(done.blocking_recv().ok());
+    });
+    if let Err(e) = spawned {
+        control.abort();
+        return Ok(Bounded::Unread(format!("no thread to read the probe with ({e})")));
+    }
+    match ended.recv_timeout(bound) {
+        Ok(end) => Ok(Bounded::Ended(end)),
+        Err(RecvTimeoutError::Disconnected) => Err("the probe's reader is gone".into()),
+        Err(RecvTimeoutError::Timeout) => {
+            control.abort();
+            match ended.recv_timeout(super::ABORT_GRACE) {
+                Ok(_) => Ok(Bounded::TimedOut),
+                Err(_) => Err(format!(
+                    "its one-token run took longer than {bound:?}, and rkllm_run had not returned {:?} after its abort",
+                    super::ABORT_GRACE
+                )),
             }
         }
     }

@@ -170,7 +170,8 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
 
 /// How long the probe's one-token run may take: a request's first-token
 /// allowance for its one-character prompt (`first_token_timeout_secs`).
-fn probe_bound(limits: &Limits) -> Duration {
+/// How long a probe's one-token run at load may take (then it is aborted).
+pub(super) fn probe_bound(limits: &Limits) -> Duration {
     limits.first_token_timeout(short_batch::PROBE.len())
 }
 
