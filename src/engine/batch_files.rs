@@ -35,7 +35,7 @@ use super::kv;
 use super::saved::{Restore, SavedSettings};
 use super::saved_dir::{self, make_dir};
 use super::short_batch::{self, Bounded};
-use super::slots::{Kept, Member, SlotJob};
+use super::slots::{GroupRestore, Kept, Member, Restores, SlotJob};
 use super::{lock, Engine};
 use rkllm_sys::{BatchInput, BatchRequest, Model, RunInput};
 use std::path::{Path, PathBuf};
@@ -227,13 +227,6 @@ pub(super) struct GroupFiles {
     off: Option<String>,
 }
 
-/// The file a batched run restores and, per job, the slot and restore.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct GroupRestore {
-    pub file: PathBuf,
-    pub jobs: Vec<Option<(usize, Restore)>>,
-}
-
 impl GroupFiles {
     /// Makes the directory; `Err` says why the files cannot be kept.
     pub fn open(settings: &SavedSettings) -> Result<Self, String> {
@@ -252,21 +245,6 @@ impl GroupFiles {
 
     pub fn is_off(&self) -> bool {
         self.off.is_some()
-    }
-
-    /// The file that spares `members` the most ids, each job in the slot it
-    /// was saved from (at most one a slot); `context` is the model's.
-    pub fn best(&self, members: &[Member], context: u32) -> Option<GroupRestore> {
-        if self.is_off() {
-            return None;
-        }
-        let lora = members.first()?.lora;
-        let candidates = self.files.iter().filter(|f| f.lora.as_deref() == lora);
-        let restores = candidates.map(|f| (f, Self::restores(f, members, context as usize)));
-        let spared = |jobs: &Vec<Option<(usize, Restore)>>| jobs.iter().flatten().map(|(_, r)| r.held).sum::<usize>();
-        let (file, jobs) =
-            restores.filter(|(_, jobs)| spared(jobs) > 0).max_by_key(|(f, jobs)| (spared(jobs), f.used))?;
-        Some(GroupRestore { file: file.path.clone(), jobs })
     }
 
     fn restores(file: &File, members: &[Member], context: usize) -> Vec<Option<(usize, Restore)>> {
@@ -384,6 +362,23 @@ impl GroupFiles {
     #[cfg(test)]
     pub fn held(&self) -> (usize, usize) {
         (self.files.len(), self.files.iter().map(|f| f.slots.iter().flatten().count()).sum())
+    }
+}
+
+impl Restores for GroupFiles {
+    /// The file that spares `members` the most ids, each job in the slot it
+    /// was saved from (at most one a slot); `context` is the model's.
+    fn best(&self, members: &[Member], context: u32) -> Option<GroupRestore> {
+        if self.is_off() {
+            return None;
+        }
+        let lora = members.first()?.lora;
+        let candidates = self.files.iter().filter(|f| f.lora.as_deref() == lora);
+        let restores = candidates.map(|f| (f, Self::restores(f, members, context as usize)));
+        let spared = |jobs: &Vec<Option<(usize, Restore)>>| jobs.iter().flatten().map(|(_, r)| r.held).sum::<usize>();
+        let (file, jobs) =
+            restores.filter(|(_, jobs)| spared(jobs) > 0).max_by_key(|(f, jobs)| (spared(jobs), f.used))?;
+        Some(GroupRestore { file: file.path.clone(), jobs })
     }
 }
 

@@ -23,15 +23,31 @@
 //! runtime that prefilled more did not keep the slots' history as the manual
 //! says, and the slots are switched off for the model (WARN, metric).
 
-use super::batch_files::GroupFiles;
 use super::job::CacheHints;
 use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
+use super::saved::Restore;
 use super::{lock, Engine};
 use rkllm_sys::Finish;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
+
+/// What a run that clears every slot may restore from: the batched runs'
+/// prompt-cache files (`batch_files.rs`, which implements it, so that this
+/// module names none of its types).
+pub(super) trait Restores {
+    /// The file that spares `members` the most ids, each job in the slot it
+    /// was saved from (at most one a slot); `context` is the model's.
+    fn best(&self, members: &[Member], context: u32) -> Option<GroupRestore>;
+}
+
+/// The file a batched run restores and, per job, the slot and restore.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct GroupRestore {
+    pub file: std::path::PathBuf,
+    pub jobs: Vec<Option<(usize, Restore)>>,
+}
 
 /// The slots' records, and what the api said of replies not settled yet.
 #[derive(Debug)]
@@ -126,7 +142,7 @@ impl Slots {
     /// Where each member runs and what it sends; `context` is the model's.
     /// When every slot is cleared, `files` may restore some members, each in
     /// the slot its file saved it from.
-    pub fn layout(&self, members: &[Member], context: u32, files: Option<&GroupFiles>) -> Layout {
+    pub fn layout(&self, members: &[Member], context: u32, files: Option<&dyn Restores>) -> Layout {
         let size = self.caches.len();
         let plans: Vec<Vec<Plan>> = members
             .iter()
@@ -380,7 +396,7 @@ impl Engine {
         let files = self.batch_files.as_ref();
         let layout = {
             let files = files.map(lock);
-            lock(slots).layout(members, context, files.as_deref())
+            lock(slots).layout(members, context, files.as_deref().map(|f| f as &dyn Restores))
         };
         if layout.clear {
             match super::answered(self.model.clear_kv_cache(false)).await {
