@@ -256,6 +256,26 @@ async fn a_runtime_error_mid_batch_ends_every_slot_with_an_error_event() {
     assert_eq!(d.get_json("/health/ready").await.0, 200, "still serving");
 }
 
+/// A runtime whose batched run puts its figures in another slot than the
+/// manual's `result[0]` (the simulator's `batch_perf_last` fault) is counted
+/// and logged, not silent; every client still gets its own reply.
+#[tokio::test]
+async fn a_runtime_contradicting_the_batch_layout_is_counted() {
+    let (d, _script) = daemon(false, "&batch_perf_last=1", &[]);
+    assert_eq!(d.metric("rkllmd_runtime_surprises_total").await, Some(0.0));
+    let blocker = occupy(&d).await;
+    let api = Api::of(&d);
+    let clients: Vec<_> = REPLIES[..2].iter().map(|(key, _)| api.spawn(&format!("{key}, please"), json!({}))).collect();
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    for ((_, reply), client) in REPLIES.iter().zip(clients) {
+        let (text, finish, timings) = client.await.unwrap();
+        assert_eq!((text.as_str(), finish.as_str()), (*reply, "stop"));
+        assert_eq!(timings["batch_n"], 2, "{timings}");
+    }
+    blocker.await.unwrap();
+    assert!(d.wait_metric("rkllmd_runtime_surprises_total", |n| n >= 2.0).await, "the blocker's run and the pair's");
+}
+
 #[tokio::test]
 async fn requests_with_different_sampling_do_not_share_a_run() {
     let (d, _script) = daemon(false, "", &[]);

@@ -274,6 +274,7 @@ impl Engine {
                         surprise,
                         "the runtime's batched run contradicts rkllmd's reading of the manual (rkllm-sys/src/batch.rs)"
                     );
+                    crate::metrics::observer().metrics.runtime_surprise();
                 }
                 tracing::debug!(jobs, size, code = finish.code, perf = ?finish.perf, "batched run ended");
                 if short && finish.is_error() {

@@ -89,6 +89,7 @@ pub struct Metrics {
     batch_gathers_expired: Counter,
     batch_fillers_in_live_slots: Counter,
     batch_short_off: Counter,
+    runtime_surprises: Counter,
     /// Last sampled KV-cache size in tokens; −1 until the first sample.
     /// Last `memory_usage_mb` the runtime reported, in bytes; −1 until then.
     runtime_peak_memory: AtomicI64,
@@ -136,6 +137,7 @@ impl Metrics {
             batch_gathers_expired: Counter::default(),
             batch_fillers_in_live_slots: Counter::default(),
             batch_short_off: Counter::default(),
+            runtime_surprises: Counter::default(),
             runtime_peak_memory: AtomicI64::new(-1),
         };
         // Both checks start at 0, so an alert can watch for any increase.
@@ -271,6 +273,11 @@ impl Metrics {
             self.batch_short_off.clone(),
         );
         r.register(
+            "rkllmd_runtime_surprises",
+            "Runtime behaviour that contradicts rkllmd's reading of the manual, e.g. a batched run's perf in another slot or a token after a slot finished (see the ERROR log)",
+            self.runtime_surprises.clone(),
+        );
+        r.register(
             "rkllmd_timing_mismatch",
             "Disagreements with the runtime's perf stats (see the WARN log)",
             self.mismatches.clone(),
@@ -374,6 +381,10 @@ impl Metrics {
 
     pub fn batch_short_off(&self) {
         self.batch_short_off.inc();
+    }
+
+    pub fn runtime_surprise(&self) {
+        self.runtime_surprises.inc();
     }
 
     pub fn conversation_cache_off(&self) {

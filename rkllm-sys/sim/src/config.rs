@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 25] = [
+pub const KEYS: [&str; 26] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -27,6 +27,7 @@ pub const KEYS: [&str; 25] = [
     "cache_lies",
     "image_cache_lies",
     "batch_history_lies",
+    "batch_perf_last",
     "cache_file_ms",
     "init_ms",
     "abort_lag",
@@ -75,6 +76,9 @@ pub(crate) struct SimConfig {
     /// A batched run that keeps history prefills the slots' cached tokens
     /// again (a fault).
     pub batch_history_lies: bool,
+    /// A batched run's FINISH carries `perf` in the last result, not the
+    /// first (a fault: a runtime that contradicts rkllmd's reading).
+    pub batch_perf_last: bool,
     /// Milliseconds per 1000 tokens to save or load a prompt-cache file.
     pub cache_file_ms: f64,
     /// `rkllm_init` takes this long (not scaled: a slow model load).
@@ -147,6 +151,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
         cache_lies: switch(&value, "cache_lies")?,
         image_cache_lies: switch(&value, "image_cache_lies")?,
         batch_history_lies: switch(&value, "batch_history_lies")?,
+        batch_perf_last: switch(&value, "batch_perf_last")?,
         cache_file_ms: number(&value, "cache_file_ms", DEFAULT_CACHE_FILE_MS, MAX_PREFILL_EXTRA_MS)?,
         init_ms: number(&value, "init_ms", 0.0, MAX_PREFILL_EXTRA_MS)?,
         abort_lag: optional(&value, "abort_lag")?.unwrap_or(0),

@@ -41,6 +41,8 @@ pub(crate) struct Caller {
     pub userdata: *mut c_void,
     /// `n_batch`: how many results every callback carries.
     pub slots: usize,
+    /// The `batch_perf_last` fault: FINISH's `perf` in the last result.
+    pub perf_last: bool,
 }
 
 fn result(text: *const std::ffi::c_char, token_id: i32) -> RKLLMResult {
@@ -87,12 +89,14 @@ impl Caller {
         self.call(&mut results, state)
     }
 
-    /// FINISH or ERROR: text NULL, `perf` in the first result.
+    /// FINISH or ERROR: text NULL, `perf` in the first result (the last one
+    /// under the `batch_perf_last` fault).
     pub fn end(&self, state: c_int, perf: RKLLMPerfStat) {
         // One slot keeps the single-sequence shape: token_id 0.
         let token_id = if self.slots == 1 { 0 } else { FINISHED };
         let mut results = vec![result(ptr::null(), token_id); self.slots];
-        results[0].perf = perf;
+        let at = if self.perf_last { self.slots - 1 } else { 0 };
+        results[at].perf = perf;
         self.call(&mut results, state);
     }
 }

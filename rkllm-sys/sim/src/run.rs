@@ -54,7 +54,12 @@ impl SimModel {
     pub fn run(&self, inputs: &[RunInput], infer: &InferOptions, userdata: *mut c_void) -> c_int {
         self.recorder.write(record::run(inputs, infer, self.params.abi.per_run_sampling()));
         let userdata = if userdata.is_null() { self.callback.userdata as *mut c_void } else { userdata };
-        let caller = Caller { function: self.callback.function, userdata, slots: inputs.len() };
+        let caller = Caller {
+            function: self.callback.function,
+            userdata,
+            slots: inputs.len(),
+            perf_last: self.config.batch_perf_last,
+        };
         let summary = match self.gate.enter() {
             Some(_running) => match crate::call::Kind::of(infer.mode) {
                 Some(kind) => self.forward(kind, inputs, infer, &caller),
