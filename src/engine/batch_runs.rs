@@ -34,7 +34,7 @@ impl Runs for Engine {
     }
 
     /// Starts one batched run for `group`: each job's slot, in the group's
-    /// order, and the run to be ended with [`Engine::end_batch`] once the
+    /// order, and the run to be ended with [`Runs::end_batch`] once the
     /// slots are handed out.
     async fn start_batch(
         &self,

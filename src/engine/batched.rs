@@ -147,7 +147,7 @@ impl Batched {
             _ => None,
         };
         if let Some(sizes) = &sizes {
-            rt.kv_size_reported(sizes.iter().filter_map(|&s| usize::try_from(s).ok()).sum());
+            rt.kv_size_reported(sizes.iter().map(|&s| i64::from(s)).sum());
         }
         // A slot without input must hold what it held (unknown sizes say nothing).
         let moved: Vec<usize> = if sizes.is_none() {

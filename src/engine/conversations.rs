@@ -216,7 +216,7 @@ impl Conversations {
         };
         let metrics = &crate::metrics::observer().metrics;
         if let Some(size) = reported {
-            rt.kv_size_reported(size);
+            rt.kv_size_reported(size as i64);
         }
         let (reused, found) = match (&plan.restore, &plan.shared) {
             (Some(restore), _) => self.check_restore(plan, restore, perf),

@@ -66,9 +66,9 @@ impl Handle {
         }
     }
 
-    /// Keeps the KV cache's size the runtime reported after a run.
-    pub fn kv_size_reported(&self, size: usize) {
-        self.kv_tokens.store(size as i64, Ordering::Relaxed);
+    /// Keeps the KV cache's size the runtime reported after a run (summed over the slots).
+    pub fn kv_size_reported(&self, size: i64) {
+        self.kv_tokens.store(size, Ordering::Relaxed);
     }
 
     /// Whether a batched run leaves slots without a job without input.
