@@ -1,11 +1,13 @@
 //! The rules validation holds that join fields or depend on a field's
 //! value, written into the OpenAPI document as JSON Schema 2020-12 keywords
 //! (`if`/`then`, `const`, per-type content blocks) that utoipa's model has
-//! no field for, and the one rule over every text of a body (`NoNul`).
+//! no field for; the one rule over every text of a body (`NoNul`) is
+//! written by `nul.rs`, beside the check that reads it.
 //! Each rule names the check it mirrors, so the two are changed together;
 //! `tests/schemathesis.rs` sends what the document allows.
 
 use super::messages::wire as messages;
+use super::nul;
 use super::ollama::wire as ollama;
 use super::request::{AnyObject, ChatCompletionRequest, ChatMessage, Common, ContentPart, MAX_INPUTS, MAX_TOOLS};
 use super::responses::wire as responses;
@@ -22,7 +24,7 @@ pub fn add(doc: &mut Value, bodies: &[Cow<'static, str>]) {
     for (name, rules) in rules() {
         merge(schemas, &name, rules);
     }
-    no_nul_everywhere(doc, bodies);
+    nul::say_no_nul(doc, bodies);
 }
 
 /// Merges `rules` into the component schema `name` (see [`add`]).
@@ -39,107 +41,6 @@ pub fn merge(schemas: &mut serde_json::Map<String, Value>, name: &str, rules: Va
             (_, value) => {
                 schema.insert(keyword, value);
             }
-        }
-    }
-}
-
-/// No text of a request body holds U+0000 (`nul.rs`, which reads this
-/// document to know where), said where each text is declared, so that a
-/// generator makes such texts directly: every string schema gets a
-/// pattern, and a schema that takes any value becomes `NoNul`, which says
-/// it of any JSON value, recursively (objects read whole are `AnyObject`:
-/// `rules`). A member a schema does not declare is ignored by the handlers,
-/// and may hold anything. Only request schemas — `bodies` and the schemas
-/// they refer to: a reply may hold a NUL (`/detokenize` of a token that is one).
-fn no_nul_everywhere(doc: &mut Value, bodies: &[Cow<'static, str>]) {
-    let mut requests = std::collections::BTreeSet::new();
-    let mut pending: Vec<String> = bodies.iter().map(|body| body.to_string()).collect();
-    while let Some(name) = pending.pop() {
-        if let Some(schema) = doc.pointer(&format!("/components/schemas/{name}")).filter(|_| !requests.contains(&name))
-        {
-            pending.extend(refs(schema));
-        }
-        requests.insert(name);
-    }
-    let Some(schemas) = doc.pointer_mut("/components/schemas").and_then(Value::as_object_mut) else { return };
-    for name in &requests {
-        schemas.get_mut(name).into_iter().for_each(no_nul);
-    }
-    schemas.insert(NO_NUL_NAME.into(), no_nul_anything());
-}
-
-/// Any JSON value whose texts and keys hold no NUL (`NoNul`).
-pub fn no_nul_anything() -> Value {
-    json!({
-        "description": "Any JSON value whose texts and keys hold no NUL character (U+0000): the runtime takes C strings.",
-        "anyOf": [
-            no_nul_text(),
-            {"type": ["number", "boolean", "null"]},
-            {"type": "array", "items": {"$ref": NO_NUL}},
-            {"type": "object", "propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}},
-        ],
-    })
-}
-
-/// The schema of any value without NUL, by name and as a reference.
-pub const NO_NUL_NAME: &str = "NoNul";
-const NO_NUL: &str = "#/components/schemas/NoNul";
-
-/// The component schemas `schema` refers to.
-fn refs(schema: &Value) -> Vec<String> {
-    match schema {
-        Value::Object(map) => map
-            .iter()
-            .flat_map(|(key, value)| match (key.as_str(), value) {
-                ("$ref", Value::String(to)) => {
-                    to.strip_prefix("#/components/schemas/").map(str::to_owned).into_iter().collect()
-                }
-                _ => refs(value),
-            })
-            .collect(),
-        Value::Array(items) => items.iter().flat_map(refs).collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A text without NUL.
-fn no_nul_text() -> Value {
-    json!({"type": "string", "pattern": "^[^\\u0000]*$"})
-}
-
-/// Says "no NUL" in `schema` and in the schemas it holds — not in an `if`
-/// or a `not`, whose meaning that would turn around.
-fn no_nul(schema: &mut Value) {
-    let Some(map) = schema.as_object_mut() else {
-        if *schema == Value::Bool(true) {
-            *schema = json!({"$ref": NO_NUL});
-        }
-        return;
-    };
-    let annotation =
-        |key: &String| matches!(key.as_str(), "description" | "title" | "default" | "examples" | "deprecated");
-    if map.keys().all(annotation) {
-        // Any value at all.
-        map.insert("$ref".into(), json!(NO_NUL));
-        return;
-    }
-    let types: Vec<String> = match map.get("type") {
-        Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        _ => Vec::new(),
-    };
-    let has = |key: &str| map.contains_key(key);
-    if types.iter().any(|t| t == "string") && !has("pattern") && !has("enum") && !has("const") {
-        map.insert("pattern".into(), no_nul_text()["pattern"].clone());
-    }
-    for (key, value) in map.iter_mut() {
-        match key.as_str() {
-            "items" | "additionalProperties" | "then" | "else" => no_nul(value),
-            "properties" => value.as_object_mut().into_iter().flat_map(|m| m.values_mut()).for_each(no_nul),
-            "allOf" | "anyOf" | "oneOf" | "prefixItems" => {
-                value.as_array_mut().into_iter().flatten().for_each(no_nul);
-            }
-            _ => {}
         }
     }
 }
@@ -231,7 +132,7 @@ fn rules() -> Vec<(Cow<'static, str>, Value)> {
         json!({"type": "object", "required": ["type"], "properties": {"type": {"const": "redacted_thinking"}}});
     vec![
         // `request::AnyObject`: an object read whole, whose keys and texts reach the prompt.
-        (AnyObject::name(), json!({"propertyNames": no_nul_text(), "additionalProperties": {"$ref": NO_NUL}})),
+        (AnyObject::name(), nul::any_value_object()),
         // request/convert.rs `to_message`: a `tool` message needs
         // `tool_call_id`; only `assistant` messages carry `tool_calls`;
         // `content` may be absent or null only beside tool calls; only a
@@ -443,44 +344,4 @@ fn rules() -> Vec<(Cow<'static, str>, Value)> {
             }),
         ),
     ]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_texts_say_no_nul_and_replies_do_not() {
-        let mut doc = json!({
-            "components": {"schemas": {
-                "Ask": {
-                    "type": "object",
-                    "properties": {
-                        "text": {"type": ["string", "null"]},
-                        "role": {"type": "string", "enum": ["user"]},
-                        "name": {"type": "string", "pattern": "^[a-z]+$"},
-                        "extra": {"description": "any value"},
-                        "parts": {"type": "array", "items": {"$ref": "#/components/schemas/Part"}},
-                    },
-                    "allOf": [{"if": {"properties": {"text": {"type": "string"}}}, "then": {"properties": {"role": {"type": "string"}}}}],
-                },
-                "Part": {"oneOf": [{"type": "string"}, true]},
-                "Reply": {"type": "object", "properties": {"content": {"type": "string"}}},
-            }},
-        });
-        // A route takes `Ask` and answers `Reply`.
-        no_nul_everywhere(&mut doc, &["Ask".into()]);
-        let schema = |pointer: &str| doc.pointer(&format!("/components/schemas{pointer}")).cloned().unwrap();
-        let pattern = json!("^[^\\u0000]*$");
-        assert_eq!(schema("/Ask/properties/text/pattern"), pattern);
-        assert_eq!(schema("/Ask/properties/name/pattern"), json!("^[a-z]+$"), "a pattern of its own is kept");
-        assert!(schema("/Ask/properties/role").get("pattern").is_none(), "an enum says it already");
-        assert_eq!(schema("/Ask/properties/extra/$ref"), json!(NO_NUL));
-        assert_eq!(schema("/Part/oneOf/0/pattern"), pattern, "reached through a reference");
-        assert_eq!(schema("/Part/oneOf/1"), json!({"$ref": NO_NUL}));
-        assert_eq!(schema("/Ask/allOf/0/then/properties/role/pattern"), pattern);
-        assert!(schema("/Ask/allOf/0/if/properties/text").get("pattern").is_none(), "a condition keeps its meaning");
-        assert!(schema("/Reply/properties/content").get("pattern").is_none(), "a reply may hold a NUL");
-        assert!(schema("/NoNul/anyOf").is_array());
-    }
 }

@@ -51,7 +51,7 @@ pub enum BackendError {
     NoModel,
 }
 
-/// An opened runtime, ready for [`super::Engine::load`]; clones share the library.
+/// An opened runtime, ready for [`super::state::Engine::load`]; clones share the library.
 #[derive(Clone)]
 pub struct OpenedRuntime {
     pub runtime: Arc<Runtime>,

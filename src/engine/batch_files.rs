@@ -31,12 +31,13 @@
 //! conversations' budgets: `conversation_cache_count` conversations and
 //! `conversation_cache_mb`, least recently used files out.
 
+use super::calls::wait_for;
 use super::kv;
 use super::saved::{Restore, SavedSettings};
 use super::saved_dir::{self, make_dir};
+use super::schedule::ScheduleSettings;
 use super::short_batch::{self, Bounded};
-use super::slots::{GroupRestore, Kept, Member, Restores, SlotJob};
-use super::{lock, Engine};
+use super::slots::{GroupRestore, Member, Restores};
 use rkllm_sys::{BatchInput, BatchRequest, Model, RunInput};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -75,10 +76,10 @@ const PROBE_BASE: i32 = 100;
 pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> BatchFiles {
     let file = dir.join("batch-probe.cache");
     let (found, why) = run_probe(model, n, &file, bound);
-    if let Err(why) = super::wait_for(model.release_prompt_cache()) {
+    if let Err(why) = wait_for(model.release_prompt_cache()) {
         tracing::warn!("rkllm_release_prompt_cache failed after the batch-file probe ({why})");
     }
-    if let Err(why) = super::wait_for(model.clear_kv_cache(false)) {
+    if let Err(why) = wait_for(model.clear_kv_cache(false)) {
         tracing::warn!("rkllm_clear_kv_cache failed after the batch-file probe ({why})");
     }
     saved_dir::remove(&file, "the batch-file probe's file");
@@ -107,12 +108,12 @@ pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> Bat
 /// replace it.
 pub(super) fn at_load(
     model: &Model,
-    schedule: &super::ScheduleSettings,
+    schedule: &ScheduleSettings,
     conversation_cache: bool,
     saved: Option<&SavedSettings>,
     model_cache: bool,
     bound: Duration,
-) -> (Option<std::sync::Mutex<GroupFiles>>, Option<BatchFiles>) {
+) -> (Option<GroupFiles>, Option<BatchFiles>) {
     let Some(saved) = saved.filter(|_| schedule.batch > 1 && conversation_cache) else { return (None, None) };
     if model_cache {
         tracing::info!("batched runs save no prompt-cache files: the model's own prompt-cache file stays loaded");
@@ -126,7 +127,7 @@ pub(super) fn at_load(
         }
     };
     let found = probe(model, usize::from(schedule.batch), &saved.dir, bound);
-    let files = (found == BatchFiles::Accepted).then(|| std::sync::Mutex::new(files));
+    let files = (found == BatchFiles::Accepted).then_some(files);
     (files, Some(found))
 }
 
@@ -140,10 +141,10 @@ fn run_probe(model: &Model, n: usize, file: &Path, bound: Duration) -> (BatchFil
         Ok(m) if m.len() > 0 => {}
         _ => return (BatchFiles::Refused, format!("a batched run asked to save wrote no file at {path}")),
     }
-    if let Err(why) = super::wait_for(model.clear_kv_cache(false)) {
+    if let Err(why) = wait_for(model.clear_kv_cache(false)) {
         return (BatchFiles::Refused, format!("rkllm_clear_kv_cache failed ({why})"));
     }
-    if let Err(why) = super::wait_for(model.load_prompt_cache(path)) {
+    if let Err(why) = wait_for(model.load_prompt_cache(path)) {
         return (BatchFiles::Refused, format!("rkllm_load_prompt_cache of a batched run's file failed ({why})"));
     }
     let next = PROBE_BASE + 2 * n as i32;
@@ -386,49 +387,6 @@ impl Drop for GroupFiles {
     fn drop(&mut self) {
         self.drop_where(|_| true);
         let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-impl Engine {
-    /// What the probe at load found, or `SwitchedOff` once a run's file or
-    /// restore did not deliver: what `/health` reports now.
-    pub fn batch_files_now(&self) -> Option<BatchFiles> {
-        match (self.info().batch_files, &self.batch_files) {
-            (Some(BatchFiles::Accepted), Some(files)) if lock(files).is_off() => Some(BatchFiles::SwitchedOff),
-            (found, _) => found,
-        }
-    }
-
-    /// After a batched run that kept history, its slots settled: a
-    /// restore's prefill against the runtime's count (`counts`: sent and
-    /// prefilled), then the file the run saved, kept with what each slot's
-    /// conversation holds now.
-    pub(super) fn settle_batch_files(&self, kept: &Kept, counts: Option<(usize, usize)>) {
-        let (Some(files), Some(slots)) = (&self.batch_files, &self.slots) else { return };
-        let restored = kept.used.iter().flatten().filter_map(|job| job.plan.restore.as_ref());
-        let spared: usize = restored.map(|r| r.held).sum();
-        match counts {
-            Some((sent, prefilled)) if spared > 0 && prefilled + spared != sent => {
-                lock(files).switch_off(format!(
-                    "a batched run restoring {spared} ids from a file prefilled {prefilled} of the {sent} ids sent \
-                     (expected {})",
-                    sent.saturating_sub(spared)
-                ));
-            }
-            None if spared > 0 => {
-                tracing::warn!("a batched run restored from a file but its prefill count is not known: unchecked");
-            }
-            _ => {}
-        }
-        let Some(save) = kept.save.clone() else { return };
-        let entries = {
-            let slots = lock(slots);
-            let entry = |(s, used): (usize, &Option<SlotJob>)| {
-                Some((slots.held_prompt(s)?, used.as_ref()?.plan.prompt.clone()))
-            };
-            kept.used.iter().enumerate().map(entry).collect()
-        };
-        lock(files).saved(save, kept.lora.as_deref(), entries);
     }
 }
 

@@ -9,7 +9,7 @@
 //! open in its manual, so rkllmd never gives it one unasked, and says so
 //! (WARN) when the operator does.
 
-use super::{Limits, DEFAULT_MAX_CONTEXT_LEN};
+use super::limits::{Limits, DEFAULT_MAX_CONTEXT_LEN};
 use crate::metrics::init_log::InitFacts;
 use rkllm_sys::{InitConfig, Model, ModelError, Runtime};
 use std::sync::Arc;

@@ -5,15 +5,20 @@
 //! (loaded), else a clean start. Every run saves its prompt when files are
 //! kept, and every reuse is checked against the runtime afterwards.
 
+use super::calls::{answered, lock};
+use super::handle::Handle;
 use super::job::CacheHints;
-use super::kv::{self, Plan};
-use super::lock;
+use super::kv::{self, KvCache, Made, Plan, Shared};
+use super::kv_images;
 use super::outcome::{CacheUse, MissReason};
+use super::prompt_cache::{saved_tokens, saving_request};
 use super::saved::{Restore, Saved};
-use super::Engine;
+use super::saved_dir;
+use super::shared_prefix::SharedPrefixes;
 use crate::metrics::RuntimePerf;
-use std::path::Path;
-use std::sync::Mutex;
+use rkllm_sys::{Event, RunInput};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The conversations a model keeps warm.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,27 +36,55 @@ pub struct WarmConversations {
     pub on_disk_bytes: u64,
 }
 
-impl Engine {
+/// The conversation cache of a model run one sequence at a time (`batch`
+/// = 1): what its KV cache holds, the conversations saved as files, and
+/// the shared prefixes' files; each run is planned and settled here, with
+/// the model's handle lent for the runtime calls.
+pub(super) struct Conversations {
+    kv: Mutex<KvCache>,
+    /// `Some` with saved conversations and shared prefixes on. Declared
+    /// before `saved`, so dropped first: its files go before `saved`
+    /// removes the directory they share.
+    prefixes: Option<Mutex<SharedPrefixes>>,
+    /// `Some` when conversations are saved as files.
+    saved: Option<Arc<Mutex<Saved>>>,
+}
+
+impl Conversations {
+    pub fn new(kv: KvCache, saved: Option<Saved>, prefixes: Option<SharedPrefixes>) -> Self {
+        Conversations {
+            kv: Mutex::new(kv),
+            prefixes: prefixes.map(Mutex::new),
+            saved: saved.map(|s| Arc::new(Mutex::new(s))),
+        }
+    }
+
+    /// Whether a long prefix that conversations share is kept as a file.
+    pub fn shares_prefixes(&self) -> bool {
+        self.prefixes.is_some()
+    }
+
     /// How the job holding the turn uses the caches: `None` runs it
     /// stateless (the cache is off, or the job has no token ids, or
     /// clearing failed).
-    pub(super) async fn plan_kv(
+    pub async fn plan(
         &self,
+        rt: &Handle,
         tokens: Option<&[i32]>,
         hints: &CacheHints,
         lora: Option<&str>,
         max_new: u32,
     ) -> Option<Plan> {
-        let kv = self.kv.as_ref()?;
+        let kv = &self.kv;
         let Some(ids) = tokens else {
             // A stateless run leaves the cache in a state we do not track.
-            self.forget_kv();
+            self.forget();
             return None;
         };
-        let context = self.limits.max_context_len as usize;
+        let context = rt.limits.max_context_len as usize;
         let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
         plan.key = hints.conversation.clone();
-        let images = ids.iter().any(|&id| super::kv_images::is_image(id));
+        let images = ids.iter().any(|&id| kv_images::is_image(id));
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
             if plan.cached == 0 {
@@ -71,7 +104,7 @@ impl Engine {
                         plan.miss = MissReason::Costlier;
                         continues = Some(restore.entry);
                     }
-                    Some(restore) if self.load_saved(saved, &restore).await => {
+                    Some(restore) if self.load_saved(rt, saved, &restore).await => {
                         continues = Some(restore.entry);
                         plan.input = [&restore.held_ids[..], &ids[restore.client..]].concat();
                         plan.restore = Some(restore);
@@ -80,7 +113,7 @@ impl Engine {
                 }
             }
             if plan.cached == 0 && plan.restore.is_none() && plan.miss != MissReason::Costlier && !images {
-                self.plan_shared(&mut plan, ids, hints.stable, lora, saved).await;
+                self.plan_shared(rt, &mut plan, ids, hints.stable, lora, saved).await;
             }
             if let Some(key) = plan.key.as_deref().filter(|_| plan.cached == 0 && plan.restore.is_none()) {
                 // The client names a conversation the cache holds, but the
@@ -95,7 +128,7 @@ impl Engine {
             if plan.restore.is_none() && plan.shared.is_none() && lock(saved).loaded.is_some() {
                 // A loaded file would spare a later prompt that happens to
                 // start like it: every run's prefill must be the planned one.
-                if !matches!(self.model.release_prompt_cache().await, Ok(Ok(()))) {
+                if !matches!(rt.model.release_prompt_cache().await, Ok(Ok(()))) {
                     lock(saved).switch_off("rkllm_release_prompt_cache failed".into());
                 }
                 lock(saved).loaded = None;
@@ -111,11 +144,11 @@ impl Engine {
             if let Some(saved) = &self.saved {
                 lock(saved).displaced();
             }
-            match super::answered(self.model.clear_kv_cache(false)).await {
+            match answered(rt.model.clear_kv_cache(false)).await {
                 Ok(()) => lock(kv).cleared(),
                 Err(why) => {
                     tracing::warn!("rkllm_clear_kv_cache failed ({why}); this run is stateless");
-                    self.forget_kv();
+                    self.forget();
                     return None;
                 }
             }
@@ -125,8 +158,8 @@ impl Engine {
     }
 
     /// Loads a saved conversation's file; a failure switches the files off.
-    async fn load_saved(&self, saved: &Mutex<Saved>, restore: &Restore) -> bool {
-        match self.load_file(saved, &restore.file, restore.held, restore.on_disk).await {
+    async fn load_saved(&self, rt: &Handle, saved: &Mutex<Saved>, restore: &Restore) -> bool {
+        match self.load_file(rt, saved, &restore.file, restore.held, restore.on_disk).await {
             Ok(()) => true,
             Err(why) => {
                 crate::metrics::observer().metrics.conversation_cache_off();
@@ -139,8 +172,9 @@ impl Engine {
     /// Loads a prompt-cache file of `held` ids (unless it is the one
     /// loaded), timing the load for the cost measurements; `Err`: the
     /// runtime's words.
-    pub(super) async fn load_file(
+    async fn load_file(
         &self,
+        rt: &Handle,
         saved: &Mutex<Saved>,
         file: &Path,
         held: usize,
@@ -152,7 +186,7 @@ impl Engine {
         let path = file.to_str().ok_or("the path is not UTF-8")?;
         let started = std::time::Instant::now();
         lock(saved).loading(Some(file));
-        let loaded = super::answered(self.model.load_prompt_cache(path)).await;
+        let loaded = answered(rt.model.load_prompt_cache(path)).await;
         lock(saved).loading(None);
         loaded?;
         let mut saved = lock(saved);
@@ -166,22 +200,23 @@ impl Engine {
     /// runtime's prefill count; keeps the saved file. `failed`: the runtime
     /// ended the run with an error. Returns the tokens the run reused and
     /// how it found them.
-    pub(super) async fn settle_kv(
+    pub async fn settle(
         &self,
+        rt: &Handle,
         job: &str,
         plan: &Plan,
         generated: &[i32],
         perf: Option<&RuntimePerf>,
         failed: bool,
     ) -> (u32, CacheUse) {
-        let Some(kv) = self.kv.as_ref() else { return (0, CacheUse::Miss(MissReason::Empty)) };
-        let reported = match self.model.kv_cache_size().await {
+        let kv = &self.kv;
+        let reported = match rt.model.kv_cache_size().await {
             Ok(Ok(sizes)) => sizes.first().and_then(|&s| usize::try_from(s).ok()),
             _ => None,
         };
         let metrics = &crate::metrics::observer().metrics;
         if let Some(size) = reported {
-            self.kv_tokens.store(size as i64, std::sync::atomic::Ordering::Relaxed);
+            rt.kv_size_reported(size as i64);
         }
         let (reused, found) = match (&plan.restore, &plan.shared) {
             (Some(restore), _) => self.check_restore(plan, restore, perf),
@@ -217,7 +252,7 @@ impl Engine {
                         // Whether the runtime saves a multimodal run at all is
                         // open: one that failed, or left a cache of another
                         // size, when asked to save is not asked again.
-                        let images = plan.prompt.iter().any(|&id| super::kv_images::is_image(id));
+                        let images = plan.prompt.iter().any(|&id| kv_images::is_image(id));
                         if images && saved.keeps_images() && (failed || settled.is_err()) {
                             saved.switch_off_images(format!(
                                 "a run with images asked to save its prompt {}",
@@ -266,7 +301,7 @@ impl Engine {
             let why = format!("a restore spared {skipped} prefilled tokens where its file holds {}", restore.held);
             // A prompt with images was sent whole, as text and embeddings:
             // that the runtime matches those against a file is what failed.
-            if plan.prompt.iter().any(|&id| super::kv_images::is_image(id)) {
+            if plan.prompt.iter().any(|&id| kv_images::is_image(id)) {
                 lock(saved).switch_off_images(why);
             } else {
                 lock(saved).switch_off(why);
@@ -276,38 +311,24 @@ impl Engine {
     }
 
     /// How the client was shown the reply of `job`, `shown` tokens of it
-    /// (see [`super::kv::KvCache::seen`]).
-    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool, shown: u32) {
-        if let Some(kv) = &self.kv {
-            lock(kv).seen(job, view, reasoned, shown);
-        } else if let Some(slots) = &self.slots {
-            lock(slots).seen(job, view, reasoned, shown);
-        }
+    /// (see [`KvCache::seen`]).
+    pub fn seen(&self, job: &str, view: String, reasoned: bool, shown: u32) {
+        lock(&self.kv).seen(job, view, reasoned, shown);
     }
 
     /// What the KV cache holds is no longer known (a run ended without its
     /// events being read, or a stateless run).
-    pub(super) fn forget_kv(&self) {
-        if let Some(kv) = &self.kv {
-            lock(kv).forget();
-        }
+    pub fn forget(&self) {
+        lock(&self.kv).forget();
         if let Some(saved) = &self.saved {
             lock(saved).forget();
         }
-        if let Some(slots) = &self.slots {
-            lock(slots).forget();
-        }
     }
 
-    /// The conversations kept warm now; `None` with the cache off.
-    pub fn warm_conversations(&self) -> Option<WarmConversations> {
-        if let Some(slots) = &self.slots {
-            let (warm, resident_tokens) = lock(slots).held();
-            return Some(WarmConversations { warm, resident_tokens, ..WarmConversations::default() });
-        }
-        let kv = self.kv.as_ref()?;
+    /// The conversations kept warm now.
+    pub fn warm(&self) -> WarmConversations {
         // Between runs only: a run holding the lock is brief (planning, settling).
-        let resident_tokens = lock(kv).last_prompt().map_or(0, <[i32]>::len);
+        let resident_tokens = lock(&self.kv).last_prompt().map_or(0, <[i32]>::len);
         let ((saved, saved_bytes), (on_disk, on_disk_bytes), resident_saved) =
             self.saved.as_ref().map_or(((0, 0), (0, 0), false), |s| {
                 let s = lock(s);
@@ -315,33 +336,153 @@ impl Engine {
             });
         // The resident conversation's latest prompt is one of the files, when saved.
         let warm = saved + usize::from(resident_tokens > 0 && !resident_saved);
-        Some(WarmConversations { warm, resident_tokens, saved, saved_bytes, on_disk, on_disk_bytes })
+        WarmConversations { warm, resident_tokens, saved, saved_bytes, on_disk, on_disk_bytes }
     }
 
     /// Whether a job of these ids, run with `lora`, extends the conversation
-    /// the KV cache holds: the one question the scheduler asks of the cache
-    /// (`schedule.rs` lets such a job go first, its prefill mostly done).
-    pub(super) fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool {
-        let Some(ids) = ids else { return false };
-        if let Some(slots) = &self.slots {
-            return lock(slots).is_warm(ids, lora);
-        }
-        let Some(kv) = self.kv.as_ref() else { return false };
-        lock(kv).plan(ids, None, lora, 0, u32::MAX).cached > 0
+    /// the KV cache holds.
+    pub fn is_warm(&self, ids: &[i32], lora: Option<&str>) -> bool {
+        lock(&self.kv).plan(ids, None, lora, 0, u32::MAX).cached > 0
     }
 
-    /// Asks the runtime thread for the KV cache's size (it answers between
-    /// runs) and keeps it for `/metrics` when it comes; nothing waits for it.
-    pub(super) fn sample_kv_cache(&self) {
-        let size = self.model.kv_cache_size();
-        let kv_tokens = self.kv_tokens.clone();
-        let publish = async move {
-            if let Ok(Ok(sizes)) = size.await {
-                kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), std::sync::atomic::Ordering::Relaxed);
+    /// Before a run with images the conversation cache does not plan (its
+    /// prompt has no ids): whether a `keep_history = 0` run starts from a
+    /// KV cache a kept conversation filled is not stated by the manual, so
+    /// the KV cache is cleared first.
+    pub async fn clear_before_stateless_images(&self, rt: &Handle) -> Result<(), String> {
+        self.forget();
+        answered(rt.model.clear_kv_cache(false))
+            .await
+            .map_err(|why| format!("rkllm_clear_kv_cache before a run with images failed: {why}"))
+    }
+
+    /// A new conversation's run (nothing resident or saved continues it),
+    /// turn held: starts from the longest shared prefix's file it begins
+    /// with, or makes the file of its `stable` start first. Leaves `plan` a
+    /// plain miss when neither applies.
+    async fn plan_shared(
+        &self,
+        rt: &Handle,
+        plan: &mut Plan,
+        ids: &[i32],
+        stable: Option<usize>,
+        lora: Option<&str>,
+        saved: &Mutex<Saved>,
+    ) {
+        let Some(prefixes) = &self.prefixes else { return };
+        let found = lock(prefixes).find(ids, lora);
+        // Restored (or made) only while loading measures cheaper than prefilling.
+        let worth = |held: usize| lock(saved).costs.worth_restoring(held, false);
+        let (file, held, made) = match found {
+            Some((file, held)) if worth(held) => (file, held, None),
+            Some(_) => return,
+            None => {
+                let made = stable.filter(|&n| lock(prefixes).worth_making(n, ids.len()) && worth(n));
+                let Some(shared) = made else { return };
+                // The prefix's run leaves the KV cache to be cleared before the job's own.
+                plan.clear = true;
+                match self.make_prefix(rt, saved, prefixes, &ids[..shared], lora).await {
+                    Some((file, made)) => (file, shared, Some(made)),
+                    None => return,
+                }
             }
         };
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(publish);
+        if let Err(why) = self.load_file(rt, saved, &file, held, false).await {
+            lock(prefixes).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
+            return;
         }
+        lock(prefixes).used(&file);
+        plan.shared = Some(Box::new(Shared { file, held, made }));
+    }
+
+    /// Runs `prefix` alone, stateless, saving its KV to a new file; `None`
+    /// when that did not work (a WARN says why).
+    async fn make_prefix(
+        &self,
+        rt: &Handle,
+        saved: &Mutex<Saved>,
+        prefixes: &Mutex<SharedPrefixes>,
+        prefix: &[i32],
+        lora: Option<&str>,
+    ) -> Option<(PathBuf, Made)> {
+        // The file must hold the prefix alone: no loaded file matched against
+        // it, nothing before it in the KV cache.
+        if lock(saved).loaded.take().is_some() && answered(rt.model.release_prompt_cache()).await.is_err() {
+            lock(saved).switch_off("rkllm_release_prompt_cache failed".into());
+            return None;
+        }
+        // Unknown until the job's run clears it (`plan.clear`), also if this
+        // job is dropped meanwhile.
+        self.forget();
+        if let Err(why) = answered(rt.model.clear_kv_cache(false)).await {
+            tracing::warn!("rkllm_clear_kv_cache failed ({why}); no shared prefix made");
+            return None;
+        }
+        let file = lock(prefixes).next_file();
+        let input = RunInput::Tokens(prefix.to_vec());
+        let (request, aborts_at_first) = saving_request(rt.abi, input, lora.map(str::to_owned), &file);
+        let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+        let control = rt.model.submit(request, tx).ok()?;
+        let mut started = None;
+        let finish = loop {
+            match events.recv().await? {
+                Event::Started { at, .. } => started = Some(at),
+                Event::Token(_) if aborts_at_first => control.abort(),
+                Event::Finished(finish) => break finish,
+                Event::Token(_) => {}
+            }
+        };
+        let spared_nothing = match saved_tokens(&finish, &file) {
+            Ok(n) if n as usize == prefix.len() => None,
+            Ok(n) => Some(format!("the run of a {}-token prefix prefilled {n} tokens", prefix.len())),
+            Err(why) => Some(why),
+        };
+        if let Some(why) = spared_nothing {
+            saved_dir::remove(&file, "a shared prefix's file");
+            lock(prefixes).switch_off(why);
+            return None;
+        }
+        if !lock(prefixes).made(&file, prefix, lora) {
+            return None;
+        }
+        crate::metrics::observer().metrics.shared_prefix_made();
+        tracing::info!(tokens = prefix.len(), file = %file.display(), "a prefix other conversations began with is kept as a file");
+        let perf = finish.perf.map(RuntimePerf::from);
+        let made = Made {
+            started: started.unwrap_or(finish.at),
+            prefill_time_ms: perf.map_or(0.0, |p| p.prefill_time_ms),
+            prefill_tokens: perf.map_or(0, |p| p.prefill_tokens),
+        };
+        Some((file, made))
+    }
+
+    /// What a run from a shared prefix really reused, by the runtime's
+    /// prefill count: anything but the prefix switches the files off. A
+    /// run whose turn made the file reused nothing (its turn prefilled it).
+    fn check_shared(&self, plan: &Plan, shared: &Shared, perf: Option<&RuntimePerf>) -> (usize, CacheUse) {
+        let Some(perf) = perf else {
+            return (0, CacheUse::Miss(MissReason::Unknown));
+        };
+        let prefilled = usize::try_from(perf.prefill_tokens).unwrap_or(0);
+        let skipped = plan.input.len().saturating_sub(prefilled);
+        if skipped == shared.held {
+            return match shared.made {
+                Some(_) => (0, CacheUse::Miss(plan.miss)),
+                None => (skipped, CacheUse::Prefix),
+            };
+        }
+        tracing::warn!(
+            expected = shared.held,
+            skipped,
+            prefilled,
+            "a run from a shared prefix's file did not spare its prefill as the file should have"
+        );
+        if let Some(prefixes) = &self.prefixes {
+            lock(prefixes).switch_off(format!(
+                "a run spared {skipped} prefilled tokens where its shared prefix's file holds {}",
+                shared.held
+            ));
+        }
+        (if shared.made.is_some() { 0 } else { skipped }, CacheUse::Miss(MissReason::Other))
     }
 }

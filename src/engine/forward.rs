@@ -5,7 +5,7 @@
 
 use super::outcome::{Deadline, EndReason};
 use super::queue::Place;
-use super::Engine;
+use super::state::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 /// What a job is made of and what it returns: the binding's plain data
 /// types (no FFI in them), named here so that the api asks the engine, not
@@ -68,7 +68,7 @@ impl Engine {
             // As a generation's: no waiting past the shutdown's abort or behind a stuck runtime.
             let _turn = tokio::select! {
                 turn = engine.queue.wait_turn(place) => turn,
-                reason = engine.halt.halted() => {
+                reason = engine.handle.halt.halted() => {
                     timeline.finished = Some(Instant::now());
                     return Forward { outputs: Err(reason), timeline, perf: None };
                 }
@@ -90,7 +90,7 @@ impl Engine {
     /// Runs each input in turn (the caller holds the turn); the matrices and
     /// the last run's end.
     async fn run_inputs(&self, job: ForwardJob, admitted: Instant) -> Result<(Vec<Matrix>, Finish), EndReason> {
-        let deadline = tokio::time::Instant::from_std(admitted + self.limits.request_timeout);
+        let deadline = tokio::time::Instant::from_std(admitted + self.handle.limits.request_timeout);
         let mut guard = RunningGuard { engine: self, control: None };
         let mut outputs = Vec::with_capacity(job.inputs.len());
         let mut last = None;
@@ -108,7 +108,7 @@ impl Engine {
             };
             let request = RunRequest { capture: Some(job.capture.clone()), lora: job.lora.clone(), ..request };
             let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-            let control = self.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
+            let control = self.handle.model.submit(request, tx).map_err(|e| EndReason::RuntimeError(e.to_string()))?;
             guard.control = Some(control.clone());
             let mut timed_out = false;
             let finish = loop {

@@ -15,7 +15,7 @@ use super::prompt_cache::Expect as PromptCacheExpect;
 use super::queue::{Place, Turn};
 use super::run::{Next, Run, Step, StopHandle};
 use super::schedule::Assigned;
-use super::Engine;
+use super::state::Engine;
 use crate::metrics::{ImageTimings, Timeline};
 use futures_util::Stream;
 use rkllm_sys::{Event, RunInput, RunRequest};
@@ -80,7 +80,7 @@ impl Engine {
         let tokens: Option<Arc<[i32]>> = tokens.map(Arc::from);
         let job_id = job.id.clone();
         let prompt_cache = self.prompt_cache_expect(&job.prompt);
-        let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.limits.max_new_tokens, job));
+        let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.handle.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
@@ -180,18 +180,19 @@ impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
     async fn run(mut self) -> Result<Run, Outcome> {
-        let first_token_timeout = self.engine.limits.first_token_timeout(self.plan.prompt.len());
+        let first_token_timeout = self.engine.handle.limits.first_token_timeout(self.plan.prompt.len());
         let engine = self.engine.clone();
         // A queued job stops waiting at the shutdown's abort, or when the
         // runtime is stuck in an aborted run (`halt.rs`).
         let assigned = tokio::select! {
-            assigned = engine.wait_assigned(
+            assigned = engine.scheduler.wait_assigned(
+                &engine,
                 self.place,
                 (self.job.clone(), self.plan.clone()),
                 self.tokens.clone(),
                 self.hints.clone(),
             ) => assigned,
-            reason = engine.halt.halted() => {
+            reason = engine.handle.halt.halted() => {
                 self.waiting.start();
                 return Err(Outcome::without_run(reason, Timeline::new(self.received), self.prompt_tokens));
             }
@@ -218,7 +219,7 @@ impl Start {
                 timeline.batch_n = batch_n;
                 let ids = self.prompt_tokens.map(|n| n as usize).or(self.tokens.as_ref().map(|t| t.len()));
                 let sent = plan.as_ref().map(|p| p.input.len());
-                let prefill_stall = engine.prefill_stall(sent, (ids, self.plan.prompt.len()), batch_n);
+                let prefill_stall = engine.handle.prefill_stall(sent, (ids, self.plan.prompt.len()), batch_n);
                 if let Some(plan) = &plan {
                     // The prompt the model reads: the cache and what was sent
                     // after it (a cached reply may stand for the resent one).
@@ -320,7 +321,7 @@ async fn submit(
         (Some(plan), None) => RunRequest { save_prompt_cache, ..run.request(plan.input(), true) },
         (None, images) => RunRequest { images, ..run.request(RunInput::Prompt(run.prompt.clone()), false) },
     };
-    match engine.model.submit(request, tx) {
+    match engine.handle.model.submit(request, tx) {
         Ok(control) => Ok(((SlotControl::single(control), events, plan), figures)),
         Err(e) => Err(EndReason::RuntimeError(e.to_string())),
     }

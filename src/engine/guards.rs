@@ -8,7 +8,7 @@ use super::batch::SlotControl;
 use super::halt::ABORT_GRACE;
 use super::outcome::{EndReason, Outcome};
 use super::queue::Turn;
-use super::Engine;
+use super::state::Engine;
 use crate::metrics::{RuntimePerf, Timeline};
 use rkllm_sys::Event;
 use std::sync::Arc;
@@ -106,10 +106,10 @@ impl Drop for RunGuard {
                     }
                 };
                 let grace_end = tokio::time::Instant::from_std(aborted_at + ABORT_GRACE);
-                engine.halt.aborted_run(grace_end, finished).await;
+                engine.handle.halt.aborted_run(grace_end, finished).await;
             }
             // A prefill aborted as stuck that then returned took that long.
-            engine.prefill_pace.measured(perf.as_ref());
+            engine.handle.liveness.pace.measured(perf.as_ref());
             engine.forget_kv();
             engine.sample_kv_cache();
             let mut outcome = Outcome::without_run(EndReason::Abandoned, timeline, prompt_tokens);

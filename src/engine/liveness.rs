@@ -8,9 +8,9 @@
 //! so that systemd restarts it.
 
 use super::halt::ABORT_GRACE;
-use super::Engine;
+use super::limits::Limits;
 use crate::metrics::{RuntimePerf, Timeline};
-use rkllm_sys::Activity;
+use rkllm_sys::{Activity, Model};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -146,11 +146,25 @@ impl PrefillBound {
 /// How often a pending ping looks whether a run started instead.
 const RUN_START_POLL: Duration = Duration::from_millis(10);
 
-impl Engine {
+/// What the watchdog learns of one model's runs: how fast it prefills,
+/// and the prefill bound of the run inside the runtime.
+#[derive(Default)]
+pub(super) struct Liveness {
+    pub pace: PrefillPace,
+    pub bound: PrefillBound,
+}
+
+impl Liveness {
     /// How long a run may prefill (see [`PrefillPace::stall`] and
     /// [`prefill_tokens`] for the arguments).
-    pub(super) fn prefill_stall(&self, sent: Option<usize>, prompt: (Option<usize>, usize), batch: u32) -> Duration {
-        self.prefill_pace.stall(prefill_tokens(sent, prompt, batch, self.limits.max_context_len))
+    pub fn prefill_stall(
+        &self,
+        limits: &Limits,
+        sent: Option<usize>,
+        prompt: (Option<usize>, usize),
+        batch: u32,
+    ) -> Duration {
+        self.pace.stall(prefill_tokens(sent, prompt, batch, limits.max_context_len))
     }
 
     /// How long the run inside the runtime may prefill before the watchdog
@@ -161,36 +175,25 @@ impl Engine {
     /// its generation saw it start) gets what a generation of its prompt's
     /// bytes would. (A decode gap longer than the first-token time-out's
     /// base is a hang: a step takes well under a second on a board.)
-    fn prefill_allowance(&self, activity: &Activity) -> Duration {
-        let recorded = activity.run.and_then(|run| self.prefill_bound.of(run));
+    fn prefill_allowance(&self, limits: &Limits, activity: &Activity) -> Duration {
+        let recorded = activity.run.and_then(|run| self.bound.of(run));
         let bound = recorded.unwrap_or_else(|| {
             let bytes = activity.prompt_bytes;
-            self.limits.first_token_timeout(bytes).min(self.prefill_stall(None, (None, bytes), 1))
+            limits.first_token_timeout(bytes).min(self.prefill_stall(limits, None, (None, bytes), 1))
         });
         bound + ABORT_GRACE
     }
 
-    /// A run is inside the runtime and not known to be stuck: what the
-    /// shutdown's grace period waits for.
-    pub fn is_producing(&self) -> bool {
-        self.in_run() && !self.is_unresponsive()
-    }
-
-    /// A run is inside the runtime: `rkllm_run` has not returned.
-    pub fn in_run(&self) -> bool {
-        self.model.activity().running()
-    }
-
     /// `Ok` when the runtime thread answered a ping within `ping_timeout`,
     /// or is inside a run that progresses as fast as its limits allow.
-    pub async fn check_alive(&self, ping_timeout: Duration) -> Result<(), String> {
-        if !self.model.activity().running() {
-            let answer = self.model.ping();
+    pub async fn check_alive(&self, model: &Model, limits: &Limits, ping_timeout: Duration) -> Result<(), String> {
+        if !model.activity().running() {
+            let answer = model.ping();
             // A run queued just before the ping delays the answer until the
             // run ends: stop waiting once it has started, and judge it below.
             let run_started = async {
                 let mut every = tokio::time::interval(RUN_START_POLL);
-                while !self.model.activity().running() {
+                while !model.activity().running() {
                     every.tick().await;
                 }
             };
@@ -206,12 +209,12 @@ impl Engine {
                 Ok(None) | Err(_) => {}
             }
         }
-        let activity = self.model.activity();
+        let activity = model.activity();
         if !activity.running() && activity.since_progress > ping_timeout {
             return Err(format!("the idle runtime thread did not answer within {} ms", ping_timeout.as_millis()));
         }
         let allowed =
-            if activity.tokens == 0 { self.prefill_allowance(&activity) } else { self.limits.first_token_base };
+            if activity.tokens == 0 { self.prefill_allowance(limits, &activity) } else { limits.first_token_base };
         if activity.since_progress <= allowed {
             return Ok(());
         }

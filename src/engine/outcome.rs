@@ -37,7 +37,7 @@ pub enum EndReason {
     Eos,
     /// The token limit was reached.
     Length,
-    /// [`super::Generation::stop`] was called (a stop sequence matched).
+    /// [`super::generation::Generation::stop`] was called (a stop sequence matched).
     Stopped,
     /// A time-out fired; the run was aborted.
     Timeout(Deadline),

@@ -20,8 +20,9 @@
 //! cache is off (`registry/load.rs`), because whether `rkllm_clear_kv_cache`
 //! and `keep_history` keep or drop a loaded prompt cache is not documented.
 
+use super::calls::wait_for;
+use super::error::EngineError;
 use super::plan::RunPlan;
-use super::{Engine, EngineError};
 use crate::metrics::RuntimePerf;
 use rkllm_sys::{Abi, Event, Finish, Model, RunInput, RunRequest};
 use serde::{Deserialize, Serialize};
@@ -154,7 +155,7 @@ impl PromptCache {
                 tokens
             }
         };
-        super::wait_for(model.load_prompt_cache(file_text)).map_err(|e| failed(file, e))?;
+        wait_for(model.load_prompt_cache(file_text)).map_err(|e| failed(file, e))?;
         Ok(PromptCache { prefix, tokens })
     }
 
@@ -211,13 +212,6 @@ pub(super) fn saved_tokens(finish: &Finish, file: &Path) -> Result<u32, String> 
     let tokens = finish.perf.map(|p| p.prefill_tokens).filter(|&n| n > 0);
     let tokens = tokens.ok_or("the saving run reported no prefilled tokens")?;
     Ok(u32::try_from(tokens).unwrap_or(u32::MAX))
-}
-
-impl Engine {
-    /// What a job's run should show of the prompt cache (`None`: the model has none).
-    pub(super) fn prompt_cache_expect(&self, prompt: &str) -> Option<Expect> {
-        self.prompt_cache.as_ref().map(|cache| cache.expect(prompt))
-    }
 }
 
 /// The prompt tokens a run did not prefill thanks to the prompt cache,

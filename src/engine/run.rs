@@ -110,7 +110,7 @@ impl Run {
             let waited = tokio::select! {
                 event = self.guard.events.recv() => Waited::Event(event),
                 () = sleep_until(wait_until) => Waited::Deadline,
-                () = engine.halt.closed(), if aborted_at.is_none() => Waited::Closing,
+                () = engine.handle.halt.closed(), if aborted_at.is_none() => Waited::Closing,
             };
             let waited = match waited {
                 // Polled after the deadline passed with events waiting (a
@@ -165,7 +165,7 @@ impl Run {
                 let allowed = self.first_token_timeout.min(self.prefill_stall);
                 self.deadline = Some(tokio::time::Instant::from_std(at + allowed));
                 // The watchdog judges the run by the same bound (`liveness.rs`).
-                self.guard.engine.prefill_bound.record(run, allowed);
+                self.guard.engine.handle.liveness.bound.record(run, allowed);
                 Step::Started
             }
             Event::Token(token) => {
@@ -191,8 +191,9 @@ impl Run {
         }
         engine.queue.token();
         let admitted = timeline.admitted.unwrap_or(token.at);
-        let request_end =
-            *self.request_end.get_or_insert(tokio::time::Instant::from_std(admitted + engine.limits.request_timeout));
+        let request_end = *self
+            .request_end
+            .get_or_insert(tokio::time::Instant::from_std(admitted + engine.handle.limits.request_timeout));
         let stall_end = tokio::time::Instant::from_std(token.at + super::liveness::decode_stall(timeline));
         self.deadline = Some(request_end.min(stall_end));
         self.split = token.split;
@@ -233,7 +234,7 @@ impl Run {
         let engine = self.guard.engine.clone();
         // Still holding the turn: the size is this run's.
         let perf = finish.perf.map(RuntimePerf::from);
-        engine.prefill_pace.measured(perf.as_ref());
+        engine.handle.liveness.pace.measured(perf.as_ref());
         let (cached_tokens, cache) = match &self.plan {
             Some(_) if self.guard.control.is_batched() => self.slot_cache(),
             Some(plan) => {

@@ -26,14 +26,15 @@
 //!   arrived after a reply of the last run ended may be that client come
 //!   back, so it is counted once, not as a newcomer too ([`came_back`]).
 
+use super::batch::BatchRun;
 use super::batch::{BatchJob, Slot};
 use super::job::CacheHints;
 use super::outcome::EndReason;
 use super::plan::RunPlan;
-use super::queue::{Place, Turn};
+use super::queue::{Permit, Place, Queue, Turn};
 use super::returns::Returns;
-use super::Engine;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
@@ -98,21 +99,43 @@ impl Scheduler {
     }
 }
 
-impl Engine {
+/// What the scheduler task asks of the engine it picks runs for
+/// (`batch_runs.rs` implements it): its queue, whether a job is warm in the
+/// conversation cache, and a batched run started and ended.
+pub(super) trait Runs: Send + Sync + 'static {
+    fn queue(&self) -> &Queue;
+    fn is_warm(&self, ids: Option<&[i32]>, lora: Option<&str>) -> bool;
+    /// Starts one batched run for `group`: each job's slot, in the group's
+    /// order, and the run to be ended with [`Runs::end_batch`].
+    fn start_batch(
+        &self,
+        permit: Permit,
+        group: Vec<BatchJob>,
+        size: usize,
+    ) -> impl Future<Output = Result<(Vec<Slot>, BatchRun), EndReason>> + Send;
+    /// Waits until the batched run returned; which slots were left, and when.
+    fn end_batch(&self, run: BatchRun) -> impl Future<Output = Vec<(usize, Instant)>> + Send;
+    /// The clients of these slots left them at these times (after their run).
+    fn slots_left(&self, left: &[(usize, Instant)]);
+}
+
+impl Scheduler {
     /// Waits until the scheduler gives the job its turn (holding `place`
-    /// meanwhile); dropping the future leaves the queue.
-    pub(super) async fn wait_assigned(
-        self: &Arc<Self>,
+    /// meanwhile); dropping the future leaves the queue. The first job
+    /// starts the task, which holds `runs` weakly.
+    pub async fn wait_assigned<R: Runs>(
+        &self,
+        runs: &Arc<R>,
         place: Place,
         job: (String, Arc<RunPlan>),
         tokens: Option<Arc<[i32]>>,
         hints: CacheHints,
     ) -> Result<Assigned, EndReason> {
         let (id, plan) = job;
-        let scheduler = &self.scheduler;
+        let scheduler = self;
         let pending = scheduler.task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(jobs) = pending {
-            tokio::spawn(schedule(Arc::downgrade(self), jobs, scheduler.settings));
+            tokio::spawn(schedule(Arc::downgrade(runs), jobs, scheduler.settings));
         }
         let (reply, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the scheduler stopped".into());
@@ -123,7 +146,7 @@ impl Engine {
 }
 
 /// The scheduler task: one run at a time, for as long as the engine lives.
-async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, settings: ScheduleSettings) {
+async fn schedule<R: Runs>(engine: Weak<R>, mut jobs: UnboundedReceiver<Waiting>, settings: ScheduleSettings) {
     let size = usize::from(settings.batch);
     let mut waiting = VecDeque::new();
     // Until when, and for how many jobs, the next batch gathers.
@@ -148,7 +171,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
             }
         }
         let Some(engine) = engine.upgrade() else { return };
-        let permit = engine.queue.wait_permit();
+        let permit = engine.queue().wait_permit();
         tokio::pin!(permit);
         // Until the turn comes, newcomers join and jobs whose clients left
         // free their places at once (the queue's `waiting` count drops).
@@ -176,7 +199,7 @@ async fn schedule(engine: Weak<Engine>, mut jobs: UnboundedReceiver<Waiting>, se
         let warm = |w: &Waiting| whole && warm(w);
         let Some(first) = pick(&mut waiting, settings.max_passed_over, warm) else { continue };
         if size == 1 {
-            let turn = engine.queue.start(permit, vec![first.job.place]);
+            let turn = engine.queue().start(permit, vec![first.job.place]);
             // A client gone since: its turn is dropped with the error, and the loop picks again.
             let _ = first.reply.send(Ok(Assigned::Alone(turn)));
         } else {
@@ -341,7 +364,7 @@ mod tests {
 
     fn job(queue: &Queue, top_k: i32, lora: Option<&str>) -> (Waiting, oneshot::Receiver<Result<Assigned, EndReason>>) {
         let (reply, rx) = oneshot::channel();
-        let job = crate::engine::Job {
+        let job = super::super::job::Job {
             id: "j".into(),
             prompt: format!("k{top_k}"),
             max_new_tokens: Some(8),
@@ -363,7 +386,7 @@ mod tests {
     fn queue_of(
         jobs: impl IntoIterator<Item = (i32, Option<&'static str>)>,
     ) -> (VecDeque<Waiting>, Vec<oneshot::Receiver<Result<Assigned, EndReason>>>) {
-        let queue = Queue::new(16, crate::engine::Npu::default());
+        let queue = Queue::new(16, super::super::npu::Npu::default());
         jobs.into_iter().map(|(k, lora)| job(&queue, k, lora)).unzip()
     }
 

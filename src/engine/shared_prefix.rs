@@ -36,16 +36,8 @@
 //!   made); a prefix whose file would not fit, by the bytes per token files
 //!   measured here, is not made.
 
-use super::kv::{Made, Plan, Shared};
-use super::outcome::{CacheUse, MissReason};
-use super::prompt_cache::{saved_tokens, saving_request};
-use super::saved::Saved;
 use super::saved_dir;
-use super::{lock, Engine};
-use crate::metrics::RuntimePerf;
-use rkllm_sys::{Event, RunInput};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 /// When a shared prefix gets a file, and how much the files may take.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,7 +95,7 @@ impl SharedPrefixes {
 
     /// The longest prefix file `ids` starts with and goes on past: its file
     /// and length.
-    fn find(&self, ids: &[i32], lora: Option<&str>) -> Option<(PathBuf, usize)> {
+    pub fn find(&self, ids: &[i32], lora: Option<&str>) -> Option<(PathBuf, usize)> {
         if self.off.is_some() {
             return None;
         }
@@ -116,7 +108,7 @@ impl SharedPrefixes {
     /// is worth a file: at least `min_tokens`, short of the whole prompt
     /// (the job's run needs input of its own), and a file that fits the
     /// budget by the bytes per token measured here.
-    fn worth_making(&self, stable: usize, prompt: usize) -> bool {
+    pub fn worth_making(&self, stable: usize, prompt: usize) -> bool {
         let bytes = self.bytes_per_token.map_or(0.0, |b| b * stable as f64);
         self.off.is_none()
             && stable >= self.settings.min_tokens
@@ -126,7 +118,7 @@ impl SharedPrefixes {
 
     /// The file the next prefix is saved to. Runtime calls are made one
     /// after another, so a file whose job went away is whole by now.
-    fn next_file(&mut self) -> PathBuf {
+    pub fn next_file(&mut self) -> PathBuf {
         if let Some(left) = self.making.take() {
             remove(&left);
         }
@@ -139,7 +131,7 @@ impl SharedPrefixes {
     /// Keeps the file the runtime wrote of `ids`; the least recently used
     /// others go while over the budget. `false`: it alone is over the budget
     /// (removed).
-    fn made(&mut self, file: &Path, ids: &[i32], lora: Option<&str>) -> bool {
+    pub fn made(&mut self, file: &Path, ids: &[i32], lora: Option<&str>) -> bool {
         self.making = None;
         let bytes = std::fs::metadata(file).map_or(0, |m| m.len());
         let per_token = bytes as f64 / ids.len().max(1) as f64;
@@ -175,7 +167,7 @@ impl SharedPrefixes {
         true
     }
 
-    fn used(&mut self, file: &Path) {
+    pub fn used(&mut self, file: &Path) {
         self.clock += 1;
         if let Some(e) = self.entries.iter_mut().find(|e| e.file == file) {
             e.used = self.clock;
@@ -183,7 +175,7 @@ impl SharedPrefixes {
     }
 
     /// The files did not deliver: drop them all and make no more.
-    fn switch_off(&mut self, why: String) {
+    pub fn switch_off(&mut self, why: String) {
         tracing::warn!(reason = %why, "shared-prefix files switched off for this model");
         crate::metrics::observer().metrics.shared_prefix_off();
         for e in self.entries.drain(..) {
@@ -204,136 +196,6 @@ impl Drop for SharedPrefixes {
 /// Removes a shared prefix's file.
 fn remove(file: &Path) {
     saved_dir::remove(file, "a shared prefix's file");
-}
-
-impl Engine {
-    /// A new conversation's run (nothing resident or saved continues it),
-    /// turn held: starts from the longest shared prefix's file it begins
-    /// with, or makes the file of its `stable` start first. Leaves `plan` a
-    /// plain miss when neither applies.
-    pub(super) async fn plan_shared(
-        &self,
-        plan: &mut Plan,
-        ids: &[i32],
-        stable: Option<usize>,
-        lora: Option<&str>,
-        saved: &Mutex<Saved>,
-    ) {
-        let Some(prefixes) = &self.prefixes else { return };
-        let found = lock(prefixes).find(ids, lora);
-        // Restored (or made) only while loading measures cheaper than prefilling.
-        let worth = |held: usize| lock(saved).costs.worth_restoring(held, false);
-        let (file, held, made) = match found {
-            Some((file, held)) if worth(held) => (file, held, None),
-            Some(_) => return,
-            None => {
-                let made = stable.filter(|&n| lock(prefixes).worth_making(n, ids.len()) && worth(n));
-                let Some(shared) = made else { return };
-                // The prefix's run leaves the KV cache to be cleared before the job's own.
-                plan.clear = true;
-                match self.make_prefix(saved, prefixes, &ids[..shared], lora).await {
-                    Some((file, made)) => (file, shared, Some(made)),
-                    None => return,
-                }
-            }
-        };
-        if let Err(why) = self.load_file(saved, &file, held, false).await {
-            lock(prefixes).switch_off(format!("rkllm_load_prompt_cache failed: {why}"));
-            return;
-        }
-        lock(prefixes).used(&file);
-        plan.shared = Some(Box::new(Shared { file, held, made }));
-    }
-
-    /// Runs `prefix` alone, stateless, saving its KV to a new file; `None`
-    /// when that did not work (a WARN says why).
-    async fn make_prefix(
-        &self,
-        saved: &Mutex<Saved>,
-        prefixes: &Mutex<SharedPrefixes>,
-        prefix: &[i32],
-        lora: Option<&str>,
-    ) -> Option<(PathBuf, Made)> {
-        // The file must hold the prefix alone: no loaded file matched against
-        // it, nothing before it in the KV cache.
-        if lock(saved).loaded.take().is_some() && super::answered(self.model.release_prompt_cache()).await.is_err() {
-            lock(saved).switch_off("rkllm_release_prompt_cache failed".into());
-            return None;
-        }
-        // Unknown until the job's run clears it (`plan.clear`), also if this
-        // job is dropped meanwhile.
-        self.forget_kv();
-        if let Err(why) = super::answered(self.model.clear_kv_cache(false)).await {
-            tracing::warn!("rkllm_clear_kv_cache failed ({why}); no shared prefix made");
-            return None;
-        }
-        let file = lock(prefixes).next_file();
-        let input = RunInput::Tokens(prefix.to_vec());
-        let (request, aborts_at_first) = saving_request(self.info.abi, input, lora.map(str::to_owned), &file);
-        let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
-        let control = self.model.submit(request, tx).ok()?;
-        let mut started = None;
-        let finish = loop {
-            match events.recv().await? {
-                Event::Started { at, .. } => started = Some(at),
-                Event::Token(_) if aborts_at_first => control.abort(),
-                Event::Finished(finish) => break finish,
-                Event::Token(_) => {}
-            }
-        };
-        let spared_nothing = match saved_tokens(&finish, &file) {
-            Ok(n) if n as usize == prefix.len() => None,
-            Ok(n) => Some(format!("the run of a {}-token prefix prefilled {n} tokens", prefix.len())),
-            Err(why) => Some(why),
-        };
-        if let Some(why) = spared_nothing {
-            remove(&file);
-            lock(prefixes).switch_off(why);
-            return None;
-        }
-        if !lock(prefixes).made(&file, prefix, lora) {
-            return None;
-        }
-        crate::metrics::observer().metrics.shared_prefix_made();
-        tracing::info!(tokens = prefix.len(), file = %file.display(), "a prefix other conversations began with is kept as a file");
-        let perf = finish.perf.map(RuntimePerf::from);
-        let made = Made {
-            started: started.unwrap_or(finish.at),
-            prefill_time_ms: perf.map_or(0.0, |p| p.prefill_time_ms),
-            prefill_tokens: perf.map_or(0, |p| p.prefill_tokens),
-        };
-        Some((file, made))
-    }
-
-    /// What a run from a shared prefix really reused, by the runtime's
-    /// prefill count: anything but the prefix switches the files off. A
-    /// run whose turn made the file reused nothing (its turn prefilled it).
-    pub(super) fn check_shared(&self, plan: &Plan, shared: &Shared, perf: Option<&RuntimePerf>) -> (usize, CacheUse) {
-        let Some(perf) = perf else {
-            return (0, CacheUse::Miss(MissReason::Unknown));
-        };
-        let prefilled = usize::try_from(perf.prefill_tokens).unwrap_or(0);
-        let skipped = plan.input.len().saturating_sub(prefilled);
-        if skipped == shared.held {
-            return match shared.made {
-                Some(_) => (0, CacheUse::Miss(plan.miss)),
-                None => (skipped, CacheUse::Prefix),
-            };
-        }
-        tracing::warn!(
-            expected = shared.held,
-            skipped,
-            prefilled,
-            "a run from a shared prefix's file did not spare its prefill as the file should have"
-        );
-        if let Some(prefixes) = &self.prefixes {
-            lock(prefixes).switch_off(format!(
-                "a run spared {skipped} prefilled tokens where its shared prefix's file holds {}",
-                shared.held
-            ));
-        }
-        (if shared.made.is_some() { 0 } else { skipped }, CacheUse::Miss(MissReason::Other))
-    }
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@
 //! they held (`slots.rs`); one that changed switches short batches off the
 //! same way.
 
-use super::Engine;
+use super::calls::wait_for;
+use super::halt::ABORT_GRACE;
 use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, Model, RunControl, RunInput};
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::Duration;
 use tokio::sync::{mpsc::UnboundedReceiver, oneshot};
@@ -63,7 +63,7 @@ pub(super) const PROBE: &str = " ";
 /// runtime did not return from the probe's run (the handle is lost).
 pub(super) fn probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, String), String> {
     let found = run_probe(model, n, bound)?;
-    if let Err(why) = super::wait_for(model.clear_kv_cache(false)) {
+    if let Err(why) = wait_for(model.clear_kv_cache(false)) {
         tracing::warn!("rkllm_clear_kv_cache failed after the short-batch probe ({why})");
     }
     Ok(found)
@@ -118,7 +118,7 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
     if finish.is_error() || finish.code != 0 {
         return Ok((ShortBatches::Refused, format!("rkllm_run returned {} (see the runtime's log line)", finish.code)));
     }
-    Ok(match super::wait_for(model.kv_cache_size()) {
+    Ok(match wait_for(model.kv_cache_size()) {
         Ok(sizes) if sizes.len() == n && sizes[n - 1] > 0 && sizes[..n - 1].iter().all(|&s| s == 0) => {
             (ShortBatches::Accepted, String::new())
         }
@@ -128,35 +128,6 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
         ),
         Err(e) => (ShortBatches::Misplaced, format!("rkllm_get_kv_cache_size failed ({e})")),
     })
-}
-
-impl Engine {
-    /// Whether this run leaves slots without a job without input.
-    pub(super) fn short_batches(&self) -> bool {
-        self.short.load(Ordering::Relaxed)
-    }
-
-    /// What the probe at load found, or `SwitchedOff` once a short run broke
-    /// them (`None` at `batch` 1): what `/health` reports now.
-    pub fn short_batches_now(&self) -> Option<ShortBatches> {
-        let found = self.info().short_batches;
-        match found {
-            Some(ShortBatches::Accepted) if !self.short_batches() => Some(ShortBatches::SwitchedOff),
-            found => found,
-        }
-    }
-
-    /// A short run did not keep a slot without input as it was: fillers from
-    /// now on (WARN, counted).
-    pub(super) fn short_batch_broken(&self, why: &str) {
-        if self.short.swap(false, Ordering::Relaxed) {
-            crate::metrics::observer().metrics.batch_short_off();
-            tracing::warn!(reason = why, "short batches are switched off for this model: fillers from now on");
-            if let Some(slots) = &self.slots {
-                super::lock(slots).set_short(false);
-            }
-        }
-    }
 }
 
 /// How a probe's one-token batched run ended, read with a bound.
@@ -201,11 +172,11 @@ pub(super) fn read_bounded(
         Err(RecvTimeoutError::Disconnected) => Err("the probe's reader is gone".into()),
         Err(RecvTimeoutError::Timeout) => {
             control.abort();
-            match ended.recv_timeout(super::ABORT_GRACE) {
+            match ended.recv_timeout(ABORT_GRACE) {
                 Ok(_) => Ok(Bounded::TimedOut),
                 Err(_) => Err(format!(
                     "its one-token run took longer than {bound:?}, and rkllm_run had not returned {:?} after its abort",
-                    super::ABORT_GRACE
+                    ABORT_GRACE
                 )),
             }
         }

@@ -20,8 +20,9 @@
 //! no tokenizer.json, `batch_short_probe = false`) gets 1 slot at once.
 
 use super::context;
+use super::error::EngineError;
+use super::limits::Limits;
 use super::short_batch::{self, ShortBatches};
-use super::{EngineError, Limits};
 use crate::metrics::board::Board;
 use rkllm_sys::{InitConfig, Model, Runtime};
 use std::path::PathBuf;

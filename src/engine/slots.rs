@@ -27,10 +27,7 @@ use super::job::CacheHints;
 use super::kv::{Disagreement, KvCache, Plan};
 use super::outcome::MissReason;
 use super::saved::Restore;
-use super::{lock, Engine};
-use rkllm_sys::Finish;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 /// What a run that clears every slot may restore from: the batched runs'
@@ -384,137 +381,6 @@ pub(super) struct Kept {
     pub lora: Option<String>,
     /// The file the run saves its slots' prompts to (`batch_files.rs`).
     pub save: Option<std::path::PathBuf>,
-}
-
-impl Engine {
-    /// Where each job of a batch runs, with every slot cleared first when
-    /// the layout needs it (the turn is held); `None`: the run keeps no
-    /// history (the cache is off, or clearing failed).
-    pub(super) async fn lay_out_batch(&self, members: &[Member<'_>]) -> Option<Layout> {
-        let slots = self.slots.as_ref().filter(|s| !lock(s).is_off())?;
-        let context = self.limits.max_context_len;
-        let files = self.batch_files.as_ref();
-        let layout = {
-            let files = files.map(lock);
-            lock(slots).layout(members, context, files.as_deref().map(|f| f as &dyn Restores))
-        };
-        if layout.clear {
-            match super::answered(self.model.clear_kv_cache(false)).await {
-                Ok(()) => lock(slots).cleared(),
-                Err(why) => {
-                    tracing::warn!("rkllm_clear_kv_cache failed ({why}); this batched run keeps no history");
-                    lock(slots).forget();
-                    return None;
-                }
-            }
-        }
-        let Some(files) = files else { return Some(layout) };
-        let loaded = lock(files).loaded;
-        match &layout.restore {
-            // Loaded again even when it is the loaded one: whether a clear
-            // keeps a loaded file is open in the manual.
-            Some(file) => {
-                let path = file.to_string_lossy();
-                match super::answered(self.model.load_prompt_cache(&path)).await {
-                    Ok(()) => {
-                        let mut files = lock(files);
-                        files.loaded = true;
-                        files.used(file);
-                        Some(layout)
-                    }
-                    Err(why) => {
-                        lock(files)
-                            .switch_off(format!("rkllm_load_prompt_cache of a batched run's file failed: {why}"));
-                        // Every slot was cleared: the jobs start clean.
-                        Some(lock(slots).layout(members, context, None))
-                    }
-                }
-            }
-            None if loaded => {
-                // A loaded file would spare a clean slot that starts like
-                // it: every run's prefill must be the planned one.
-                if let Err(why) = super::answered(self.model.release_prompt_cache()).await {
-                    lock(files).switch_off(format!("rkllm_release_prompt_cache failed: {why}"));
-                }
-                lock(files).loaded = false;
-                Some(layout)
-            }
-            None => Some(layout),
-        }
-    }
-
-    /// The clients of these slots left them at these times (after their run).
-    pub(super) fn slots_left(&self, left: &[(usize, Instant)]) {
-        if let Some(slots) = &self.slots {
-            lock(slots).left(left);
-        }
-    }
-
-    /// After a batched run that kept history (turn still held): each slot's
-    /// size against what it was sent and generated, and the run's prefill
-    /// against what was sent.
-    pub(super) async fn settle_batch(&self, kept: Kept, finish: &Finish, slot_tokens: &[Vec<i32>]) {
-        let Some(slots) = &self.slots else { return };
-        let metrics = &crate::metrics::observer().metrics;
-        if !finish.started || finish.is_error() {
-            if let Some(save) = &kept.save {
-                super::saved_dir::remove(save, "a batched run's file");
-            }
-            // Not started: every client left before the run began, no slot changed.
-            if finish.started {
-                lock(slots).forget();
-            }
-            return;
-        }
-        let sizes = match self.model.kv_cache_size().await {
-            Ok(Ok(sizes)) => Some(sizes),
-            _ => None,
-        };
-        if let Some(sizes) = &sizes {
-            self.kv_tokens.store(sizes.iter().map(|&s| i64::from(s)).sum(), Ordering::Relaxed);
-        }
-        // A slot without input must hold what it held (unknown sizes say nothing).
-        let moved: Vec<usize> = if sizes.is_none() {
-            Vec::new()
-        } else {
-            let slots = lock(slots);
-            let now = |s: usize| sizes.as_deref().and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
-            let changed = |s: usize| slots.size(s).is_some_and(|before| now(s) != Some(before));
-            (0..kept.absent.len()).filter(|&s| kept.absent[s] && changed(s)).collect()
-        };
-        if !moved.is_empty() {
-            self.short_batch_broken(&format!("batch slots {moved:?}, given no input, changed size"));
-            let mut slots = lock(slots);
-            moved.iter().for_each(|&s| slots.forget_slot(s));
-        }
-        let disagreements =
-            lock(slots).settle(&kept.used, &kept.absent, kept.lora.as_deref(), slot_tokens, sizes.as_deref());
-        for (slot, d) in disagreements {
-            tracing::warn!(
-                slot,
-                expected = d.expected,
-                reported = ?d.reported,
-                "a batch slot's KV cache does not hold what was sent and generated; it is cleared before its next use"
-            );
-            metrics.kv_cache_mismatch();
-        }
-        let prefilled = finish.perf.and_then(|p| usize::try_from(p.prefill_tokens).ok());
-        self.settle_batch_files(&kept, kept.sent.zip(prefilled));
-        if let (Some(sent), Some(prefilled)) = (kept.sent, prefilled) {
-            // Less is a model's prompt-cache file sparing a fresh slot's prefix.
-            if prefilled > sent {
-                metrics.conversation_cache_off();
-                lock(slots).switch_off(format!(
-                    "a batched run prefilled {prefilled} tokens where {sent} were sent: the runtime did not keep its \
-                     slots' history"
-                ));
-                // What the slots hold would be read by the next runs.
-                if let Err(why) = super::answered(self.model.clear_kv_cache(false)).await {
-                    tracing::warn!("rkllm_clear_kv_cache failed after the batch slots were switched off ({why})");
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

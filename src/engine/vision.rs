@@ -193,43 +193,6 @@ impl Vision {
     }
 }
 
-impl super::Engine {
-    /// The model's encoder, if it has one.
-    pub fn vision(&self) -> Option<&VisionInfo> {
-        self.vision.as_ref().map(Vision::info)
-    }
-
-    /// A job's images as a run's multimodal input, with its image figures
-    /// (`None`: a text job). Called with the job's turn held.
-    pub(super) async fn encode_images(
-        &self,
-        images: &[ImageInput],
-        timings: ImageTimings,
-        turn: &mut Option<Turn>,
-    ) -> Result<Option<(Images, ImageTimings)>, String> {
-        let vision = match (&self.vision, images.is_empty()) {
-            (_, true) => return Ok(None),
-            (None, false) => return Err("this model has no vision encoder".into()),
-            (Some(vision), false) => vision,
-        };
-        vision.encode(images, timings, turn).await.map(Some)
-    }
-
-    /// Before a run with images the conversation cache does not plan (its
-    /// prompt has no ids): whether a `keep_history = 0` run starts from a
-    /// KV cache a kept conversation filled is not stated by the manual, so
-    /// with the conversation cache on the KV cache is cleared first.
-    pub(super) async fn clear_before_stateless_images(&self) -> Result<(), String> {
-        if self.kv.is_some() {
-            self.forget_kv();
-            super::answered(self.model.clear_kv_cache(false))
-                .await
-                .map_err(|why| format!("rkllm_clear_kv_cache before a run with images failed: {why}"))?;
-        }
-        Ok(())
-    }
-}
-
 /// A bounded least-recently-used map of embeddings (a handful of entries:
 /// a linear scan of the use order is cheaper than a linked structure).
 struct Lru {
