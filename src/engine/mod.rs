@@ -51,7 +51,7 @@ pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use shared_prefix::SharedPrefixSettings;
 pub use short_batch::ShortBatches;
-pub use slot_count::{AutoBatch, BatchChoice, ChosenBy, AUTO_MAX};
+pub use slot_count::{planned, single_because, AutoBatch, BatchChoice, ChosenBy, AUTO_MAX};
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
 use crate::sampling::SamplingOverrides;
@@ -75,9 +75,10 @@ pub enum EngineError {
     PromptCache(String),
     #[error("{0}")]
     Vision(String),
-    /// The runtime did not return from the short-batch probe's run (`short_batch.rs`).
-    #[error("the runtime did not come back from the short-batch probe: {0}")]
-    ProbeWedged(String),
+    /// The runtime did not return from a probe's run at load
+    /// (`short_batch.rs`, `batch_files.rs`): its thread is lost.
+    #[error("the runtime did not come back from the {probe} probe: {why}")]
+    ProbeWedged { probe: &'static str, why: String },
 }
 
 /// What the daemon tells about its runtime (startup log, /health, fingerprint).
@@ -253,12 +254,7 @@ impl Engine {
             // Batched runs take text slots only (`batch.rs`).
             return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
         }
-        let single = [
-            (vision.is_some(), "a model with a vision encoder is served with 1 slot (batched runs take text only)"),
-            (prompt_cache.is_some(), "a model with a prompt-cache file is served with 1 slot"),
-        ]
-        .into_iter()
-        .find_map(|(applies, why)| applies.then(|| why.to_owned()));
+        let single = slot_count::single_because(vision.is_some(), prompt_cache.is_some());
         let auto_batch = auto_batch.map(|auto| AutoBatch { single: auto.single.or(single), ..auto });
         // Before the (slow) model load: a missing encoder or unknown tags fail fast.
         let vision = vision
@@ -304,7 +300,7 @@ impl Engine {
             })
             .transpose()?;
         let short = short_batches == Some(ShortBatches::Accepted);
-        let (batch_files, batch_files_found) = batch_files::at_load(
+        let files = batch_files::at_load(
             &model,
             &schedule,
             conversation_cache,
@@ -312,6 +308,10 @@ impl Engine {
             prompt_cache.is_some(),
             slot_count::probe_bound(&limits),
         );
+        let (batch_files, batch_files_found) = match files {
+            Ok(files) => files,
+            Err(why) => return Err(slot_count::wedged(model, "batch-file", why)),
+        };
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),
