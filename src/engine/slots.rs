@@ -499,7 +499,7 @@ impl Engine {
             metrics.kv_cache_mismatch();
         }
         let prefilled = finish.perf.and_then(|p| usize::try_from(p.prefill_tokens).ok());
-        self.settle_batch_files(&kept, kept.sent.zip(prefilled));
+        self.settle_batch_files(&kept, kept.sent.zip(prefilled), finish.aborted);
         if let (Some(sent), Some(prefilled)) = (kept.sent, prefilled) {
             // Less is a model's prompt-cache file sparing a fresh slot's prefix.
             if prefilled > sent {

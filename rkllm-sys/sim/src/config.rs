@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 25] = [
+pub const KEYS: [&str; 26] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -35,6 +35,7 @@ pub const KEYS: [&str; 25] = [
     "context_limit",
     "short_batch",
     "batch_cache",
+    "abort_unsaved",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -95,6 +96,10 @@ pub(crate) struct SimConfig {
     /// in one file, restored slot by slot (`batch_cache=slots`); else such
     /// a run is refused (`batch_cache=refuse`).
     pub batch_cache: bool,
+    /// A run aborted before its first token (in its prefill) leaves no
+    /// prompt-cache file, as a runtime that saves at the prefill's end and
+    /// stops at an abort before it would (the manual leaves it open).
+    pub abort_unsaved: bool,
 }
 
 #[derive(Debug)]
@@ -171,6 +176,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some("refuse") => false,
             Some(v) => return Err(invalid("batch_cache", v, "slots or refuse")),
         },
+        abort_unsaved: switch(&value, "abort_unsaved")?,
     })
 }
 
