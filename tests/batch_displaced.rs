@@ -178,3 +178,35 @@ async fn an_abort_inside_a_batched_prefill_leaves_the_files_on() {
     assert_eq!(d.metric("rkllmd_conversation_cache_off_total").await, Some(0.0));
     assert!(!d.log().contains("switched off"), "{}", d.log());
 }
+
+#[tokio::test]
+async fn a_runtime_that_never_returns_from_the_batch_file_probe_fails_the_load_and_the_model_is_refused() {
+    // Loaded on demand; its first run, the batch-file probe's saving run
+    // (no short-batch probe), hangs for good: the load fails 1 s past the
+    // probe's 1 s bound instead of waiting for the runtime forever.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&hang_after=0";
+    std::fs::write(&config, format!("[[models]]\nid = \"{MODEL}\"\npath = \"{spec}\"\n")).unwrap();
+    let (config, cache_dir) = (config.to_str().unwrap(), dir.path().to_str().unwrap());
+    let d = Daemon::start(&[
+        "--config",
+        config,
+        "--conversation-cache-dir",
+        cache_dir,
+        "--batch",
+        "2",
+        "--batch-short-probe",
+        "false",
+        "--first-token-timeout-secs",
+        "1",
+    ]);
+    for _ in 0..2 {
+        let r = d.post("/v1/chat/completions", common::chat(MODEL, "hi")).await;
+        assert_eq!(r.status().as_u16(), 503);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "model_wedged", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("batch-file probe"), "{body}");
+    }
+    assert_eq!(d.metric(&format!("rkllmd_model_loads_wedged_total{{model=\"{MODEL}\"}}")).await, Some(1.0));
+}
