@@ -166,3 +166,82 @@ fn a_runtime_that_does_not_come_back_from_the_probe_fails_the_start_loudly() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("did not come back from the short-batch probe"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_model_whose_load_wedged_in_the_probe_is_refused_until_a_restart_and_counted() {
+    // Loaded on demand (a `[[models]]` table); the probe's run hangs for
+    // good, so the load fails 1 s past the 1 s bound, its handle lost.
+    let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let spec = format!(
+        "sim:qwen2.5-1.5b?time_scale=0.05&reply_tokens=8&short_batch=accept&hang_after=0&record={}",
+        record.path().display()
+    );
+    std::fs::write(&config, format!("[[models]]\nid = \"{MODEL}\"\npath = \"{spec}\"\n")).unwrap();
+    let (config, root) = (config.to_str().unwrap(), root.path().to_str().unwrap());
+    let d = Daemon::start(&["--config", config, "--telemetry-root", root, "--first-token-timeout-secs", "1"]);
+    for turn in 0..3 {
+        let r = d
+            .post("/v1/chat/completions", json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}))
+            .await;
+        assert_eq!(r.status(), 503, "turn {turn}");
+        assert_eq!(r.headers().get("retry-after"), None, "no retry helps until a restart");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "model_wedged", "turn {turn}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("until rkllmd restarts") && message.contains("short-batch probe"), "{message}");
+    }
+    assert_eq!(inits(record.path()), [json!(8)], "loaded once: the later requests were refused, not loaded again");
+    assert_eq!(d.metric(&format!("rkllmd_model_loads_wedged_total{{model=\"{MODEL}\"}}")).await, Some(1.0));
+    assert_eq!(d.get_json("/health").await.0, 200, "the daemon serves on");
+}
+
+#[tokio::test]
+async fn with_no_first_token_base_the_probe_keeps_a_bound_of_its_own() {
+    // A probe's run of 100 ms (2 s of extra prefill at time_scale 0.05):
+    // the first-token allowance with its base at 0 is 4 ms (4 s per KiB of
+    // its one byte), which would time it out; the probe takes 120 s instead.
+    let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
+    let d = start(
+        "&short_batch=accept&prefill_extra_ms=2000",
+        root.path(),
+        record.path(),
+        &["--first-token-timeout-secs", "0"],
+    );
+    let batch = batch_of(&d).await;
+    assert_eq!(batch["slots"], 8, "{batch}");
+    assert!(batch["reason"].as_str().unwrap().contains("takes short batches"), "{batch}");
+    assert_eq!(d.metric("rkllmd_batch_short_off_total").await.unwrap_or(0.0), 0.0);
+}
+
+/// `rkllmd doctor`'s `batch` line on the board of `root`.
+fn doctor_batch(spec: &str, root: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rkllmd"))
+        .args(["--model", spec, "--model-id", MODEL, "doctor", "--root", root.to_str().unwrap()])
+        .env_remove("RKLLM_LIB")
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = report.lines().find(|l| l.starts_with("OK    batch"));
+    line.unwrap_or_else(|| panic!("no `OK batch` line in:\n{report}")).to_owned()
+}
+
+#[tokio::test]
+async fn doctor_says_what_auto_chooses_as_health_says_it() {
+    let (root, record) = (board(MARGIN_MIB + 3 * SLOT_MIB + 10), tempfile::NamedTempFile::new().unwrap());
+    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&short_batch=accept";
+    let line = doctor_batch(spec, root.path());
+    assert!(line.contains(&format!("{MODEL}: auto: 3 slot(s): 346 MiB free")), "{line}");
+    assert!(line.contains("only where the runtime takes short batches"), "{line}");
+    // Served on the same board: the reason /health gives starts with the doctor's.
+    let d = start("&short_batch=accept", root.path(), record.path(), &[]);
+    let batch = batch_of(&d).await;
+    assert_eq!(batch["slots"], 3, "{batch}");
+    let memory = line.split(": auto: ").nth(1).unwrap().split("; the 3 are kept").next().unwrap();
+    assert!(batch["reason"].as_str().unwrap().starts_with(memory), "doctor: {memory}\n/health: {batch}");
+    // Too little memory: 1 slot, and why.
+    let small = board(MARGIN_MIB + SLOT_MIB);
+    let line = doctor_batch(spec, small.path());
+    assert!(line.contains("auto: 1 slot(s)") && !line.contains("short batches"), "{line}");
+}

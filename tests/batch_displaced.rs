@@ -129,3 +129,84 @@ async fn a_batched_runs_file_that_spares_nothing_is_found_out_at_load() {
     // The file loads, but no slot's prefill is spared (rknn-llm #399).
     switched_off_at_load("&cache_lies=1", "misplaced", "prefilled 12 ids (expected 4)").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_inside_a_batched_prefill_leaves_the_files_on() {
+    // Every run prefills for 0.8 s (16 s at time_scale 0.05: an abort
+    // waits for its end, within the 1 s grace); the runtime
+    // writes no file for a run aborted in its prefill (`abort_unsaved`).
+    let record = tempfile::NamedTempFile::new().unwrap();
+    let keys = format!("&prefill_extra_ms=16000&abort_unsaved=1&record={}", record.path().display());
+    let (d, _dir) = start(&keys, &["--batch", "2"]);
+    let turn = |content: &str| {
+        let (api, messages) = (Chats::of(&d, MODEL), vec![json!({"role": "user", "content": content})]);
+        tokio::spawn(async move { api.turn(&messages).await })
+    };
+    let stream = |content: &str| {
+        let body = json!({"model": MODEL, "stream": true, "messages": [{"role": "user", "content": content}]});
+        let request = d.client().post(format!("{}/v1/chat/completions", d.url)).json(&body).send();
+        tokio::spawn(async move { request.await.unwrap() })
+    };
+    // X runs; streams A and B, then C, queue behind it in that order.
+    let x = turn("X");
+    d.wait_queue(|running, waiting| running == 1 && waiting == 0).await;
+    let a = stream("A");
+    d.wait_queue(|_, waiting| waiting == 1).await;
+    let b = stream("B");
+    d.wait_queue(|_, waiting| waiting == 2).await;
+    let c = turn("C");
+    d.wait_queue(|_, waiting| waiting == 3).await;
+    x.await.unwrap();
+    // A and B's run started (a stream's head comes with its run's start) and
+    // saves its file, C waiting; both clients leave inside its prefill.
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    drop((a, b));
+    assert!(!c.await.unwrap().content.is_empty());
+    // Each `run` is recorded, then its `run_end`.
+    let (mut saving, mut aborted) = (false, false);
+    for call in common::sim_calls(record.path()) {
+        match call["call"].as_str() {
+            Some("run") => saving = call["prompt_cache"]["save_prompt_cache"] == 1,
+            Some("run_end") => aborted |= saving && call["end"] == "abort" && call["generate_tokens"] == 0,
+            _ => {}
+        }
+    }
+    assert!(aborted, "a saving batched run was aborted in its prefill: {:?}", common::sim_calls(record.path()));
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["batch_files"], "accepted", "an abort is no failure of the files: {health}");
+    assert_eq!(d.metric("rkllmd_conversation_cache_off_total").await, Some(0.0));
+    assert!(!d.log().contains("switched off"), "{}", d.log());
+}
+
+#[tokio::test]
+async fn a_runtime_that_never_returns_from_the_batch_file_probe_fails_the_load_and_the_model_is_refused() {
+    // Loaded on demand; its first run, the batch-file probe's saving run
+    // (no short-batch probe), hangs for good: the load fails 1 s past the
+    // probe's 1 s bound instead of waiting for the runtime forever.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let spec = "sim:qwen2.5-1.5b?time_scale=0.05&hang_after=0";
+    std::fs::write(&config, format!("[[models]]\nid = \"{MODEL}\"\npath = \"{spec}\"\n")).unwrap();
+    let (config, cache_dir) = (config.to_str().unwrap(), dir.path().to_str().unwrap());
+    let d = Daemon::start(&[
+        "--config",
+        config,
+        "--conversation-cache-dir",
+        cache_dir,
+        "--batch",
+        "2",
+        "--batch-short-probe",
+        "false",
+        "--first-token-timeout-secs",
+        "1",
+    ]);
+    for _ in 0..2 {
+        let r = d.post("/v1/chat/completions", common::chat(MODEL, "hi")).await;
+        assert_eq!(r.status().as_u16(), 503);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "model_wedged", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("batch-file probe"), "{body}");
+    }
+    assert_eq!(d.metric(&format!("rkllmd_model_loads_wedged_total{{model=\"{MODEL}\"}}")).await, Some(1.0));
+}

@@ -23,6 +23,9 @@ use tokio::sync::{watch, Notify};
 const REPO: &str = "test/qwen-rkllm";
 const TOKEN: &str = "hf_test_token";
 const MODEL: &str = "Qwen-test_w8a8_rk3588";
+/// The original model's `config.json`: Qwen2.5-1.5B's shape, 28 KiB of KV a token.
+const SHAPE: &str =
+    r#"{"num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "hidden_size": 1536}"#;
 /// 24 MiB; `RKLLMD_PULL_TEST_MIB=2048` for the 2 GB run docs/api.md quotes.
 fn model_size() -> usize {
     std::env::var("RKLLMD_PULL_TEST_MIB").ok().and_then(|m| m.parse::<usize>().ok()).unwrap_or(24) << 20
@@ -112,6 +115,7 @@ fn repo_files() -> Vec<File> {
         file("Qwen-test_w4a16_rk3588.rkllm", noise(1 << 16, 3), true),
         file("tokenizer.json", rkllm_sim::tokenizer_json().as_bytes().to_vec(), false),
         file("tokenizer_config.json", template.as_bytes().to_vec(), false),
+        file("config.json", SHAPE.as_bytes().to_vec(), false),
     ]
 }
 
@@ -322,12 +326,14 @@ async fn a_pull_killed_halfway_resumes_verifies_and_the_model_serves() {
     assert!(!partial.exists());
     assert_eq!(std::fs::read(folder.join("tokenizer.json")).unwrap(), *hub.file("tokenizer.json").bytes);
     assert!(folder.join("tokenizer_config.json").is_file());
+    // Beside the model, where `batch = "auto"` reads its KV size per slot.
+    assert_eq!(std::fs::read_to_string(folder.join("config.json")).unwrap(), SHAPE);
     let names: Vec<String> = std::fs::read_dir(&folder)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('.'))
         .collect();
-    assert_eq!(names.len(), 3, "the model, its tokenizer and template, nothing for another chip: {names:?}");
+    assert_eq!(names.len(), 4, "the model, its tokenizer, template and shape, nothing for another chip: {names:?}");
     // The token went to the Hub, never to the CDN (another origin).
     {
         let seen = hub.seen.lock().unwrap();

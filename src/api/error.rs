@@ -245,6 +245,11 @@ impl ApiError {
         e
     }
 
+    /// A model whose earlier load left the runtime stuck: only a restart helps (no `Retry-After`).
+    pub fn model_wedged(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message).code("model_wedged")
+    }
+
     /// A model larger than the memory budget: no retry on this board helps.
     pub fn model_too_large(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message).code("model_load_failed")

@@ -153,6 +153,7 @@ fn registry_error(e: &RegistryError) -> ApiError {
         RegistryError::TooLarge { .. } => ApiError::model_too_large(e.to_string()),
         RegistryError::QueueFull(_) => status::refused(&EngineError::QueueFull),
         RegistryError::Unresponsive(_) => status::refused(&EngineError::Unresponsive),
+        RegistryError::Wedged { .. } => ApiError::model_wedged(e.to_string()),
     }
 }
 

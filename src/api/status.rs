@@ -106,7 +106,7 @@ pub fn refused(error: &EngineError) -> ApiError {
         | EngineError::Adapter { .. }
         | EngineError::PromptCache(_)
         | EngineError::Vision(_)
-        | EngineError::ProbeWedged(_) => ApiError::runtime(error.to_string()),
+        | EngineError::ProbeWedged { .. } => ApiError::runtime(error.to_string()),
     }
 }
 

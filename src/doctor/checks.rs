@@ -241,7 +241,7 @@ pub fn memory(board: &Board, model_size: Option<u64>, report: &mut Report) {
 /// The chat template `serve` would render with, found, configured or
 /// detected as it does, and why. Without one, conversations are folded into
 /// the runtime template's one user message: served, but lossy.
-pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
+pub fn chat_template(plan: &Plan, spec: &ModelSpec, root: &Path, report: &mut Report) {
     const TITLE: &str = "chat template";
     // Without a model the model check has failed already.
     if spec.runtime.model.is_none() && plan.needs_npu {
@@ -276,16 +276,9 @@ pub fn chat_template(plan: &Plan, spec: &ModelSpec, report: &mut Report) {
             } else {
                 report.push(Check::ok(TITLE, text));
             }
-            report.push(conversation_cache(spec.engine.conversation_cache, spec.engine.schedule.batch, &prompter));
-            let batch = spec.engine.schedule.batch;
-            if batch > 1 && !prompter.has_tokenizer() {
-                // As the registry's load refuses it (`registry/load.rs`).
-                report.push(Check::fail(
-                    "batch",
-                    format!("{id}: batch = {batch} without a tokenizer.json: the model does not load (each request's usage.prompt_tokens is the daemon's count)"),
-                    "put the model's tokenizer.json (from its Hugging Face repo) next to the .rkllm file, set tokenizer = \"/path/to/tokenizer.json\", or set batch = 1",
-                ));
-            }
+            let (slots, batch) = super::batch::slots(spec, &prompter, root);
+            report.push(conversation_cache(spec.engine.conversation_cache, slots, &prompter));
+            report.push(batch);
         }
         Err(e) => report.push(Check::fail(
             TITLE,

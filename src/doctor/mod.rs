@@ -8,6 +8,7 @@
 //! directories) is read under `--root`, so the checks are tested on fixture
 //! trees of real boards' files (`tests/fixtures/boards/`).
 
+mod batch;
 mod checks;
 mod smoke;
 mod vision;
@@ -124,7 +125,7 @@ async fn examine(config: &Config, args: &DoctorArgs) -> Report {
         Ok(specs) => {
             for spec in &specs {
                 sizes.extend(checks::model(&plan, spec, &mut report));
-                checks::chat_template(&plan, spec, &mut report);
+                checks::chat_template(&plan, spec, &args.root, &mut report);
                 vision::encoder(&plan, spec, &mut report);
             }
         }

@@ -72,10 +72,11 @@ const PROBE_BASE: i32 = 100;
 
 /// Runs the probe on a freshly loaded handle with `n` slots, its file in
 /// `dir` (blocking; the KV cache is cleared and the file released after
-/// it). Anything but `Accepted` is a WARN and counted.
-pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> BatchFiles {
+/// it). Anything but `Accepted` is a WARN and counted. `Err`: a run of the
+/// probe did not return after its abort (the handle is lost).
+pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> Result<BatchFiles, String> {
     let file = dir.join("batch-probe.cache");
-    let (found, why) = run_probe(model, n, &file, bound);
+    let (found, why) = run_probe(model, n, &file, bound)?;
     if let Err(why) = wait_for(model.release_prompt_cache()) {
         tracing::warn!("rkllm_release_prompt_cache failed after the batch-file probe ({why})");
     }
@@ -98,14 +99,14 @@ pub(super) fn probe(model: &Model, n: usize, dir: &Path, bound: Duration) -> Bat
             );
         }
     }
-    found
+    Ok(found)
 }
 
 /// The files of a model loaded with `batch` > 1, the conversation cache on
 /// and conversations saved, when the probe finds them working, and what it
 /// found (`None`: not asked). A model's own prompt-cache file
 /// (`prompt_cache.rs`) stays loaded instead: a batched run's file would
-/// replace it.
+/// replace it. `Err`: the probe's run did not come back (`probe`).
 pub(super) fn at_load(
     model: &Model,
     schedule: &ScheduleSettings,
@@ -113,43 +114,44 @@ pub(super) fn at_load(
     saved: Option<&SavedSettings>,
     model_cache: bool,
     bound: Duration,
-) -> (Option<GroupFiles>, Option<BatchFiles>) {
-    let Some(saved) = saved.filter(|_| schedule.batch > 1 && conversation_cache) else { return (None, None) };
+) -> Result<(Option<GroupFiles>, Option<BatchFiles>), String> {
+    let Some(saved) = saved.filter(|_| schedule.batch > 1 && conversation_cache) else { return Ok((None, None)) };
     if model_cache {
         tracing::info!("batched runs save no prompt-cache files: the model's own prompt-cache file stays loaded");
-        return (None, None);
+        return Ok((None, None));
     }
     let files = match GroupFiles::open(saved) {
         Ok(files) => files,
         Err(why) => {
             tracing::warn!(reason = %why, "batched runs save no prompt-cache files: the directory cannot be made");
-            return (None, None);
+            return Ok((None, None));
         }
     };
-    let found = probe(model, usize::from(schedule.batch), &saved.dir, bound);
+    let found = probe(model, usize::from(schedule.batch), &saved.dir, bound)?;
     let files = (found == BatchFiles::Accepted).then_some(files);
-    (files, Some(found))
+    Ok((files, Some(found)))
 }
 
-fn run_probe(model: &Model, n: usize, file: &Path, bound: Duration) -> (BatchFiles, String) {
-    let Some(path) = file.to_str() else { return (BatchFiles::Refused, "the directory is not UTF-8".into()) };
+/// What the probe found and why; `Err`: a run did not return after its abort.
+fn run_probe(model: &Model, n: usize, file: &Path, bound: Duration) -> Result<(BatchFiles, String), String> {
+    let Some(path) = file.to_str() else { return Ok((BatchFiles::Refused, "the directory is not UTF-8".into())) };
     let ids = |slot: usize| vec![PROBE_BASE + 2 * slot as i32, PROBE_BASE + 2 * slot as i32 + 1];
-    if let Err(why) = probe_run(model, (0..n).map(ids).collect(), Some(path), bound) {
-        return (BatchFiles::Refused, format!("a batched run asked to save its prompt cache: {why}"));
+    if let Err(why) = probe_run(model, (0..n).map(ids).collect(), Some(path), bound)? {
+        return Ok((BatchFiles::Refused, format!("a batched run asked to save its prompt cache: {why}")));
     }
     match std::fs::metadata(file) {
         Ok(m) if m.len() > 0 => {}
-        _ => return (BatchFiles::Refused, format!("a batched run asked to save wrote no file at {path}")),
+        _ => return Ok((BatchFiles::Refused, format!("a batched run asked to save wrote no file at {path}"))),
     }
     if let Err(why) = wait_for(model.clear_kv_cache(false)) {
-        return (BatchFiles::Refused, format!("rkllm_clear_kv_cache failed ({why})"));
+        return Ok((BatchFiles::Refused, format!("rkllm_clear_kv_cache failed ({why})")));
     }
     if let Err(why) = wait_for(model.load_prompt_cache(path)) {
-        return (BatchFiles::Refused, format!("rkllm_load_prompt_cache of a batched run's file failed ({why})"));
+        return Ok((BatchFiles::Refused, format!("rkllm_load_prompt_cache of a batched run's file failed ({why})")));
     }
     let next = PROBE_BASE + 2 * n as i32;
     let continued = (0..n).map(|slot| [ids(slot), vec![next]].concat()).collect();
-    match probe_run(model, continued, None, bound) {
+    Ok(match probe_run(model, continued, None, bound)? {
         Ok(Some(prefilled)) if prefilled == n as i64 => (BatchFiles::Accepted, String::new()),
         Ok(prefilled) => (
             BatchFiles::Misplaced,
@@ -159,12 +161,18 @@ fn run_probe(model: &Model, n: usize, file: &Path, bound: Duration) -> (BatchFil
             ),
         ),
         Err(why) => (BatchFiles::Refused, format!("a run after loading a batched run's file: {why}")),
-    }
+    })
 }
 
 /// One batched run of these ids per slot, one token generated, saving to
-/// `save`; its prefill count.
-fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>, bound: Duration) -> Result<Option<i64>, String> {
+/// `save`: its prefill count, or why it failed; `Err`: it did not return
+/// after its abort.
+fn probe_run(
+    model: &Model,
+    slots: Vec<Vec<i32>>,
+    save: Option<&str>,
+    bound: Duration,
+) -> Result<Result<Option<i64>, String>, String> {
     let n = slots.len();
     let slots = slots.into_iter().map(|ids| Some(BatchInput { input: RunInput::Tokens(ids), enable_thinking: false }));
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
@@ -178,19 +186,22 @@ fn probe_run(model: &Model, slots: Vec<Vec<i32>>, save: Option<&str>, bound: Dur
         keep_history: true,
         save_prompt_cache: save.map(str::to_owned),
     };
-    let (control, done) = model.submit_batch(request, channels).map_err(|e| e.to_string())?;
+    let (control, done) = match model.submit_batch(request, channels) {
+        Ok(run) => run,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
     // Bounded, as the short-batch probe: a runtime that hangs saving or
     // loading a batched run's file must not hang the load.
     let finish = match short_batch::read_bounded(control, events, done, bound)? {
         Bounded::Ended(Some(end)) => end.finish,
-        Bounded::Ended(None) => return Err("the runtime thread is gone".into()),
-        Bounded::Unread(why) => return Err(why),
-        Bounded::TimedOut => return Err(format!("its one-token run took longer than {bound:?} and was aborted")),
+        Bounded::Ended(None) => return Ok(Err("the runtime thread is gone".into())),
+        Bounded::Unread(why) => return Ok(Err(why)),
+        Bounded::TimedOut => return Ok(Err(format!("its one-token run took longer than {bound:?} and was aborted"))),
     };
     if finish.is_error() || finish.code != 0 {
-        return Err(format!("rkllm_run returned {} (see the runtime's log line)", finish.code));
+        return Ok(Err(format!("rkllm_run returned {} (see the runtime's log line)", finish.code)));
     }
-    Ok(finish.perf.map(|p| p.prefill_tokens))
+    Ok(Ok(finish.perf.map(|p| p.prefill_tokens)))
 }
 
 /// One conversation in a file: the ids its slot holds and the ids a client

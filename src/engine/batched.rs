@@ -175,7 +175,7 @@ impl Batched {
             metrics.kv_cache_mismatch();
         }
         let prefilled = finish.perf.and_then(|p| usize::try_from(p.prefill_tokens).ok());
-        self.settle_files(&kept, kept.sent.zip(prefilled));
+        self.settle_files(&kept, kept.sent.zip(prefilled), finish.aborted);
         if let (Some(sent), Some(prefilled)) = (kept.sent, prefilled) {
             // Less is a model's prompt-cache file sparing a fresh slot's prefix.
             if prefilled > sent {
@@ -204,9 +204,14 @@ impl Batched {
     /// After a batched run that kept history, its slots settled: a
     /// restore's prefill against the runtime's count (`counts`: sent and
     /// prefilled), then the file the run saved, kept with what each slot's
-    /// conversation holds now.
-    fn settle_files(&self, kept: &Kept, counts: Option<(usize, usize)>) {
+    /// conversation holds now. A run that was `aborted` (its clients left)
+    /// may have stopped inside its prefill: its count need not be the whole
+    /// prefill's, and the runtime may not have saved yet (the manual leaves
+    /// open when a run saves), so neither says the files do not work — the
+    /// count goes unchecked and a missing file is no file, not a failure.
+    fn settle_files(&self, kept: &Kept, counts: Option<(usize, usize)>, aborted: bool) {
         let (Some(files), slots) = (&self.files, &self.slots) else { return };
+        let counts = counts.filter(|_| !aborted);
         let restored = kept.used.iter().flatten().filter_map(|job| job.plan.restore.as_ref());
         let spared: usize = restored.map(|r| r.held).sum();
         match counts {
@@ -217,12 +222,16 @@ impl Batched {
                     sent.saturating_sub(spared)
                 ));
             }
-            None if spared > 0 => {
+            None if spared > 0 && !aborted => {
                 tracing::warn!("a batched run restored from a file but its prefill count is not known: unchecked");
             }
             _ => {}
         }
         let Some(save) = kept.save.clone() else { return };
+        if aborted && !save.exists() {
+            tracing::debug!(file = %save.display(), "an aborted batched run saved no prompt-cache file");
+            return;
+        }
         let entries = {
             let slots = lock(slots);
             let entry = |(s, used): (usize, &Option<SlotJob>)| {

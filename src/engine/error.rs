@@ -17,7 +17,8 @@ pub enum EngineError {
     PromptCache(String),
     #[error("{0}")]
     Vision(String),
-    /// The runtime did not return from the short-batch probe's run (`short_batch.rs`).
-    #[error("the runtime did not come back from the short-batch probe: {0}")]
-    ProbeWedged(String),
+    /// The runtime did not return from a probe's run at load
+    /// (`short_batch.rs`, `batch_files.rs`): its thread is lost.
+    #[error("the runtime did not come back from the {probe} probe: {why}")]
+    ProbeWedged { probe: &'static str, why: String },
 }

@@ -62,7 +62,7 @@ pub use saved::{DiskTier, SavedSettings};
 pub use schedule::ScheduleSettings;
 pub use shared_prefix::SharedPrefixSettings;
 pub use short_batch::ShortBatches;
-pub use slot_count::{AutoBatch, BatchChoice, ChosenBy, AUTO_MAX};
+pub use slot_count::{planned, single_because, AutoBatch, BatchChoice, ChosenBy, AUTO_MAX};
 pub use state::Engine;
 pub use vision::{builtin_encoder, tags_for, Vision, VisionInfo, VisionSettings, IMAGE_MARKER};
 
@@ -153,12 +153,7 @@ impl Engine {
             // Batched runs take text slots only (`batch.rs`).
             return Err(EngineError::Vision("a model with a vision encoder is served with batch = 1".into()));
         }
-        let single = [
-            (vision.is_some(), "a model with a vision encoder is served with 1 slot (batched runs take text only)"),
-            (prompt_cache.is_some(), "a model with a prompt-cache file is served with 1 slot"),
-        ]
-        .into_iter()
-        .find_map(|(applies, why)| applies.then(|| why.to_owned()));
+        let single = slot_count::single_because(vision.is_some(), prompt_cache.is_some());
         let auto_batch = auto_batch.map(|auto| AutoBatch { single: auto.single.or(single), ..auto });
         // Before the (slow) model load: a missing encoder or unknown tags fail fast.
         let vision = vision
@@ -204,7 +199,7 @@ impl Engine {
             })
             .transpose()?;
         let short = short_batches == Some(ShortBatches::Accepted);
-        let (batch_files, batch_files_found) = batch_files::at_load(
+        let files = batch_files::at_load(
             &model,
             &schedule,
             conversation_cache,
@@ -212,6 +207,10 @@ impl Engine {
             prompt_cache.is_some(),
             slot_count::probe_bound(&limits),
         );
+        let (batch_files, batch_files_found) = match files {
+            Ok(files) => files,
+            Err(why) => return Err(slot_count::wedged(model, "batch-file", why)),
+        };
         let info = RuntimeInfo {
             backend: runtime.kind,
             abi: runtime.runtime.abi(),

@@ -10,9 +10,11 @@
 //! another slot grew: fillers as before (`batch.rs`), with a WARN, the
 //! metric `rkllmd_batch_short_off_total` and `short_batches` in `/health`
 //! (with `batch = "auto"`: one slot instead, `slot_count.rs`). The probe's
-//! run is bounded by a request's first-token allowance: past it the run is
-//! aborted and counts as refused (`timed_out`); a runtime that does not
-//! return within `ABORT_GRACE` of that abort fails the load.
+//! run is bounded by a request's first-token allowance
+//! (`slot_count::probe_bound`): past it the run is aborted and counts as
+//! refused (`timed_out`); a runtime that does not return within
+//! `ABORT_GRACE` of that abort fails the load, and the registry refuses the
+//! model until a restart.
 //! After every short run the slots without input are checked to hold what
 //! they held (`slots.rs`); one that changed switches short batches off the
 //! same way.

@@ -105,17 +105,12 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
             false => ShortBatches::NotProbed,
             true => match short_batch::probe(&model, usize::from(configured), probe_bound(&limits)) {
                 Ok((found, why)) => short_batch::report(found, &why, configured),
-                Err(why) => return Err(wedged(model, why)),
+                Err(why) => return Err(wedged(model, "short-batch", why)),
             },
         };
         return Ok(Opened { model, limits, batch, short: Some(short) });
     };
-    let single = auto.single.clone().or_else(|| (!probe_short).then(|| "batch_short_probe is off".to_owned()));
-    let plan = match single {
-        Some(why) => Err(why),
-        None => MemoryPlan::read(&init.model_path, &Board::new(&auto.board_root)),
-    };
-    let plan = match plan {
+    let plan = match memory_plan(&init.model_path, &auto, probe_short) {
         Ok(plan) if plan.slots(limits.max_context_len) > 1 => plan,
         Ok(plan) => {
             let reason = plan.reason(limits.max_context_len);
@@ -151,7 +146,7 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
     }
     let (found, why) = match short_batch::probe(&model, usize::from(slots), probe_bound(&served)) {
         Ok(found) => found,
-        Err(why) => return Err(wedged(model, why)),
+        Err(why) => return Err(wedged(model, "short-batch", why)),
     };
     if found == ShortBatches::Accepted {
         let reason = format!("{reason}; the runtime takes short batches (a lone request runs without fillers)");
@@ -169,20 +164,63 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
     single_slot(runtime, served_init(init, &served), fixed(served), why)
 }
 
-/// How long the probe's one-token run may take: a request's first-token
-/// allowance for its one-character prompt (`first_token_timeout_secs`).
-/// How long a probe's one-token run at load may take (then it is aborted).
-pub(super) fn probe_bound(limits: &Limits) -> Duration {
-    limits.first_token_timeout(short_batch::PROBE.len())
+/// The board's memory and the model's KV size, or why the model gets 1 slot.
+fn memory_plan(model_path: &str, auto: &AutoBatch, probe_short: bool) -> Result<MemoryPlan, String> {
+    let single = auto.single.clone().or_else(|| (!probe_short).then(|| "batch_short_probe is off".to_owned()));
+    match single {
+        Some(why) => Err(why),
+        None => MemoryPlan::read(model_path, &Board::new(&auto.board_root)),
+    }
 }
 
-/// A runtime that did not come back from the probe: its thread is inside
-/// `rkllm_run` for good, and dropping the model would join it, so the
-/// handle is left to the process and the load fails.
-fn wedged(model: Model, why: String) -> EngineError {
+/// What `auto` chooses before the model is opened, at `context` (its
+/// configured one: a model whose own is read at init is sized again for
+/// it): the slots and why, as `/health` `runtime.batch` would say them.
+/// More than one slot is then kept only where the short-batch probe at load
+/// finds the runtime takes short batches, which only the runtime can tell
+/// (`rkllmd doctor` says so).
+pub fn planned(model_path: &str, auto: &AutoBatch, probe_short: bool, context: u32) -> (u8, String) {
+    match memory_plan(model_path, auto, probe_short) {
+        Ok(plan) => (plan.slots(context), plan.reason(context)),
+        Err(why) => (1, why),
+    }
+}
+
+/// Why a model with a vision encoder or its own prompt-cache file gets 1 slot.
+pub fn single_because(vision: bool, prompt_cache: bool) -> Option<String> {
+    [
+        (vision, "a model with a vision encoder is served with 1 slot (batched runs take text only)"),
+        (prompt_cache, "a model with a prompt-cache file is served with 1 slot"),
+    ]
+    .into_iter()
+    .find_map(|(applies, why)| applies.then(|| why.to_owned()))
+}
+
+/// How long a probe's one-token run at load may take (then it is aborted):
+/// a request's first-token allowance for its one-character prompt
+/// (`first_token_timeout_secs`). With that base at 0 the allowance is a few
+/// milliseconds — no runtime answers in that, and every probe would time
+/// out — so the probe then takes [`PROBE_BOUND_WITHOUT_BASE`]. The bound
+/// costs time only when the run does not come back: a working runtime
+/// answers in well under a second.
+pub(super) fn probe_bound(limits: &Limits) -> Duration {
+    match limits.first_token_base.is_zero() {
+        true => PROBE_BOUND_WITHOUT_BASE,
+        false => limits.first_token_timeout(short_batch::PROBE.len()),
+    }
+}
+
+/// The probes' bound with `first_token_timeout_secs = 0`: the setting's default.
+const PROBE_BOUND_WITHOUT_BASE: Duration = Duration::from_secs(120);
+
+/// A runtime that did not come back from a probe at load (`probe` names
+/// which): its thread is inside `rkllm_run` for good, and dropping the
+/// model would join it, so the handle is left to the process and the load
+/// fails. The registry refuses the model from then on (`registry/mod.rs`).
+pub(super) fn wedged(model: Model, probe: &'static str, why: String) -> EngineError {
     std::mem::forget(model);
-    tracing::error!(reason = %why, "the runtime did not come back from the short-batch probe: the model is not loaded");
-    EngineError::ProbeWedged(why)
+    tracing::error!(probe, reason = %why, "the runtime did not come back from a probe at load: the model is not loaded");
+    EngineError::ProbeWedged { probe, why }
 }
 
 /// `auto`'s one slot, and why.

@@ -51,6 +51,11 @@ struct UnloadLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CheckLabels {
     check: &'static str,
 }
@@ -84,6 +89,7 @@ pub struct Metrics {
     model_yields: Counter,
     model_load_waits: Counter,
     model_unloads: Family<UnloadLabels, Counter>,
+    model_loads_wedged: Family<ModelLabels, Counter>,
     runtime_text_dropped: Counter,
     batch_gather_window: Histogram,
     batch_gathers_expired: Counter,
@@ -132,6 +138,7 @@ impl Metrics {
             model_yields: Counter::default(),
             model_load_waits: Counter::default(),
             model_unloads: Family::default(),
+            model_loads_wedged: Family::default(),
             runtime_text_dropped: Counter::default(),
             batch_gather_window: histogram(),
             batch_gathers_expired: Counter::default(),
@@ -213,6 +220,11 @@ impl Metrics {
             "rkllmd_model_unloads",
             "Models unloaded, by why: room (for another model's load), keep_alive (idle past it), request (an unload asked for)",
             self.model_unloads.clone(),
+        );
+        r.register(
+            "rkllmd_model_loads_wedged",
+            "Loads whose runtime did not come back from a probe at load (short batches, batched prompt-cache files): the model is refused until rkllmd restarts",
+            self.model_loads_wedged.clone(),
         );
         r.register(
             "rkllmd_conversation_evictions",
@@ -407,6 +419,11 @@ impl Metrics {
     /// A model's unload finished (its runtime destroyed).
     pub fn model_unloaded(&self, model: &str, reason: &'static str) {
         self.model_unloads.get_or_create(&UnloadLabels { model: model.to_owned(), reason }).inc();
+    }
+
+    /// A load of `model` left the runtime stuck in a probe.
+    pub fn model_load_wedged(&self, model: &str) {
+        self.model_loads_wedged.get_or_create(&ModelLabels { model: model.to_owned() }).inc();
     }
 
     pub fn shared_prefix_made(&self) {

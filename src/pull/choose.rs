@@ -1,6 +1,7 @@
 //! Which files of a repository a pull takes: one `.rkllm` for the board's
-//! chip and the quantization asked for, the tokenizer and template beside
-//! it, and a vision encoder (`.rknn`) when the repository has one.
+//! chip and the quantization asked for, the tokenizer, template and
+//! Hugging Face `config.json` beside it, and a vision encoder (`.rknn`)
+//! when the repository has one.
 //!
 //! Names are read as words split at `-`, `_`, `.` and `/`, case ignored:
 //! a word `rk3588` (or `rk3588s`, the same NPU) marks a file for that chip,
@@ -19,8 +20,13 @@ pub struct Choice {
     pub files: Vec<(Entry, String)>,
 }
 
-/// The tokenizer and template files the daemon reads beside a model.
-const COMPANIONS: [&str; 3] = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"];
+/// The files the daemon reads beside a model: its tokenizer and template,
+/// and the `config.json` whose shape gives `batch = "auto"` the KV cache's
+/// size per slot (`engine/model_shape.rs`).
+const COMPANIONS: [&str; 4] = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", SHAPE];
+
+/// The model's Hugging Face configuration (`COMPANIONS`).
+pub(super) const SHAPE: &str = "config.json";
 
 fn words(name: &str) -> Vec<String> {
     name.split(['-', '_', '.', '/']).filter(|w| !w.is_empty()).map(str::to_ascii_lowercase).collect()

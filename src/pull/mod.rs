@@ -1,7 +1,8 @@
 //! `rkllmd pull` and Ollama's `/api/pull`: a converted model from a
 //! Hugging Face repository into the models directory, as
-//! `MODELS_DIR/ID/ID.rkllm` with the tokenizer, template and vision encoder
-//! the repository has beside it (`models_dir` serves that layout).
+//! `MODELS_DIR/ID/ID.rkllm` with the tokenizer, template, `config.json` and
+//! vision encoder the repository has beside it (`models_dir` serves that
+//! layout).
 //!
 //! `hub` speaks to the Hub, `choose` picks the files (the board's chip, the
 //! quantization asked for), `download` fetches each one resumably and
@@ -139,6 +140,15 @@ pub async fn pull(
     let choice = choose::choose(&wanted.repo, &entries, wanted.tag.as_deref(), options.chip.as_deref())
         .map_err(PullError::NotFound)?;
     on(Event::Chosen(&choice));
+    if !choice.files.iter().any(|(_, local)| local == choose::SHAPE) {
+        tracing::warn!(
+            repo = %wanted.repo,
+            model = %choice.id,
+            "the repository has no config.json beside the model: batch = \"auto\" cannot size a slot's KV cache and \
+             serves it with 1 slot; put the original model's config.json in {}",
+            models_dir.join(&choice.id).display()
+        );
+    }
     let dir = models_dir.join(&choice.id);
     std::fs::create_dir_all(&dir).map_err(|e| PullError::Disk(format!("{}: {e}", dir.display())))?;
     // One pull per folder at a time; the kernel lets go of the lock when

@@ -31,6 +31,17 @@ pub enum LoadFailure {
     BatchWithoutTokenizer(u8),
 }
 
+impl LoadFailure {
+    /// Why the load left the runtime stuck, when it did (`registry/mod.rs`).
+    pub fn wedged(&self) -> Option<String> {
+        matches!(self, LoadFailure::Engine(EngineError::ProbeWedged { .. })).then(|| self.to_string())
+    }
+}
+
+/// Why `batch = "auto"` gives a model without a tokenizer 1 slot.
+pub const AUTO_WITHOUT_TOKENIZER: &str =
+    "no tokenizer.json: each request's usage.prompt_tokens in a batch is the daemon's count";
+
 /// Blocks for as long as `rkllm_init` takes, on the runtime `open` gives
 /// for the spec's runtime settings.
 pub fn load(
@@ -69,12 +80,7 @@ pub fn load(
     // `batch = "auto"` without a tokenizer: one slot (the reason above).
     let auto_batch = spec.engine.auto_batch.clone().map(|auto| match prompter.has_tokenizer() {
         true => auto,
-        false => AutoBatch {
-            single: Some(
-                "no tokenizer.json: each request's usage.prompt_tokens in a batch is the daemon's count".into(),
-            ),
-            ..auto
-        },
+        false => AutoBatch { single: Some(AUTO_WITHOUT_TOKENIZER.into()), ..auto },
     });
     let conversation_cache =
         spec.engine.conversation_cache && prompter.renders() && prompter.has_tokenizer() && !prompt_cache;

@@ -19,6 +19,14 @@
 //! waiting requests load them back the same way, so under traffic to both,
 //! the models take turns of about `switch_after` plus a load.
 //!
+//! A load whose runtime did not come back from a probe at load
+//! (`EngineError::ProbeWedged`) left a thread inside `rkllm_run` and a handle
+//! that cannot be destroyed. Loading the model again would leave another
+//! one each time (and the runtime that wedged is unlikely to do better), so
+//! the model is refused from then on — 503 `model_wedged`, naming the
+//! reason — until the daemon is restarted; `rkllmd_model_loads_wedged_total`
+//! counts such loads.
+//!
 //! Below the api, above `engine` and `conversation`; it never reads the
 //! configuration: the composition root hands it [`ModelSpec`]s and
 //! [`Settings`].
@@ -30,7 +38,7 @@ mod spec;
 
 pub use crate::keep_alive::KeepAlive;
 pub use lease::{adapter_id, Lease};
-pub use load::{load, LoadFailure};
+pub use load::{load, LoadFailure, AUTO_WITHOUT_TOKENIZER};
 pub use spec::{discover, Found, Learned, ModelSpec};
 
 use crate::conversation::Prompter;
@@ -82,6 +90,11 @@ pub enum RegistryError {
     QueueFull(String),
     #[error("the runtime of `{0}` has not returned from an aborted run")]
     Unresponsive(String),
+    /// An earlier load of the model left the runtime stuck (module doc).
+    #[error(
+        "the model `{id}` is not loaded again until rkllmd restarts: a load of it left the runtime stuck ({reason})"
+    )]
+    Wedged { id: String, reason: String },
 }
 
 /// What `/v1/models`, `/api/tags` and `/api/ps` show of one model.
@@ -128,6 +141,8 @@ struct State {
     reserved: Vec<(String, u64)>,
     /// (model, the load it yields to): loaded models that take no new request.
     yielding: Vec<(String, String)>,
+    /// Models whose load left the runtime stuck, with why: refused (module doc).
+    wedged: HashMap<String, String>,
 }
 
 impl State {
@@ -368,6 +383,10 @@ impl Registry {
                 break loading;
             }
         };
+        // After the lock: the requests that waited behind a load that wedged are refused too.
+        if let Some(reason) = self.state().wedged.get(id) {
+            return Err(RegistryError::Wedged { id: id.to_owned(), reason: reason.clone() });
+        }
         self.make_room(spec).await?;
         let loading = spec.clone();
         let this = self.clone();
@@ -377,9 +396,17 @@ impl Registry {
         let loaded = match loaded {
             Ok(Ok(loaded)) => Arc::new(loaded),
             Ok(Err(source)) => {
+                let wedged = source.wedged();
+                if let Some(reason) = &wedged {
+                    crate::metrics::observer().metrics.model_load_wedged(id);
+                    state.wedged.insert(id.to_owned(), reason.clone());
+                }
                 drop(state);
                 self.changed.notify_waiters();
-                return Err(RegistryError::Load { id: id.to_owned(), source });
+                return Err(match wedged {
+                    Some(reason) => RegistryError::Wedged { id: id.to_owned(), reason },
+                    None => RegistryError::Load { id: id.to_owned(), source },
+                });
             }
             Err(_) => return Err(RegistryError::Interrupted(id.to_owned())),
         };

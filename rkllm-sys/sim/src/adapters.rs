@@ -110,6 +110,15 @@ impl SimModel {
         0
     }
 
+    /// `abort_unsaved`: the file a run aborted in its prefill asked for is not there.
+    pub(crate) fn unsave_prompt_cache(&self, infer: &InferOptions) {
+        if let Some((save, Some(path))) = &infer.prompt_cache {
+            if *save != 0 {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+
     /// A run's prompt KV (`slots`: each slot's ids) to the file it asked
     /// for, if it asked; the error is the line to print.
     pub(crate) fn save_prompt_cache(&self, slots: &[Vec<u32>], infer: &InferOptions) -> Result<(), String> {

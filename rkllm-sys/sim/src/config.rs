@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 26] = [
+pub const KEYS: [&str; 27] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -36,6 +36,7 @@ pub const KEYS: [&str; 26] = [
     "context_limit",
     "short_batch",
     "batch_cache",
+    "abort_unsaved",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -99,6 +100,10 @@ pub(crate) struct SimConfig {
     /// in one file, restored slot by slot (`batch_cache=slots`); else such
     /// a run is refused (`batch_cache=refuse`).
     pub batch_cache: bool,
+    /// A run aborted before its first token (in its prefill) leaves no
+    /// prompt-cache file, as a runtime that saves at the prefill's end and
+    /// stops at an abort before it would (the manual leaves it open).
+    pub abort_unsaved: bool,
 }
 
 #[derive(Debug)]
@@ -176,6 +181,7 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some("refuse") => false,
             Some(v) => return Err(invalid("batch_cache", v, "slots or refuse")),
         },
+        abort_unsaved: switch(&value, "abort_unsaved")?,
     })
 }
 

@@ -135,6 +135,9 @@ impl SimModel {
                 -1
             }
         };
+        if self.config.abort_unsaved && end == End::Aborted && perf.generate_tokens == 0 {
+            self.unsave_prompt_cache(infer);
+        }
         let generate_tokens: Vec<usize> =
             reply.slots.iter().zip(&delivered_before).map(|(slot, before)| slot.next - before).collect();
         let mut state = self.state();
