@@ -192,8 +192,12 @@ async fn nginx_retries_a_full_boards_429() {
     // board2 full from clients of its own (one running, two waiting): nginx
     // does not know, sends it requests, gets 429 and tries another. Board1
     // and board3 hold what nginx.conf's max_conns says.
+    // Board2's replies take ~20 s each (the same model at 1/20 of its
+    // speed): it stays full while nginx's six requests are served elsewhere,
+    // however busy the machine; its own clients are left when the test ends.
     let depth = queue_depth();
-    let (shipped, small) = ([MODEL[0], MODEL[1], "--queue-depth", &depth], [MODEL[0], MODEL[1], "--queue-depth", "2"]);
+    let shipped = [MODEL[0], MODEL[1], "--queue-depth", &depth];
+    let small = [MODEL[0], "sim:qwen2.5-1.5b?reply_tokens=16&time_scale=20", "--queue-depth", "2"];
     let boards = [board(&shipped, 1, 0), board(&small, 2, 0), board(&shipped, 3, 0)];
     let proxy = front("nginx.conf", dir.path(), &boards);
     let direct: Vec<_> = (0..3)
@@ -217,8 +221,12 @@ async fn nginx_retries_a_full_boards_429() {
     let metrics = reqwest::get(format!("{}/metrics", boards[1].url)).await.unwrap().text().await.unwrap();
     let retried = metrics.lines().any(|l| l.starts_with("rkllmd_requests_total") && l.contains("status=\"429\""));
     assert!(retried, "nginx never met board2's 429:\n{metrics}");
+    assert!(
+        boards[1].metric("rkllmd_requests_running").await == Some(1.0),
+        "board2 was still full: its first reply outlasted the test"
+    );
     for d in direct {
-        assert!(d.await.unwrap().end.is_ok());
+        d.abort();
     }
 }
 
@@ -278,7 +286,9 @@ async fn conversation(url: String, index: usize, turns: usize) -> (String, Vec<F
 /// 6 conversations × 6 turns over three boards (the simulated Qwen2.5-1.5B
 /// at a quarter of its time, 32-token replies) through each affinity config:
 /// ≥ 90 % of follow-ups find ≥ 90 % of the previous turn's prompt cached on
-/// the board they reach. Fresh boards for each config: no cache carries over.
+/// the board they reach (or found it there and prefilled it as cheaper than
+/// loading its file, `reason="costlier"`). Fresh boards for each config: no
+/// cache carries over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_affinity_configs_keep_follow_ups_on_the_board_that_holds_their_kv() {
     const CONVERSATIONS: usize = 6;
@@ -312,11 +322,22 @@ async fn the_affinity_configs_keep_follow_ups_on_the_board_that_holds_their_kv()
             percentile(&ttft, 50.0),
             percentile(&ttft, 90.0)
         );
-        assert!(!file.contains("affinity") || kept * 10 >= follow_ups.len() * 9, "{row}\n{}", proxy.log());
+        // A follow-up the board found but prefilled because loading its file
+        // measured slower than prefilling on this machine (a busy machine
+        // delays the load's call, not the simulated prefill) reached the
+        // right board all the same: counted with the cached ones.
+        let mut costlier = 0.0;
+        for b in &boards {
+            costlier +=
+                b.metric("rkllmd_conversation_cache_total{found=\"miss\",reason=\"costlier\"}").await.unwrap_or(0.0);
+        }
+        let found = kept + costlier as usize;
+        let row = format!("{row} {costlier} |");
+        assert!(!file.contains("affinity") || found * 10 >= follow_ups.len() * 9, "{row}\n{}", proxy.log());
         rows.push(row);
     }
     eprintln!(
-        "| config | follow-ups with ≥ 90 % of the previous prompt cached | conversations moved | conversations per board | follow-up TTFT p50 / p90 (server) |\n{}",
+        "| config | follow-ups with ≥ 90 % of the previous prompt cached | conversations moved | conversations per board | follow-up TTFT p50 / p90 (server) | found, prefilled as cheaper |\n{}",
         rows.join("\n")
     );
 }
