@@ -14,6 +14,7 @@ use rkllm_sys::{ImageTags, Images};
 use rknn_sys::{Encoder, EncoderInfo};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -88,6 +89,9 @@ pub struct Vision {
     encoder: Arc<Encoder>,
     info: VisionInfo,
     cache: Mutex<Lru>,
+    /// Encoder runs in progress (0 or 1: a run holds the NPU turn), for
+    /// `rkllmd_image_encoder_running`.
+    running: Arc<AtomicUsize>,
 }
 
 impl Vision {
@@ -119,7 +123,12 @@ impl Vision {
             .map_err(|e| format!("vision encoder {}: {e}", settings.encoder))?;
         let (limits, fetch) = (settings.limits, settings.fetch.clone());
         let info = VisionInfo { encoder: encoder.info().clone(), tags, origin, limits, fetch };
-        Ok(Vision { encoder: Arc::new(encoder), info, cache: Mutex::new(Lru::new(settings.cache_entries)) })
+        Ok(Vision {
+            encoder: Arc::new(encoder),
+            info,
+            cache: Mutex::new(Lru::new(settings.cache_entries)),
+            running: Arc::default(),
+        })
     }
 
     pub fn info(&self) -> &VisionInfo {
@@ -159,9 +168,11 @@ impl Vision {
                     let ran = Instant::now();
                     let held = turn.take();
                     tracing::debug!(hash = image.hash, "vision encoder runs");
+                    let running = Running::start(&self.running);
                     let run = move || {
                         let e = encoder.encode(pixels);
                         // Before the turn can go (with `held`, when the caller left).
+                        drop(running);
                         tracing::debug!("vision encoder returned");
                         (e, held)
                     };
@@ -193,10 +204,32 @@ impl Vision {
     }
 }
 
+/// One encoder run counted in progress, until it is dropped (also when
+/// the blocking task never runs).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(count: &Arc<AtomicUsize>) -> Running {
+        count.fetch_add(1, Ordering::SeqCst);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl super::Engine {
     /// The model's encoder, if it has one.
     pub fn vision(&self) -> Option<&VisionInfo> {
         self.vision.as_ref().map(Vision::info)
+    }
+
+    /// Encoder runs in progress now (`None`: the model has no encoder).
+    pub fn encoder_running(&self) -> Option<usize> {
+        self.vision.as_ref().map(|v| v.running.load(Ordering::SeqCst))
     }
 
     /// A job's images as a run's multimodal input, with its image figures
