@@ -85,7 +85,10 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
         let message = match path {
             "/api/chat" => body["error"].as_str(),
             _ => {
-                assert_eq!((body["type"].as_str(), body["error"]["type"].as_str()), (Some("error"), Some("invalid_request_error")));
+                assert_eq!(
+                    (body["type"].as_str(), body["error"]["type"].as_str()),
+                    (Some("error"), Some("invalid_request_error"))
+                );
                 body["error"]["message"].as_str()
             }
         };
