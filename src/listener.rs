@@ -22,7 +22,7 @@
 //! `shutting_down` at once, and the listener waits [`CANCEL_LINGER`] at most
 //! for the connections left.
 
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, Refuse};
 use crate::conn_cap::ConnCap;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderValue, Request, StatusCode, Version};
@@ -254,7 +254,9 @@ async fn handle(
         }
         _ => return Ok(response),
     };
-    let mut response = error.into_response();
+    // In the route's error shape (`api::refusals` put it on the response).
+    let refuse = response.extensions().get::<Refuse>().copied().unwrap_or(Refuse(IntoResponse::into_response));
+    let mut response = refuse.with(error);
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }

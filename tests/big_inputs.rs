@@ -223,3 +223,67 @@ async fn tokenize_refuses_a_body_past_its_own_limit_unread_and_no_valid_text() {
     let r = client.post(format!("{}/tokenize", d.url)).json(&json!({"model": "m", "content": "hi"})).send().await;
     assert_eq!(r.unwrap().status().as_u16(), 200);
 }
+
+/// A conversation body on the Messages and Ollama routes is held to chat's
+/// limits before it is parsed into its request (`request::BodySize`): with
+/// the model's context known from its configuration, an oversized message
+/// or tool list is refused even where the parse would have refused another
+/// field, in the route's error shape, and the model is never loaded for it.
+/// What chat's rule does not count (an assistant turn, Claude Code's
+/// billing block in `system`) is not counted early either.
+#[tokio::test]
+async fn conversation_bodies_are_refused_by_size_before_they_are_parsed_or_the_model_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("rkllmd.toml");
+    let table = "[[models]]\nid = \"m\"\npath = \"sim:instant\"\nmax_context_len = 4096\n";
+    std::fs::write(&config, table).unwrap();
+    let d = Daemon::start(&["--backend", "sim", "--config", config.to_str().unwrap()]);
+    let text = "word ".repeat(1_600_000);
+    let big = json!([{"role": "user", "content": text}]);
+    let user = json!([{"role": "user", "content": "hi"}]);
+    let tools: Vec<_> =
+        (0..8500).map(|i| json!({"name": format!("f{i}"), "input_schema": {"type": "object"}})).collect();
+    let ollama_tools: Vec<_> =
+        (0..8500).map(|i| json!({"type": "function", "function": {"name": format!("f{i}")}})).collect();
+    // (path, body: each with a field of the wrong type besides, which the parse would name; the field refused)
+    let cases = [
+        ("/v1/messages/count_tokens", json!({"model": "m", "messages": big, "thinking": 1}), "messages"),
+        ("/v1/messages", json!({"model": "m", "messages": big, "max_tokens": "many"}), "messages"),
+        ("/api/chat", json!({"model": "m", "messages": big, "stream": "no"}), "messages"),
+        ("/v1/messages", json!({"model": "m", "messages": user, "max_tokens": "many", "tools": tools}), "tools"),
+        ("/api/chat", json!({"model": "m", "messages": user, "stream": "no", "tools": ollama_tools}), "tools"),
+    ];
+    drop((text, big, tools, ollama_tools));
+    for (path, body, field) in cases {
+        let (status, e) = post_bytes(&d, path, &body).await;
+        assert_eq!(status, 400, "{path}: {e}");
+        if path.starts_with("/v1/messages") {
+            assert_eq!(
+                (e["type"].as_str(), e["error"]["type"].as_str()),
+                (Some("error"), Some("invalid_request_error"))
+            );
+        } else {
+            assert!(e["error"].is_string(), "Ollama's shape: {e}");
+        }
+        let said = match field {
+            "tools" => "`tools` has 8,500 definitions; at most 128".to_owned(),
+            _ => format!("your {field} came to 8,000,000 bytes"),
+        };
+        assert!(message(&e).contains(&said), "{path}: {e}");
+    }
+    let (_, model) = d.get_json("/v1/models/m").await;
+    assert_eq!(model["state"], "unloaded", "{model}");
+
+    // 200 KB that chat's rule leaves uncounted (past the 131,072 bytes of text 4,096 tokens take):
+    // counted, not refused.
+    let long = "word ".repeat(40_000);
+    let billing = format!("x-anthropic-billing-header: cc_version=1; {long}");
+    for body in [
+        json!({"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": long}, {"role": "user", "content": "more"}]}),
+        json!({"model": "m", "system": [{"type": "text", "text": billing}, {"type": "text", "text": "Be brief."}], "messages": user}),
+    ] {
+        let (status, v) = post_bytes(&d, "/v1/messages/count_tokens", &body).await;
+        assert_eq!(status, 200, "{v}");
+        assert!(v["input_tokens"].as_u64().unwrap() > 0, "{v}");
+    }
+}

@@ -76,6 +76,24 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
         parse(&raw(&d, format!("{head}Content-Length: 100\r\n\r\n{{\"mod").as_bytes(), Duration::from_secs(10)));
     assert_eq!((s, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // The same in the route's own error shape: Anthropic's on the Messages API, Ollama's on its routes.
+    for path in ["/v1/messages", "/v1/messages/count_tokens", "/api/chat"] {
+        let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n");
+        let (s, body) =
+            parse(&raw(&d, format!("{head}Content-Length: 100\r\n\r\n{{\"mod").as_bytes(), Duration::from_secs(10)));
+        assert_eq!(s, 408, "{path}: {body}");
+        let message = match path {
+            "/api/chat" => body["error"].as_str(),
+            _ => {
+                assert_eq!(
+                    (body["type"].as_str(), body["error"]["type"].as_str()),
+                    (Some("error"), Some("invalid_request_error"))
+                );
+                body["error"]["message"].as_str()
+            }
+        };
+        assert!(message.is_some_and(|m| m.contains("body_idle_timeout_secs")), "{path}: {body}");
+    }
 
     // A body trickling in (a byte every 300 ms, never idle for 1 s): 408 once it took 2 s in all.
     let started = Instant::now();

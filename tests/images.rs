@@ -158,19 +158,19 @@ async fn abi_1_2_takes_the_tags_at_init() {
 /// client's dropped request).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_leaving_mid_encode_keeps_the_turn_until_the_encoder_returns() {
-    // The simulated encoder takes 2,930 ms × time_scale: ~290 ms here.
+    // The simulated encoder takes 2,930 ms × time_scale: ~880 ms here, in
+    // which the gauge polled (every 10 ms) must see it running.
     let d = Daemon::start_with_env(
-        &[ID[0], ID[1], "--model", "sim:qwen2.5-vl-3b?time_scale=0.1"],
+        &[ID[0], ID[1], "--model", "sim:qwen2.5-vl-3b?time_scale=0.3"],
         &[("RKLLMD_LOG", "debug")],
     );
+    assert_eq!(d.metric("rkllmd_image_encoder_running").await, Some(0.0));
     let (client, url) = (d.client(), d.url.clone());
     let mut body = with_images(&[data_url(&png(5, 5, [0, 0, 255]))]);
     body["stream"] = json!(true);
     let leaving =
         tokio::spawn(async move { client.post(format!("{url}/v1/chat/completions")).json(&body).send().await });
-    // Its DEBUG line is the only sign that the encoder runs (nothing else
-    // tells an encode in progress from the turn's other work).
-    assert!(d.wait_log("vision encoder runs"), "{}", d.log());
+    assert!(d.wait_metric("rkllmd_image_encoder_running", |n| n == 1.0).await, "the encoder never ran");
     leaving.abort();
     let _ = leaving.await;
     let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]})).await;

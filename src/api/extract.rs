@@ -7,6 +7,7 @@
 use super::error::ApiError;
 use super::named::NamesModel;
 use super::record::Counting;
+use super::request::BodySize;
 use super::state::AppState;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -88,14 +89,7 @@ impl RouteLimit {
 /// (loaded, or set by `max_context_len`); `None` before that.
 fn largest_context(state: &AppState) -> Option<usize> {
     let statuses = state.models().ok()?.statuses();
-    let largest = statuses.iter().try_fold(0, |most, s| {
-        let context = match &s.loaded {
-            Some(loaded) => loaded.model.engine.limits().max_context_len,
-            None if !s.spec.engine.limits.context_from_model => s.spec.engine.limits.max_context_len,
-            None => return None,
-        };
-        Some(most.max(context as usize))
-    })?;
+    let largest = statuses.iter().try_fold(0, |most, s| Some(most.max(s.context()?)))?;
     (largest > 0).then_some(largest)
 }
 
@@ -163,6 +157,27 @@ async fn read_within(req: Request, route: RouteLimit, drain_most: usize) -> Resu
         return Err(route.refusal(announced));
     }
     Ok(Bytes::from(kept))
+}
+
+/// Refuses a conversation body (a chat's messages and tools) by its size
+/// before it is parsed into its request, with chat's limits and errors
+/// (`request::BodySize`): its tools' count, and its texts' bytes when the
+/// context of the model it names is known without loading it. A refused
+/// request is counted under that model. What passes is checked again,
+/// exactly, once built.
+pub fn refuse_oversized(
+    body: &[u8],
+    state: &AppState,
+    counting: Option<&Counting>,
+    all_tools_sent: bool,
+) -> Result<(), ApiError> {
+    let Some(size) = BodySize::of(body) else { return Ok(()) };
+    let context = size.model.as_deref().and_then(|m| state.known_context(m));
+    size.refuse(context, all_tools_sent).inspect_err(|_| {
+        if let Some(counting) = counting {
+            counting.name_model(&size);
+        }
+    })
 }
 
 /// [`parse`] a counted request's body and tell its [`Counting`] the model it names.

@@ -36,6 +36,9 @@ fn exposition(state: &AppState) -> Response {
     let queue = loaded.as_ref().map(|models| {
         models.iter().map(|m| m.engine.queue_state()).fold((0, 0), |(run, wait), q| (run + q.running, wait + q.waiting))
     });
+    let encoder_running = loaded
+        .as_ref()
+        .and_then(|models| models.iter().filter_map(|m| m.engine.encoder_running()).reduce(|a, b| a + b));
     // Each model's own KV cache: the sum of those that have reported one.
     let kv_cache_tokens = loaded
         .as_ref()
@@ -67,6 +70,7 @@ fn exposition(state: &AppState) -> Response {
     };
     let live = Live {
         queue,
+        encoder_running,
         kv_cache_tokens,
         saved_conversations,
         context_len,

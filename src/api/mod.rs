@@ -167,7 +167,8 @@ fn guarded(routes: Router<AppState>, table: Routes, key: auth::Key, state: AppSt
 }
 
 /// Puts on each request how its refusals are written (`Refuse`): in its
-/// route's error shape (`route.rs`), before any guard can refuse it.
+/// route's error shape (`route.rs`), before any guard can refuse it; and
+/// on its response, for the listener's 408 when the body came too slowly.
 async fn refusals(State(table): State<Arc<Routes>>, mut req: Request, next: Next) -> Response {
     let refuse = match table.errors_for(req.uri().path()) {
         Errors::OpenAi => Refuse(IntoResponse::into_response),
@@ -175,7 +176,9 @@ async fn refusals(State(table): State<Arc<Routes>>, mut req: Request, next: Next
         Errors::Anthropic => Refuse(messages::error::refusal),
     };
     req.extensions_mut().insert(refuse);
-    next.run(req).await
+    let mut response = next.run(req).await;
+    response.extensions_mut().insert(refuse);
+    response
 }
 
 /// Names the board on every response (`state::mark_instance`).

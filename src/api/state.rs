@@ -114,6 +114,15 @@ impl AppState {
         self.models.get().ok_or_else(ApiError::loading)
     }
 
+    /// The context of the model `name` names, when known without loading
+    /// it (`registry::Status::context`): what a body is held to before the
+    /// model is leased.
+    pub fn known_context(&self, name: &str) -> Option<usize> {
+        let models = self.models.get()?;
+        let (spec, _) = models.resolve(name)?;
+        models.statuses().into_iter().find(|s| s.spec.id == spec.id)?.context()
+    }
+
     /// The model a request names, loaded if it is not (if requests are being accepted).
     pub async fn lease(&self, model: &str, keep_alive: Option<KeepAlive>) -> Result<Lease, ApiError> {
         if self.is_shutting_down() {

@@ -154,6 +154,11 @@ impl Engine {
         self.vision.as_ref().map(Vision::info)
     }
 
+    /// Encoder runs in progress now (`None`: the model has no encoder).
+    pub fn encoder_running(&self) -> Option<usize> {
+        self.vision.as_ref().map(Vision::running)
+    }
+
     /// A job's images as a run's multimodal input, with its image figures
     /// (`None`: a text job). Called with the job's turn held.
     pub(super) async fn encode_images(

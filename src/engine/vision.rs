@@ -14,6 +14,7 @@ use rkllm_sys::{ImageTags, Images};
 use rknn_sys::{Encoder, EncoderInfo};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -88,6 +89,9 @@ pub struct Vision {
     encoder: Arc<Encoder>,
     info: VisionInfo,
     cache: Mutex<Lru>,
+    /// Encoder runs in progress (0 or 1: a run holds the NPU turn), for
+    /// `rkllmd_image_encoder_running`.
+    running: Arc<AtomicUsize>,
 }
 
 impl Vision {
@@ -119,11 +123,21 @@ impl Vision {
             .map_err(|e| format!("vision encoder {}: {e}", settings.encoder))?;
         let (limits, fetch) = (settings.limits, settings.fetch.clone());
         let info = VisionInfo { encoder: encoder.info().clone(), tags, origin, limits, fetch };
-        Ok(Vision { encoder: Arc::new(encoder), info, cache: Mutex::new(Lru::new(settings.cache_entries)) })
+        Ok(Vision {
+            encoder: Arc::new(encoder),
+            info,
+            cache: Mutex::new(Lru::new(settings.cache_entries)),
+            running: Arc::default(),
+        })
     }
 
     pub fn info(&self) -> &VisionInfo {
         &self.info
+    }
+
+    /// Encoder runs in progress now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Opens the encoder as a model load would, tells what it is, and
@@ -159,9 +173,11 @@ impl Vision {
                     let ran = Instant::now();
                     let held = turn.take();
                     tracing::debug!(hash = image.hash, "vision encoder runs");
+                    let running = Running::start(&self.running);
                     let run = move || {
                         let e = encoder.encode(pixels);
                         // Before the turn can go (with `held`, when the caller left).
+                        drop(running);
                         tracing::debug!("vision encoder returned");
                         (e, held)
                     };
@@ -190,6 +206,23 @@ impl Vision {
             tags: self.info.tags.clone(),
         };
         Ok((images, timings))
+    }
+}
+
+/// One encoder run counted in progress, until it is dropped (also when
+/// the blocking task never runs).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(count: &Arc<AtomicUsize>) -> Running {
+        count.fetch_add(1, Ordering::SeqCst);
+        Running(count.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -17,6 +17,8 @@ use std::sync::atomic::AtomicU64;
 pub struct Live<'a> {
     /// Requests running and waiting (once the model is loaded).
     pub queue: Option<(usize, usize)>,
+    /// Vision-encoder runs in progress, summed (`None`: no loaded model has an encoder).
+    pub encoder_running: Option<usize>,
     /// The loaded model's context length, when exactly one model is loaded.
     pub context_len: Option<u32>,
     /// The served ids (`BASE:NAME`) of the loaded models' LoRA adapters; `None`: none loaded.
@@ -75,6 +77,12 @@ fn live_registry(metrics: &Metrics, live: &Live) -> Registry {
     let (running, waiting) = live.queue.unzip();
     gauge(&mut r, "rkllmd_requests_running", "Generations on the NPU now", running.map(|n| n as i64));
     gauge(&mut r, "rkllmd_requests_waiting", "Requests waiting in the queue", waiting.map(|n| n as i64));
+    gauge(
+        &mut r,
+        "rkllmd_image_encoder_running",
+        "Vision-encoder runs in progress (models with an encoder loaded)",
+        live.encoder_running.map(|n| n as i64),
+    );
     gauge(
         &mut r,
         "rkllmd_kv_cache_tokens",
@@ -195,6 +203,7 @@ mod tests {
         let empty = Snapshot::default();
         let live = Live {
             queue: None,
+            encoder_running: None,
             context_len: None,
             adapters: None,
             kv_cache_tokens: None,
@@ -218,6 +227,7 @@ mod tests {
         };
         let live = Live {
             queue: Some((1, 3)),
+            encoder_running: None,
             context_len: None,
             adapters: None,
             kv_cache_tokens: Some(42),

@@ -104,6 +104,20 @@ pub struct Status {
     pub loaded: Option<LoadedStatus>,
 }
 
+impl Status {
+    /// The model's context, when known without loading it: loaded, or set
+    /// by `max_context_len` (else the load reads it from the model).
+    pub fn context(&self) -> Option<usize> {
+        match &self.loaded {
+            Some(loaded) => Some(loaded.model.engine.limits().max_context_len as usize),
+            None if !self.spec.engine.limits.context_from_model => {
+                Some(self.spec.engine.limits.max_context_len as usize)
+            }
+            None => None,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct LoadedStatus {
     pub model: Arc<Loaded>,

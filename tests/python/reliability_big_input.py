@@ -23,6 +23,9 @@ bodies = {"/v1/chat/completions": {"model": "m", "messages": [{"role": "user", "
 # Named cases: (path, body).
 cases = {"tool-8mb": ("/v1/chat/completions", {"model": "m", "messages": user, "tools": [tool(0, text)]}),
          "tools-8500": ("/v1/chat/completions", {"model": "m", "messages": user, "tools": [tool(i, "d" * 800) for i in range(8500)]}),
+         "messages-8mb": ("/v1/messages", {"model": "m", "max_tokens": 16, "messages": [{"role": "user", "content": text}]}),
+         "count-tools-8500": ("/v1/messages/count_tokens", {"model": "m", "messages": user, "tools": [{"name": f"f{i}", "description": "d" * 800, "input_schema": {"type": "object"}} for i in range(8500)]}),
+         "ollama-tools-8500": ("/api/chat", {"model": "m", "messages": user, "stream": False, "tools": [tool(i, "d" * 800) for i in range(8500)]}),
          "rerank-20000": ("/v1/rerank", {"model": "m", "query": "q", "documents": ["abcd"] * 20_000}),
          "rerank-1.5M": ("/v1/rerank", {"model": "m", "query": "q", "documents": ["d"] * 1_500_000}),
          "embeddings-1.5M": ("/v1/embeddings", {"model": "m", "input": ["a"] * 1_500_000}),

@@ -96,14 +96,12 @@ fn thinking_switch(c: &Conversation) -> Result<Option<bool>, ApiError> {
     }
 }
 
-/// A system block that is client metadata, not instruction: Claude Code's
-/// first one, `x-anthropic-billing-header: cc_version=…; cc_entrypoint=…;
-/// cch=…`, differs per conversation. Left out of the prompt, it is out of
-/// every cache key too: the caches match the rendered prompt's tokens.
+/// A system block that is client metadata (`request::is_client_metadata`).
+/// Left out of the prompt, it is out of every cache key too: the caches
+/// match the rendered prompt's tokens.
 fn client_metadata(block: &Block) -> bool {
-    const PREFIXES: [&str; 1] = ["x-anthropic-billing-header:"];
-    let text = block.0.get("text").and_then(Value::as_str).unwrap_or_default().trim_start();
-    block.0.get("type").and_then(Value::as_str) == Some("text") && PREFIXES.iter().any(|p| text.starts_with(p))
+    let text = block.0.get("text").and_then(Value::as_str).unwrap_or_default();
+    block.0.get("type").and_then(Value::as_str) == Some("text") && chat::is_client_metadata(text)
 }
 
 /// A system prompt's text, its client metadata left out; `None` when it

@@ -16,6 +16,7 @@ use super::record::Counting;
 use super::request::prepare;
 use super::state::AppState;
 use super::submit::{head_wait, submit};
+use crate::conversation::ToolsOverflow;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -47,6 +48,8 @@ pub async fn create(
     Extension(counting): Extension<Counting>,
     Body(body): Body,
 ) -> Result<Response, AnthropicError> {
+    let all_tools_sent = state.settings.tools_overflow == ToolsOverflow::Refuse;
+    super::extract::refuse_oversized(&body, &state, Some(&counting), all_tools_sent)?;
     let req: CreateMessage = super::extract::parse_named(&body, Some(&counting)).map_err(AnthropicError)?;
     let mut chat = convert::chat_request(&req)?;
     let (model, place) = state.lease_queued(&req.conversation.model, None).await?;
@@ -88,6 +91,8 @@ pub async fn create(
     security(("bearer" = []))
 )]
 pub async fn count_tokens(State(state): State<AppState>, Body(body): Body) -> Result<Json<TokenCount>, AnthropicError> {
+    // Every tool is counted (`ChatCompletionRequest::count_tokens`).
+    super::extract::refuse_oversized(&body, &state, None, true)?;
     let req: CountTokens = parse(&body)?;
     let chat = convert::conversation(&req.conversation)?;
     let model = state.lease(&req.conversation.model, None).await?;

@@ -21,6 +21,7 @@ use super::route::{Route, Routes};
 use super::state::AppState;
 use super::submit::{submit, HeadWait};
 use crate::api::body::Body;
+use crate::conversation::ToolsOverflow;
 use crate::metrics::Kind;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -75,9 +76,11 @@ async fn chat(
     Body(body): Body,
 ) -> Result<Response, OllamaError> {
     let received = Instant::now();
+    let tools_overflow = state.settings.tools_overflow;
+    let all_tools_sent = tools_overflow == ToolsOverflow::Refuse;
+    super::extract::refuse_oversized(&body, &state, Some(&counting), all_tools_sent)?;
     let req: ChatRequest = convert::parse_counted(&body, &counting)?;
     let common = req.common.clone();
-    let tools_overflow = state.settings.tools_overflow;
     let validate = move |id: &str, model: &crate::registry::Loaded| convert::chat(&req, id, model, tools_overflow);
     Ok(answer(&state, &common, Shape::Chat, received, &counting, validate).await?)
 }

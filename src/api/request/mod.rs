@@ -2,12 +2,14 @@
 //! conversation's input (`convert`), and here the validation that turns a
 //! request into an engine [`Job`] (limits, prompt rendering and counting).
 
+mod body_size;
 mod convert;
 mod images;
 mod size;
 mod tools_fit;
 mod wire;
 
+pub use body_size::{is_client_metadata, BodySize};
 pub use images::{vision_encoder, ImageRef};
 pub use size::{
     most_token_ids, most_tokenized_bytes, refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN, MAX_INPUTS, MAX_TOOLS,

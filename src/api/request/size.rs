@@ -85,15 +85,31 @@ pub fn refuse_oversized_tools(
     context: usize,
     all_sent: bool,
 ) -> Result<(), ApiError> {
-    if tools.len() > MAX_TOOLS {
+    refuse_tool_count(tools.len())?;
+    refuse_tool_bytes(tools.iter().map(json_bytes), verbatim, context, all_sent)
+}
+
+/// Refuses more than [`MAX_TOOLS`] tool definitions.
+pub fn refuse_tool_count(tools: usize) -> Result<(), ApiError> {
+    if tools > MAX_TOOLS {
         return Err(ApiError::invalid_value(
             "tools",
-            format!("`tools` has {} definitions; at most {MAX_TOOLS} are allowed.", group(tools.len())),
+            format!("`tools` has {} definitions; at most {MAX_TOOLS} are allowed.", group(tools)),
         ));
     }
+    Ok(())
+}
+
+/// Refuses a tool too long to tokenize by its `bytes`, and with `all_sent`
+/// the tools with the messages' `verbatim` bytes (see [`refuse_oversized_tools`]).
+pub fn refuse_tool_bytes(
+    bytes: impl Iterator<Item = usize>,
+    verbatim: usize,
+    context: usize,
+    all_sent: bool,
+) -> Result<(), ApiError> {
     let mut total = verbatim;
-    for (i, tool) in tools.iter().enumerate() {
-        let bytes = json_bytes(tool);
+    for (i, bytes) in bytes.enumerate() {
         refuse_unfittable(&format!("tools[{i}]"), bytes, context)?;
         total += bytes;
     }
