@@ -257,6 +257,8 @@ async fn handle(
     // In the route's error shape (`api::refusals` put it on the response).
     let refuse = response.extensions().get::<Refuse>().copied().unwrap_or(Refuse(IntoResponse::into_response));
     let mut response = refuse.with(error);
+    // A response made here replaces the handler's, which carried the board's name.
+    crate::api::mark_instance(&mut response);
     response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
     Ok(response)
 }

@@ -72,10 +72,13 @@ async fn slow_heads_and_bodies_time_out_and_connections_are_capped() {
     // 5 bytes of a 100-byte body: 408 once the body has been idle for 1 s.
     let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
     let started = Instant::now();
-    let (s, body) =
-        parse(&raw(&d, format!("{head}Content-Length: 100\r\n\r\n{{\"mod").as_bytes(), Duration::from_secs(10)));
+    let out = raw(&d, format!("{head}Content-Length: 100\r\n\r\n{{\"mod").as_bytes(), Duration::from_secs(10));
+    let (s, body) = parse(&out);
     assert_eq!((s, body["error"]["code"].as_str()), (408, Some("body_timeout")), "{body}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // The listener's own answer names the board like every other response.
+    let head_text = String::from_utf8_lossy(&out).to_ascii_lowercase();
+    assert!(head_text.contains("\r\nx-rkllmd-instance: "), "{head_text}");
     // The same in the route's own error shape: Anthropic's on the Messages API, Ollama's on its routes.
     for path in ["/v1/messages", "/v1/messages/count_tokens", "/api/chat"] {
         let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n");
