@@ -86,12 +86,15 @@ async fn auto_reopens_with_one_slot_where_the_runtime_refuses_short_batches() {
     assert!(batch["reason"].as_str().unwrap().contains("found `refused`"), "{batch}");
     let (_, health) = d.get_json("/health").await;
     assert_eq!(health["runtime"].get("short_batches"), None, "one slot: no short batches to speak of: {health}");
-    assert_eq!(inits(record.path()), [json!(8), json!(1)], "probed with 8 slots, then opened with 1");
-    assert_eq!(d.log().matches("opening the model again with 1 slot").count(), 1, "one WARN: {}", d.log());
+    // Fillers cost a lone request what a step of 8 active slots costs: 2.05× one slot's on the simulator.
+    let reason = batch["reason"].as_str().unwrap();
+    assert!(reason.contains("decodes at 0.") && reason.contains("below 0.9×"), "{reason}");
+    assert_eq!(inits(record.path()), [json!(8), json!(1)], "probed and timed with 8 slots, then opened with 1");
+    assert_eq!(d.log().matches("the model again with 1 slot").count(), 1, "one WARN: {}", d.log());
     assert_eq!(d.metric("rkllmd_batch_short_off_total").await, Some(1.0));
     answers(&d).await;
-    // What the other tests read of the record leaves the probe out (tests/common `sim_records`).
-    assert_eq!(runs(record.path()), 2, "the probe and the request");
+    // What the other tests read of the record leaves the probing out (tests/common `sim_records`).
+    assert_eq!(runs(record.path()), 4, "the probe, the two timing runs and the request");
     assert_eq!(common::sim_records(record.path(), "run").len(), 1, "the request's");
     assert_eq!(common::sim_records(record.path(), "init").len(), 1);
 
@@ -102,6 +105,36 @@ async fn auto_reopens_with_one_slot_where_the_runtime_refuses_short_batches() {
     assert_eq!((&config["slots"], &config["chosen_by"]), (&json!(1), &json!("config")), "{config}");
     assert_eq!(inits(record.path()), [json!(1)]);
     assert_eq!(runs(record.path()), 0, "no probe");
+}
+
+#[tokio::test]
+async fn auto_keeps_the_slots_with_fillers_where_the_runtime_says_they_cost_little() {
+    // A runtime that refuses short batches, but whose batch step costs what a single one does.
+    let (root, record) = (board(16 * 1024), tempfile::NamedTempFile::new().unwrap());
+    let spec =
+        format!("sim:qwen2.5-1.5b?time_scale=0.25&reply_tokens=12&slot_cost=0&record={}", record.path().display());
+    let d = Daemon::start(&["--model", &spec, "--model-id", MODEL, "--telemetry-root", root.path().to_str().unwrap()]);
+    let batch = batch_of(&d).await;
+    assert_eq!((&batch["slots"], &batch["chosen_by"]), (&json!(8), &json!("auto")), "{batch}");
+    let reason = batch["reason"].as_str().unwrap();
+    assert!(reason.contains("found `refused`") && reason.contains("the slots are kept, with fillers"), "{reason}");
+    let (_, health) = d.get_json("/health").await;
+    assert_eq!(health["runtime"]["short_batches"], "refused", "{health}");
+    assert_eq!(inits(record.path()), [json!(8), json!(1), json!(8)], "probed and timed, timed alone, opened again");
+    // The two timing runs, each read for 6 tokens: every slot given input beside fillers, then one slot.
+    let timing: Vec<_> = common::sim_calls(record.path())
+        .into_iter()
+        .filter(|r| r["call"] == "run" && r["max_new_tokens"] == 6)
+        .map(|r| r["inputs"].as_array().map_or(1, Vec::len))
+        .collect();
+    assert_eq!(timing, [8, 1]);
+    // A lone request is served beside 7 one-id fillers; what tests read of the record is the served handle's.
+    answers(&d).await;
+    assert_eq!(common::sim_records(record.path(), "init").len(), 1);
+    let runs = common::sim_records(record.path(), "run");
+    let ids = |input: &Value| input["token_ids"].as_array().map_or(0, Vec::len);
+    let request: Vec<usize> = runs.last().unwrap()["inputs"].as_array().unwrap().iter().map(ids).collect();
+    assert_eq!((request.len(), request[0] > 1, &request[1..]), (8, true, &[1; 7][..]), "{runs:?}");
 }
 
 #[tokio::test]

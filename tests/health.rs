@@ -33,6 +33,9 @@ async fn a_wedged_runtime_turns_health_and_readiness_503_stalled() {
         "sim:instant?hang_after=2&reply_tokens=10",
         "--model-id",
         "m",
+        // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+        "--batch",
+        "1",
         "--first-token-timeout-secs",
         "1",
     ]);
@@ -111,7 +114,9 @@ async fn health_stays_200_and_prompt_during_a_long_healthy_generation() {
 /// the engine has aborted the run and told its client.
 #[tokio::test]
 async fn the_watchdog_judges_a_hung_prefill_by_the_bound_the_engine_aborts_it_at() {
-    let d = Daemon::start(&["--backend", "sim", "--model", "sim:instant?hang_after=0", "--model-id", "m"]);
+    // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+    let d =
+        Daemon::start(&["--backend", "sim", "--model", "sim:instant?hang_after=0", "--model-id", "m", "--batch", "1"]);
     let (client, url) = (d.client(), d.url.clone());
     let request =
         tokio::spawn(

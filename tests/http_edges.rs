@@ -196,6 +196,9 @@ async fn sigterm_with_a_wedged_runtime_still_ends_the_process() {
         "sim:instant?hang_after=3&reply_tokens=10",
         "--model-id",
         "m",
+        // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+        "--batch",
+        "1",
         "--shutdown-grace-secs",
         "1",
     ]);

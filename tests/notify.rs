@@ -155,7 +155,17 @@ fn ready_only_once_loaded_and_listening_then_pings_and_stopping() {
 async fn a_hung_runtime_stops_the_pings_and_says_why() {
     // The run hangs after 2 tokens; a decode gap of first_token_timeout_secs (1 s) is a hang.
     let service = Service::start(
-        &["--backend", "sim", "--model", "sim:instant?hang_after=2&reply_tokens=10", "--first-token-timeout-secs", "1"],
+        // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load.
+        &[
+            "--backend",
+            "sim",
+            "--model",
+            "sim:instant?hang_after=2&reply_tokens=10",
+            "--first-token-timeout-secs",
+            "1",
+            "--batch",
+            "1",
+        ],
         600_000,
     );
     service.until(Duration::from_secs(30), |m| is(m, "READY=1"));

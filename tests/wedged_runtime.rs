@@ -13,7 +13,11 @@ extern "C" {
 }
 
 fn wedging_daemon(extra: &[&str]) -> Daemon {
-    let args = [&["--backend", "sim", "--model", "sim:instant?hang_after=3&reply_tokens=10", "--model-id", "m"], extra];
+    // One slot unless `extra` says: the subject is a request's run that hangs,
+    // not `batch = auto`'s timing runs at load (they would meet it).
+    let batch: &[&str] = if extra.contains(&"--batch") { &[] } else { &["--batch", "1"] };
+    let wedging = "sim:instant?hang_after=3&reply_tokens=10";
+    let args = [&["--backend", "sim", "--model", wedging, "--model-id", "m"], batch, extra];
     Daemon::start(&args.concat())
 }
 
@@ -111,6 +115,9 @@ async fn a_runtime_that_comes_back_after_a_stall_is_used_again() {
         "sim:instant?hang_after=3&hang_ms=15000&reply_tokens=10",
         "--model-id",
         "m",
+        // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+        "--batch",
+        "1",
     ]);
     let url = format!("{}/v1/chat/completions", d.url);
     let stalled = d.client().post(&url).json(&chat("m", "first")).send();
@@ -139,7 +146,9 @@ const PREFILL_BOUND: Duration = Duration::from_secs(11);
 /// `runtime_unresponsive` with `Retry-After`, readiness 503 `stalled`.
 #[tokio::test]
 async fn with_default_time_outs_a_hung_prefill_is_detected_and_every_client_answered() {
-    let args = ["--backend", "sim", "--model", "sim:instant?hang_after=0&reply_tokens=10", "--model-id", "m"];
+    // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+    let args =
+        ["--backend", "sim", "--model", "sim:instant?hang_after=0&reply_tokens=10", "--model-id", "m", "--batch", "1"];
     let d = Daemon::start(&args);
     let running = spawn_events(&d, "first");
     d.wait_queue(|running, _| running == 1).await;
@@ -173,6 +182,9 @@ async fn a_runtime_that_comes_back_after_a_hung_prefill_is_used_again() {
         "sim:instant?hang_after=0&hang_ms=20000&hang_runs=1&reply_tokens=10",
         "--model-id",
         "m",
+        // One slot: the subject is a request's run that hangs, not `batch = auto`'s timing runs at load (they would meet it).
+        "--batch",
+        "1",
     ]);
     let url = format!("{}/v1/chat/completions", d.url);
     let stalled = tokio::spawn(d.client().post(&url).json(&chat("m", "first")).send());

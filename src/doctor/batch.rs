@@ -13,9 +13,9 @@ const TITLE: &str = "batch";
 /// daemon can know before the load — the board's memory (read under `root`,
 /// as `serve` reads it under `telemetry_root`) against the model's KV size,
 /// or why it gets 1 slot — is worked out as the load does
-/// (`engine/slot_count.rs`); whether the runtime takes short batches only
-/// the load's probe can tell, so the line says that more than one slot
-/// depends on it.
+/// (`engine/slot_count.rs`); whether the runtime takes short batches, and
+/// what fillers cost where it does not, only the load can tell, so the line
+/// says that more than one slot depends on it.
 pub fn slots(spec: &ModelSpec, prompter: &Prompter, root: &Path) -> (u8, Check) {
     let id = &spec.id;
     let Some(auto) = &spec.engine.auto_batch else {
@@ -44,7 +44,8 @@ pub fn slots(spec: &ModelSpec, prompter: &Prompter, root: &Path) -> (u8, Check) 
         1 => format!("{id}: auto: {reason}"),
         n => format!(
             "{id}: auto: {reason}; the {n} are kept at load only where the runtime takes short batches (the \
-             short-batch probe, else 1 slot): /health runtime.batch says which"
+             short-batch probe) or its fillers cost a lone request under a tenth of its speed (timed at load), \
+             else 1 slot: /health runtime.batch says which"
         ),
     };
     (slots, Check::ok(TITLE, text))

@@ -36,7 +36,7 @@ use super::kv;
 use super::saved::{Restore, SavedSettings};
 use super::saved_dir::{self, make_dir};
 use super::schedule::ScheduleSettings;
-use super::short_batch::{self, Bounded};
+use super::short_batch::{self, Bounded, ProbeRun};
 use super::slots::{GroupRestore, Member, Restores};
 use rkllm_sys::{BatchInput, BatchRequest, Model, RunInput};
 use std::path::{Path, PathBuf};
@@ -192,9 +192,9 @@ fn probe_run(
     };
     // Bounded, as the short-batch probe: a runtime that hangs saving or
     // loading a batched run's file must not hang the load.
-    let finish = match short_batch::read_bounded(control, events, done, bound)? {
-        Bounded::Ended(Some(end)) => end.finish,
-        Bounded::Ended(None) => return Ok(Err("the runtime thread is gone".into())),
+    let finish = match short_batch::read_bounded(ProbeRun { control, events, done: Some(done) }, 1, bound)? {
+        Bounded::Ended { finish: Some(finish), .. } => finish,
+        Bounded::Ended { finish: None, .. } => return Ok(Err("the runtime thread is gone".into())),
         Bounded::Unread(why) => return Ok(Err(why)),
         Bounded::TimedOut => return Ok(Err(format!("its one-token run took longer than {bound:?} and was aborted"))),
     };

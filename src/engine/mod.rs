@@ -12,6 +12,7 @@ mod calls;
 mod context;
 mod conversations;
 mod error;
+mod filler_cost;
 mod forward;
 mod generation;
 mod guards;

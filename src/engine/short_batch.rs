@@ -21,9 +21,9 @@
 
 use super::calls::wait_for;
 use super::halt::ABORT_GRACE;
-use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, Model, RunControl, RunInput};
+use rkllm_sys::{BatchEnd, BatchInput, BatchRequest, Event, Finish, Model, RunControl, RunInput};
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc::UnboundedReceiver, oneshot};
 
 /// What the probe at load found.
@@ -106,9 +106,9 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
         Ok(run) => run,
         Err(e) => return Ok((ShortBatches::Refused, e.to_string())),
     };
-    let finish = match read_bounded(control, events, done, bound)? {
-        Bounded::Ended(Some(end)) => end.finish,
-        Bounded::Ended(None) => return Ok((ShortBatches::Refused, "the runtime thread is gone".into())),
+    let finish = match read_bounded(ProbeRun { control, events, done: Some(done) }, 1, bound)? {
+        Bounded::Ended { finish: Some(finish), .. } => finish,
+        Bounded::Ended { finish: None, .. } => return Ok((ShortBatches::Refused, "the runtime thread is gone".into())),
         Bounded::Unread(why) => return Ok((ShortBatches::Refused, why)),
         Bounded::TimedOut => {
             return Ok((
@@ -132,45 +132,64 @@ fn run_probe(model: &Model, n: usize, bound: Duration) -> Result<(ShortBatches, 
     })
 }
 
-/// How a probe's one-token batched run ended, read with a bound.
+/// A probe's run at load, to be read: its control, the events of the slot
+/// given input, and for a batched run the batch's end.
+pub(super) struct ProbeRun {
+    pub control: RunControl,
+    pub events: UnboundedReceiver<Event>,
+    pub done: Option<oneshot::Receiver<BatchEnd>>,
+}
+
+/// How a probe's run ended, read with a bound.
 pub(super) enum Bounded {
-    /// It ended: its end, or `None` when the runtime thread is gone.
-    Ended(Option<BatchEnd>),
+    /// It ended: how (`None` when the runtime thread is gone), and when
+    /// each of its tokens came.
+    Ended { finish: Option<Finish>, tokens: Vec<Instant> },
     /// It ran past the bound, was aborted, and returned.
     TimedOut,
     /// No thread could read it (it was aborted).
     Unread(String),
 }
 
-/// Reads a probe's one-token batched run (its first token aborts it: ABI
-/// 1.2 takes no per-run limit) on a thread of its own, so that waiting for
-/// it has a bound; past `bound` it is aborted. `Err`: it had not returned
+/// Reads a probe's run on a thread of its own, so that waiting for it has
+/// a bound, and aborts it at its `tokens`-th token (ABI 1.2 takes no
+/// per-run limit); past `bound` it is aborted. `Err`: it had not returned
 /// `ABORT_GRACE` after the abort (a stuck runtime).
-pub(super) fn read_bounded(
-    control: RunControl,
-    mut events: UnboundedReceiver<Event>,
-    done: oneshot::Receiver<BatchEnd>,
-    bound: Duration,
-) -> Result<Bounded, String> {
+pub(super) fn read_bounded(run: ProbeRun, tokens: usize, bound: Duration) -> Result<Bounded, String> {
+    let ProbeRun { control, mut events, done } = run;
     let (ended_tx, ended) = std::sync::mpsc::channel();
     let reader = control.clone();
     // The thread ends with the run (or with the process, if the run never does).
     let spawned = std::thread::Builder::new().name("rkllmd-probe".into()).spawn(move || {
+        let mut stamps = Vec::with_capacity(tokens);
+        let mut finish = None;
         while let Some(event) = events.blocking_recv() {
             match event {
-                Event::Token(_) => reader.abort(),
-                Event::Finished(_) => break,
+                Event::Token(_) => {
+                    stamps.push(Instant::now());
+                    if stamps.len() == tokens {
+                        reader.abort();
+                    }
+                }
+                Event::Finished(end) => {
+                    finish = Some(end);
+                    break;
+                }
                 Event::Started { .. } => {}
             }
         }
-        let _ = ended_tx.send(done.blocking_recv().ok());
+        // A batched run's end is the batch's, once `rkllm_run` returned.
+        if let Some(done) = done {
+            finish = done.blocking_recv().ok().map(|end| end.finish);
+        }
+        let _ = ended_tx.send((finish, stamps));
     });
     if let Err(e) = spawned {
         control.abort();
         return Ok(Bounded::Unread(format!("no thread to read the probe with ({e})")));
     }
     match ended.recv_timeout(bound) {
-        Ok(end) => Ok(Bounded::Ended(end)),
+        Ok((finish, tokens)) => Ok(Bounded::Ended { finish, tokens }),
         Err(RecvTimeoutError::Disconnected) => Err("the probe's reader is gone".into()),
         Err(RecvTimeoutError::Timeout) => {
             control.abort();

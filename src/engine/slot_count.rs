@@ -9,18 +9,23 @@
 //!    size) and a margin for the rest of the system ([`margin`]: a tenth of
 //!    `MemTotal`, at least 512 MiB), at most [`AUTO_MAX`]. A shape or
 //!    meminfo that cannot be read gives 1 slot, said.
-//! 2. **From the probe** (`short_batch.rs`): more than one slot is kept only
-//!    where the runtime takes a batched run with slots left without input,
-//!    so a lone request runs without fillers (decode 1.00× of one slot,
-//!    against 0.69× with fillers: docs/performance.md). Refused, misplaced,
-//!    timed out, or an init with N slots that fails: the model is opened
-//!    again with 1 slot, with one WARN saying why.
+//! 2. **From the probe** (`short_batch.rs`): where the runtime takes a
+//!    batched run with slots left without input, a lone request runs without
+//!    fillers (decode 1.00× of one slot: docs/performance.md) and the slots
+//!    are kept. Refused or misplaced: every slot without a job gets a filler,
+//!    which costs a lone request what a step of all the slots costs beside
+//!    one (0.69× at 4 slots on the simulator's default; on a board, the
+//!    manual does not say), so the load times it (`filler_cost.rs`) and
+//!    keeps the slots only where a lone request keeps 0.9× of one slot's
+//!    speed. Else — or timed out, or an init with N slots that fails — the
+//!    model is opened again with 1 slot, with one WARN saying why.
 //!
 //! A model that cannot be batched (a vision encoder, a prompt-cache file,
 //! no tokenizer.json, `batch_short_probe = false`) gets 1 slot at once.
 
 use super::context;
 use super::error::EngineError;
+use super::filler_cost;
 use super::limits::Limits;
 use super::short_batch::{self, ShortBatches};
 use crate::metrics::board::Board;
@@ -155,13 +160,62 @@ pub(super) fn open(request: Request<'_>) -> Result<Opened, EngineError> {
         return Ok(Opened { model, limits: served, batch, short: Some(found) });
     }
     crate::metrics::observer().metrics.batch_short_off();
-    let why = format!(
-        "the short-batch probe with {slots} slots found `{}` ({why}): fillers would cost a lone request its speed",
-        found.as_str()
-    );
-    tracing::warn!(reason = %why, "batch = auto: opening the model again with 1 slot");
+    let probe = format!("the short-batch probe with {slots} slots found `{}` ({why})", found.as_str());
+    let (init, limits) = (served_init(init, &served), fixed(served));
+    if found == ShortBatches::TimedOut {
+        drop(model);
+        tracing::warn!(reason = %probe, "batch = auto: opening the model again with 1 slot");
+        return single_slot(runtime, init, limits, probe);
+    }
+    with_fillers(runtime, (model, init, limits), (slots, reason), (found, probe))
+}
+
+/// `auto` on a runtime that refuses short batches: the slots are kept, with
+/// fillers, only where a lone request beside them keeps its speed, as the
+/// runtime's timing runs say (`filler_cost.rs`); else the model is opened
+/// again with 1 slot, with one WARN saying why. Costs one more
+/// `rkllm_init` (two where the slots are kept) and two runs of a few tokens.
+fn with_fillers(
+    runtime: &Arc<Runtime>,
+    (model, init, limits): (Model, InitConfig, Limits),
+    (slots, memory): (u8, String),
+    (found, probe): (ShortBatches, String),
+) -> Result<Opened, EngineError> {
+    let bound = probe_bound(&limits);
+    let beside_fillers = match filler_cost::step(&model, usize::from(slots), bound) {
+        Ok(measured) => measured,
+        Err(why) => return Err(wedged(model, "fillers' timing", why)),
+    };
     drop(model);
-    single_slot(runtime, served_init(init, &served), fixed(served), why)
+    let (one, one_limits) = context::load(runtime, InitConfig { n_batch: 1, ..init.clone() }, limits.clone(), &|_| 1)?;
+    let alone = match beside_fillers {
+        Ok(_) => match filler_cost::step(&one, 1, bound) {
+            Ok(measured) => measured,
+            Err(why) => return Err(wedged(one, "fillers' timing", why)),
+        },
+        Err(_) => Err("not run".to_owned()),
+    };
+    let figures = match filler_cost::verdict(beside_fillers, alone) {
+        Ok(figures) => figures,
+        Err(cost) => {
+            let reason = format!("{probe}; {cost}: fillers would cost a lone request its speed");
+            tracing::warn!(reason = %reason, "batch = auto: opened the model again with 1 slot");
+            let batch = BatchChoice { slots: 1, chosen_by: ChosenBy::Auto, reason };
+            return Ok(Opened { model: one, limits: one_limits, batch, short: None });
+        }
+    };
+    drop(one);
+    match context::load(runtime, InitConfig { n_batch: slots, ..init.clone() }, limits.clone(), &|_| slots) {
+        Ok((model, limits)) => {
+            let reason = format!("{memory}; {probe}, but {figures}: the slots are kept, with fillers");
+            tracing::info!(slots, reason = %reason, "batch = auto");
+            let batch = BatchChoice { slots, chosen_by: ChosenBy::Auto, reason };
+            Ok(Opened { model, limits, batch, short: Some(found) })
+        }
+        Err(e) => {
+            single_slot(runtime, init, limits, format!("rkllm_init with {slots} slots failed when opened again ({e})"))
+        }
+    }
 }
 
 /// The board's memory and the model's KV size, or why the model gets 1 slot.
@@ -176,9 +230,9 @@ fn memory_plan(model_path: &str, auto: &AutoBatch, probe_short: bool) -> Result<
 /// What `auto` chooses before the model is opened, at `context` (its
 /// configured one: a model whose own is read at init is sized again for
 /// it): the slots and why, as `/health` `runtime.batch` would say them.
-/// More than one slot is then kept only where the short-batch probe at load
-/// finds the runtime takes short batches, which only the runtime can tell
-/// (`rkllmd doctor` says so).
+/// More than one slot is then kept only where the load finds the runtime
+/// takes short batches or fillers that cost little, which only the runtime
+/// can tell (`rkllmd doctor` says so).
 pub fn planned(model_path: &str, auto: &AutoBatch, probe_short: bool, context: u32) -> (u8, String) {
     match memory_plan(model_path, auto, probe_short) {
         Ok(plan) => (plan.slots(context), plan.reason(context)),

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEME: &str = "sim:";
 
 /// Every key accepted after `?` in a `sim:` path (and as `RKLLM_SIM_<KEY>`).
-pub const KEYS: [&str; 27] = [
+pub const KEYS: [&str; 28] = [
     "time_scale",
     "reply_tokens",
     "seed",
@@ -37,6 +37,7 @@ pub const KEYS: [&str; 27] = [
     "short_batch",
     "batch_cache",
     "abort_unsaved",
+    "slot_cost",
 ];
 
 /// Largest accepted `time_scale`, so that every delay fits a `Duration`.
@@ -104,6 +105,10 @@ pub(crate) struct SimConfig {
     /// prompt-cache file, as a runtime that saves at the prefill's end and
     /// stops at an abort before it would (the manual leaves it open).
     pub abort_unsaved: bool,
+    /// What a batch step costs per active slot beyond the first, as a share
+    /// of a single step (decode is memory-bound: little; the manual does
+    /// not say how little).
+    pub slot_cost: f64,
 }
 
 #[derive(Debug)]
@@ -182,8 +187,15 @@ pub(crate) fn parse(model_path: &str, env: impl Fn(&str) -> Option<String>) -> R
             Some(v) => return Err(invalid("batch_cache", v, "slots or refuse")),
         },
         abort_unsaved: switch(&value, "abort_unsaved")?,
+        slot_cost: number(&value, "slot_cost", DEFAULT_SLOT_COST, MAX_SLOT_COST)?,
     })
 }
+
+/// A batch step's extra cost per active slot beyond the first: 8 active
+/// slots take 2.05× a single step.
+const DEFAULT_SLOT_COST: f64 = 0.15;
+/// Largest accepted `slot_cost`: a step of 8 slots at 8× a single one, as if nothing were shared.
+const MAX_SLOT_COST: f64 = 1.0;
 
 /// Saving or loading a prompt-cache file: Qwen2.5-1.5B's KV is ~28 KiB per
 /// token (shared/rkllm-runtime.md), 1000 tokens ≈ 28 MiB, read or written

@@ -28,10 +28,6 @@ pub(crate) enum End {
     Error,
 }
 
-/// A batch step's cost grows little with its active slots (decode is
-/// memory-bound): this much of a single step per extra active slot.
-const EXTRA_SLOT_COST: f64 = 0.15;
-
 /// `token_id` of a slot that has finished (the manual: "negative").
 const FINISHED: i32 = -1;
 
@@ -156,7 +152,7 @@ impl SimModel {
             // Absolute deadlines keep the pace exact; a step more than one
             // interval late (a slow machine, an emulator) restarts the
             // schedule from now, so the next ones do not come back to back.
-            let interval = decode.mul_f64(1.0 + EXTRA_SLOT_COST * (active - 1) as f64);
+            let interval = decode.mul_f64(1.0 + self.config.slot_cost * (active - 1) as f64);
             let now = Instant::now();
             due = if now > due + interval { now } else { due } + interval;
             if answer == callback_return::PAUSE {

@@ -186,7 +186,7 @@
 //! * Sampling, `max_new_tokens` and `keep_history` are per run, shared by
 //!   the slots; each slot has its own reply (EOS), limit and KV cache.
 //! * Prefill costs the tokens of all slots; a step costs
-//!   `decode_ms × (1 + 0.15 × (active slots − 1))`.
+//!   `decode_ms × (1 + slot_cost × (active slots − 1))` (`slot_cost` 0.15 by default).
 //! * `rkllm_abort` ends the run, all slots (*open* whether one slot can be
 //!   stopped: the simulator has no way to). A callback returning 1 (pause)
 //!   in a batch ends the run with an `E rkllm:` line, ERROR and -1: resuming
