@@ -106,7 +106,9 @@ async fn routers_read_the_queue_and_kv_cache_under_vllm_and_llama_cpp_names() {
     // 300 ms a token: the first reply's remaining 11 tokens outlast the
     // scrape below that must see it running and the second waiting, even
     // on a machine busy enough to take seconds over it.
-    let d = Daemon::start(&["--model", "sim:qwen2.5-1.5b?reply_tokens=12&time_scale=5", "--model-id", "m"]);
+    // One slot, without `auto`'s timing runs at load (seconds at this pace).
+    let d =
+        Daemon::start(&["--model", "sim:qwen2.5-1.5b?reply_tokens=12&time_scale=5", "--model-id", "m", "--batch", "1"]);
     let s = scrape(&d).await;
     assert_eq!(sample(&s, "vllm:num_requests_running"), Some(0.0));
     assert_eq!(sample(&s, "vllm:kv_cache_usage_perc"), None, "unknown before the first run: absent, not 0");

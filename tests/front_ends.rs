@@ -197,7 +197,8 @@ async fn nginx_retries_a_full_boards_429() {
     // however busy the machine; its own clients are left when the test ends.
     let depth = queue_depth();
     let shipped = [MODEL[0], MODEL[1], "--queue-depth", &depth];
-    let small = [MODEL[0], "sim:qwen2.5-1.5b?reply_tokens=16&time_scale=20", "--queue-depth", "2"];
+    // One slot, as on a runtime refusing short batches, without `auto`'s timing runs at load (~30 s at this pace).
+    let small = [MODEL[0], "sim:qwen2.5-1.5b?reply_tokens=16&time_scale=20", "--queue-depth", "2", "--batch", "1"];
     let boards = [board(&shipped, 1, 0), board(&small, 2, 0), board(&shipped, 3, 0)];
     let proxy = front("nginx.conf", dir.path(), &boards);
     let direct: Vec<_> = (0..3)

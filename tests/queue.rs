@@ -85,7 +85,8 @@ async fn full_queue_is_429_with_retry_after_and_a_queued_client_that_leaves_neve
 async fn a_client_gone_mid_generation_aborts_it_and_the_next_starts_within_a_token_interval() {
     // 300 ms per token makes "within one token interval" measurable on a busy machine.
     let spec = "sim:qwen2.5-1.5b?time_scale=5&reply_tokens=100";
-    let d = Daemon::start(&["--backend", "sim", "--model", spec, "--model-id", "m"]);
+    // One slot, without `auto`'s timing runs at load (seconds at this pace).
+    let d = Daemon::start(&["--backend", "sim", "--model", spec, "--model-id", "m", "--batch", "1"]);
     let token_ms = 5.0 * 1000.0 / 16.7;
     for stream in [true, false] {
         let body = json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "long"}]});

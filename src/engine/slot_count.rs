@@ -181,7 +181,7 @@ fn with_fillers(
     (slots, memory): (u8, String),
     (found, probe): (ShortBatches, String),
 ) -> Result<Opened, EngineError> {
-    let bound = probe_bound(&limits);
+    let bound = probe_bound(&limits) + filler_cost::DECODE_ALLOWANCE;
     let beside_fillers = match filler_cost::step(&model, usize::from(slots), bound) {
         Ok(measured) => measured,
         Err(why) => return Err(wedged(model, "fillers' timing", why)),

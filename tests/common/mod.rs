@@ -327,12 +327,15 @@ fn without_auto_probe(calls: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     let mut i = 0;
     while i < calls.len() {
         let batched_init = call(i) == "init" && calls[i]["extend_param"]["n_batch"].as_u64() > Some(1);
-        let (mut j, mut served) = (i + 1, None);
+        // From the batched init on: probing, then a destroy and the next init, as often as
+        // the load opens the model again; a handle destroyed before any probing (a model
+        // opened again for the context it was converted for) is not part of it.
+        let (mut j, mut served, mut probed) = (i + 1, None, false);
         while batched_init && j < calls.len() {
             if probing(j) {
-                j += 1;
-            } else if call(j) == "destroy" && call(j + 1) == "init" {
-                served = Some(j + 1);
+                (j, probed) = (j + 1, true);
+            } else if probed && call(j) == "destroy" && call(j + 1) == "init" {
+                (served, probed) = (Some(j + 1), false);
                 j += 2;
             } else {
                 break;
