@@ -4,15 +4,16 @@
 # turn, each on a fresh daemon (simulated Qwen2.5-1.5B at time_scale 0.25);
 # ROUNDS rounds (default 3). A line per case and round: the case, then its
 # figures as JSON. "accept" is a runtime that takes short batches
-# (`short_batch=accept`), "refuse" the simulator's default, "cheap" one that
-# refuses them but whose batch step costs 1 % more per active slot
-# (`slot_cost=0.01`, against the default 15 %): `auto` times its fillers at load.
+# (`short_batch=accept`), "refuse" the simulator's default. CHEAP=1 runs
+# instead a runtime that refuses short batches but whose batch step costs 1 %
+# more per active slot (`slot_cost=0.01`, against the default 15 %), at half
+# the model's pace (`auto` times fillers only where a step takes >= 20 ms),
+# against --batch 1 at that pace.
 # Needs target/release/rkllmd (RKLLMD_BIN).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 B=${RKLLMD_BIN:-target/release/rkllmd}
 S='sim:qwen2.5-1.5b?time_scale=0.25'
-CHEAP="$S&slot_cost=0.01"
 ROUNDS=${ROUNDS:-3}
 port=18600
 work=$(mktemp -d)
@@ -46,23 +47,35 @@ print(name, json.dumps(out), flush=True)
 PY
 }
 conv() { echo --warmup 0 --prompt-tokens 100 --turns 6 --conversations $1 --requests $1 --output-tokens 32; }
+if [[ -n ${CHEAP:-} ]]; then
+  H='sim:qwen2.5-1.5b?time_scale=0.5'
+  lone="--warmup 2 --concurrency 1 --requests 16 --prompt-tokens 100 --output-tokens 32"
+  for round in $(seq "$ROUNDS"); do
+    echo "# round $round"
+    run conv6-auto-cheap --model "$H&slot_cost=0.01" -- $(conv 6)
+    run conv6-b1-off --model "$H&slot_cost=0.01" --batch 1 --conversation-cache off -- $(conv 6)
+    run conv4-auto-cheap --model "$H&slot_cost=0.01" -- $(conv 4)
+    run conv8-auto-cheap --model "$H&slot_cost=0.01" -- $(conv 8)
+    run lone-auto-cheap --model "$H&slot_cost=0.01" -- $lone
+    run lone-b1 --model "$H&slot_cost=0.01" --batch 1 -- $lone
+    run c8-auto-cheap --model "$H&slot_cost=0.01" -- --warmup 2 --concurrency 8 --requests 48 --prompt-tokens 64 --output-tokens 64
+    run c8-b1 --model "$H&slot_cost=0.01" --batch 1 -- --warmup 2 --concurrency 8 --requests 48 --prompt-tokens 64 --output-tokens 64
+  done
+  exit 0
+fi
 for round in $(seq "$ROUNDS"); do
   echo "# round $round"
   # 6 conversations × 6 turns: the defaults against --batch 1 with the cache off.
   run conv6-auto-accept --model "$S&short_batch=accept" -- $(conv 6)
   run conv6-b1-off --model "$S&short_batch=accept" --batch 1 --conversation-cache off -- $(conv 6)
   run conv6-auto-refuse --model "$S" -- $(conv 6)
-  run conv6-auto-cheap --model "$CHEAP" -- $(conv 6)
   run conv4-auto-accept --model "$S&short_batch=accept" -- $(conv 4)
-  run conv4-auto-cheap --model "$CHEAP" -- $(conv 4)
   run conv8-auto-accept --model "$S&short_batch=accept" -- $(conv 8)
-  run conv8-auto-cheap --model "$CHEAP" -- $(conv 8)
   # A lone client: TTFT and decode against --batch 1.
   lone="--warmup 2 --concurrency 1 --requests 16 --prompt-tokens 100 --output-tokens 32"
   run lone-auto-accept --model "$S&short_batch=accept" -- $lone
   run lone-b1 --model "$S&short_batch=accept" --batch 1 -- $lone
   run lone-auto-refuse --model "$S" -- $lone
-  run lone-auto-cheap --model "$CHEAP" -- $lone
   # Closed-loop clients: output throughput against --batch 1.
   run c8-auto-accept --model "$S&short_batch=accept" -- --warmup 2 --concurrency 8 --requests 48 --prompt-tokens 64 --output-tokens 64
   run c8-b1 --model "$S&short_batch=accept" --batch 1 -- --warmup 2 --concurrency 8 --requests 48 --prompt-tokens 64 --output-tokens 64
