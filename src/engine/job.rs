@@ -123,3 +123,22 @@ pub struct Resent {
     /// for it.
     pub before: usize,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn a_handoff_goes_back_to_where_it_was_bound_with_what_was_shown() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let record = got.clone();
+        let handoff = Handoff::new(CacheHints::default()).bound(move |shown| record.lock().unwrap().push(shown));
+        let shown = Shown { view: "Hello".into(), reasoned: true, tokens: 2 };
+        handoff.returned(shown.clone());
+        assert_eq!(*got.lock().unwrap(), vec![shown]);
+        // One no engine took (never bound) goes nowhere.
+        Handoff::new(CacheHints::default()).returned(Shown { view: String::new(), reasoned: false, tokens: 0 });
+        assert_eq!(got.lock().unwrap().len(), 1);
+    }
+}
