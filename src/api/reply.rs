@@ -11,7 +11,7 @@ use super::response::Usage;
 use super::status::{ending, Facts};
 use crate::conversation::resend::view;
 use crate::conversation::{Delta, Reply, ReplyParser, ReplyRules};
-use crate::engine::{EndReason, GenEvent, Generation};
+use crate::engine::{EndReason, GenEvent, Generation, Shown};
 use crate::metrics::Timings;
 use futures_util::{Stream, StreamExt};
 
@@ -45,6 +45,8 @@ pub fn pieces(
 ) -> impl Stream<Item = Piece> {
     async_stream::stream! {
         let record = record;
+        // Given back to the conversation cache when the reply ends.
+        let mut handoff = generation.take_handoff();
         let mut parser = ReplyParser::new(rules, stops);
         let mut matched = false;
         // The reply as a client gathers it, for the conversation cache.
@@ -75,12 +77,14 @@ pub fn pieces(
                         content.push_str(&rest.content);
                     }
                     seen.absorb(rest.clone());
-                    if !matched && matches!(outcome.reason, EndReason::Eos | EndReason::Length) {
+                    let whole = !matched && matches!(outcome.reason, EndReason::Eos | EndReason::Length);
+                    if let Some(handoff) = handoff.take().filter(|_| whole) {
                         // What a client resends of this reply: a reply cut by a
                         // stop sequence is not (the cache holds text it never saw).
                         let calls = seen.calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str()));
                         let reasoned = parser.reasoned() || seen.content.contains("</think>");
-                        generation.seen_as(view(&seen.content, calls), reasoned, outcome.timeline.tokens);
+                        let shown = Shown { view: view(&seen.content, calls), reasoned, tokens: outcome.timeline.tokens };
+                        handoff.returned(shown);
                     }
                     if !rest.is_empty() {
                         yield Piece::Delta(rest);

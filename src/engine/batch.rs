@@ -99,8 +99,7 @@ pub(super) struct Slot {
 pub(super) struct BatchJob {
     pub id: String,
     pub plan: Arc<RunPlan>,
-    /// The prompt's ids, and what the conversation cache matches besides them.
-    pub tokens: Option<Arc<[i32]>>,
+    /// What the conversation cache matches besides the prompt's ids.
     pub hints: CacheHints,
     pub place: Place,
 }

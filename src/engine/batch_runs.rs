@@ -53,7 +53,7 @@ impl Runs for Engine {
         let members: Vec<Member> = group
             .iter()
             .map(|job| Member {
-                ids: job.tokens.as_deref(),
+                ids: job.plan.prompt.ids(),
                 hints: &job.hints,
                 lora: job.plan.lora.as_deref(),
                 max_new: job.plan.limit,

@@ -9,8 +9,8 @@ use super::calls::{answered, lock};
 use super::handle::Handle;
 use super::job::CacheHints;
 use super::kv::{self, KvCache, Made, Plan, Shared};
-use super::kv_images;
 use super::outcome::{CacheUse, MissReason};
+use super::prompt;
 use super::prompt_cache::{saved_tokens, saving_request};
 use super::saved::{Restore, Saved};
 use super::saved_dir;
@@ -84,13 +84,13 @@ impl Conversations {
         let context = rt.limits.max_context_len as usize;
         let mut plan = lock(kv).plan(ids, hints.resent.as_ref(), lora, max_new, context as u32);
         plan.key = hints.conversation.clone();
-        let images = ids.iter().any(|&id| kv_images::is_image(id));
+        let images = ids.iter().any(|&id| prompt::is_image(id));
         if let Some(saved) = &self.saved {
             let mut continues = if plan.cached > 0 { lock(saved).resident() } else { None };
             if plan.cached == 0 {
                 let fits = |held: usize, rest: usize| kv::continuation_fits(held + rest, ids.len(), max_new, context);
                 // A prompt with images is restored by sending it whole, as its
-                // text and embeddings (kv_images.rs): a file spares it only
+                // text and embeddings (prompt.rs): a file spares it only
                 // the ids that text gives, so one holding a reply that stood
                 // for the client's view of it is not loaded.
                 let found = if images && !lock(saved).keeps_images() {
@@ -252,7 +252,7 @@ impl Conversations {
                         // Whether the runtime saves a multimodal run at all is
                         // open: one that failed, or left a cache of another
                         // size, when asked to save is not asked again.
-                        let images = plan.prompt.iter().any(|&id| kv_images::is_image(id));
+                        let images = plan.prompt.iter().any(|&id| prompt::is_image(id));
                         if images && saved.keeps_images() && (failed || settled.is_err()) {
                             saved.switch_off_images(format!(
                                 "a run with images asked to save its prompt {}",
@@ -301,7 +301,7 @@ impl Conversations {
             let why = format!("a restore spared {skipped} prefilled tokens where its file holds {}", restore.held);
             // A prompt with images was sent whole, as text and embeddings:
             // that the runtime matches those against a file is what failed.
-            if plan.prompt.iter().any(|&id| kv_images::is_image(id)) {
+            if plan.prompt.iter().any(|&id| prompt::is_image(id)) {
                 lock(saved).switch_off_images(why);
             } else {
                 lock(saved).switch_off(why);

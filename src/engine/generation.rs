@@ -6,9 +6,8 @@
 
 use super::batch::SlotControl;
 use super::guards::{RunGuard, WaitGuard};
-use super::job::{CacheHints, Job};
+use super::job::{CacheHints, Handoff, Job};
 use super::kv::Plan;
-use super::kv_images;
 use super::outcome::{EndReason, GenEvent, Outcome};
 use super::plan::RunPlan;
 use super::prompt_cache::Expect as PromptCacheExpect;
@@ -32,8 +31,8 @@ pub struct Generation {
     stop: StopHandle,
     events: Pin<Box<dyn Stream<Item = GenEvent> + Send>>,
     abandoned: Option<oneshot::Receiver<Outcome>>,
-    engine: Arc<Engine>,
-    job: String,
+    /// The conversation cache's hand-off, until the api takes it.
+    handoff: Option<Handoff>,
 }
 
 impl Generation {
@@ -53,12 +52,10 @@ impl Generation {
         self.abandoned.take()
     }
 
-    /// How the client was shown the finished reply (the api's view of it;
-    /// `reasoned`: the reply held reasoning the view leaves out; `shown`: its
-    /// tokens the client got), so that a follow-up resending it can reuse
-    /// the cached reply.
-    pub fn seen_as(&self, view: String, reasoned: bool, shown: u32) {
-        self.engine.reply_seen(&self.job, view, reasoned, shown);
+    /// The job's hand-off to the conversation cache, to give back when
+    /// the reply ends (`Handoff::returned`); `None` once taken.
+    pub fn take_handoff(&mut self) -> Option<Handoff> {
+        self.handoff.take()
     }
 }
 
@@ -74,31 +71,29 @@ impl Engine {
     /// stream waits for its turn when first polled. The job is read and
     /// validated now: this is its `received` instant (timings.md), so the
     /// preparation before it is not counted as queueing.
-    pub fn submit(self: &Arc<Self>, place: Place, job: Job) -> Generation {
+    pub fn submit(self: &Arc<Self>, place: Place, mut job: Job) -> Generation {
         let received = Instant::now();
-        let (tokens, hints, with_images) = self.cache_ids(&job);
-        let tokens: Option<Arc<[i32]>> = tokens.map(Arc::from);
         let job_id = job.id.clone();
-        let prompt_cache = self.prompt_cache_expect(&job.prompt);
+        let hints = job.cache.hints.clone();
+        let engine = self.clone();
+        let seen_as = job_id.clone();
+        let handoff = std::mem::take(&mut job.cache).bound(move |shown| engine.reply_seen(&seen_as, shown));
+        let prompt_cache = self.prompt_cache_expect(job.prompt.text());
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.handle.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();
         let stop = StopHandle::default();
         let (abandoned_tx, abandoned) = oneshot::channel();
-        // usage.prompt_tokens: the text's tokens and the images', unless the
-        // run's own prefill count (`timings.prompt_n`) is the exact size.
-        let images = if with_images { 0 } else { plan.image_timings.tokens };
-        let prompt_tokens = tokens
-            .as_ref()
-            .filter(|_| !self.runtime_counts_prompt)
-            .and_then(|t| u32::try_from(t.len()).ok())
-            .map(|n| n + images);
+        // usage.prompt_tokens: the sequence's ids, the images' positions
+        // among them, unless the run's own prefill count (`timings.prompt_n`)
+        // is the exact size.
+        let prompt_tokens =
+            plan.prompt.ids().filter(|_| !self.runtime_counts_prompt).and_then(|ids| u32::try_from(ids.len()).ok());
         let waiting = WaitGuard { received, prompt_tokens, abandoned: Some(abandoned_tx) };
         let start = Start {
             engine: self.clone(),
             plan,
-            tokens,
             hints,
-            job: job_id.clone(),
+            job: job_id,
             received,
             prompt_tokens,
             place,
@@ -139,22 +134,7 @@ impl Engine {
             }
             yield GenEvent::Done(Box::new(run.thread_gone()));
         });
-        Generation { ignored_params, stop, events, abandoned: Some(abandoned), engine: self.clone(), job: job_id }
-    }
-
-    /// A job's ids as the conversation cache keys them, and its hints: with
-    /// images, each image's positions are among the ids where its marker
-    /// was, and a resent reply's place moves past them (`kv_images.rs`);
-    /// `true` then.
-    fn cache_ids(&self, job: &Job) -> (Option<Vec<i32>>, CacheHints, bool) {
-        match (&job.tokens, self.vision().map(|v| v.tokens_per_image())) {
-            (Some(tokens), Some(per_image)) if !job.images.is_empty() => {
-                let ids = kv_images::with_images(tokens, &job.images, per_image);
-                let resent = job.cache.resent.as_ref().map(|r| kv_images::shift_resent(r, &job.images, per_image));
-                (Some(ids), CacheHints { resent, ..job.cache.clone() }, true)
-            }
-            _ => (job.tokens.clone(), job.cache.clone(), false),
-        }
+        Generation { ignored_params, stop, events, abandoned: Some(abandoned), handoff: Some(handoff) }
     }
 }
 
@@ -162,9 +142,7 @@ impl Engine {
 struct Start {
     engine: Arc<Engine>,
     plan: Arc<RunPlan>,
-    /// The prompt's ids (the conversation cache may send them instead of the text).
-    tokens: Option<Arc<[i32]>>,
-    /// What the conversation cache matches besides the ids.
+    /// What the conversation cache matches besides the prompt's ids.
     hints: CacheHints,
     /// The job's id.
     job: String,
@@ -180,7 +158,7 @@ impl Start {
     /// Waits for the turn and submits the run; `Err` is the outcome of a job
     /// that could not run.
     async fn run(mut self) -> Result<Run, Outcome> {
-        let first_token_timeout = self.engine.handle.limits.first_token_timeout(self.plan.prompt.len());
+        let first_token_timeout = self.engine.handle.limits.first_token_timeout(self.plan.prompt.text().len());
         let engine = self.engine.clone();
         // A queued job stops waiting at the shutdown's abort, or when the
         // runtime is stuck in an aborted run (`halt.rs`).
@@ -189,7 +167,6 @@ impl Start {
                 &engine,
                 self.place,
                 (self.job.clone(), self.plan.clone()),
-                self.tokens.clone(),
                 self.hints.clone(),
             ) => assigned,
             reason = engine.handle.halt.halted() => {
@@ -202,7 +179,7 @@ impl Start {
             Ok(Assigned::Batched(slot)) => (Ok((slot.control, slot.events, slot.plan, slot.jobs)), None),
             Ok(Assigned::Alone(turn)) => {
                 let mut turn = Some(turn);
-                let submitted = submit(&engine, self.tokens.as_deref(), &self.hints, &self.plan, &mut turn).await;
+                let submitted = submit(&engine, &self.hints, &self.plan, &mut turn).await;
                 let submitted = submitted.map(|((control, events, plan), figures)| {
                     image_figures = figures;
                     (control, events, plan, 1)
@@ -212,14 +189,14 @@ impl Start {
             Err(reason) => (Err(reason), None),
         };
         let mut timeline = Timeline::new(self.received);
-        timeline.images = image_figures.or((!self.plan.images.is_empty()).then_some(self.plan.image_timings));
+        timeline.images = image_figures.or((self.plan.prompt.image_count() > 0).then_some(self.plan.image_timings));
         let abandoned = self.waiting.start();
         let (control, events, plan, prefill_stall) = match submitted {
             Ok((control, events, plan, batch_n)) => {
                 timeline.batch_n = batch_n;
-                let ids = self.prompt_tokens.map(|n| n as usize).or(self.tokens.as_ref().map(|t| t.len()));
+                let ids = self.prompt_tokens.map(|n| n as usize).or(self.plan.prompt.ids().map(<[i32]>::len));
                 let sent = plan.as_ref().map(|p| p.input.len());
-                let prefill_stall = engine.handle.prefill_stall(sent, (ids, self.plan.prompt.len()), batch_n);
+                let prefill_stall = engine.handle.prefill_stall(sent, (ids, self.plan.prompt.text().len()), batch_n);
                 if let Some(plan) = &plan {
                     // The prompt the model reads: the cache and what was sent
                     // after it (a cached reply may stand for the resent one).
@@ -282,7 +259,6 @@ type Submitted = (SlotControl, UnboundedReceiver<Event>, Option<Plan>);
 /// has images.
 async fn submit(
     engine: &Arc<Engine>,
-    tokens: Option<&[i32]>,
     hints: &CacheHints,
     run: &RunPlan,
     turn: &mut Option<Turn>,
@@ -291,17 +267,16 @@ async fn submit(
         return Err(EndReason::ShuttingDown);
     }
     let (tx, events) = tokio::sync::mpsc::unbounded_channel();
-    // A job with images has ids only with its images' positions among them (`Engine::cache_ids`).
-    let plan = engine.plan_kv(tokens, hints, run.lora.as_deref(), run.limit).await;
+    let plan = engine.plan_kv(run.prompt.ids(), hints, run.lora.as_deref(), run.limit).await;
     // The embeddings are made only for a run that sends them: a follow-up
     // whose images the KV cache holds sends its new text alone (kv.rs), and
     // the encoder does not run for it, whether its cache keeps them or not.
-    let sends_images = !run.images.is_empty() && plan.as_ref().is_none_or(|p| p.cached == 0);
+    let sends_images = run.prompt.image_count() > 0 && plan.as_ref().is_none_or(|p| p.cached == 0);
     let (images, figures) = if sends_images {
         if plan.is_none() {
             engine.clear_before_stateless_images().await.map_err(EndReason::RuntimeError)?;
         }
-        let encoded = engine.encode_images(&run.images, run.image_timings, turn).await;
+        let encoded = engine.encode_images(&run.prompt, run.image_timings, turn).await;
         encoded.map_err(EndReason::RuntimeError)?.unzip()
     } else {
         (None, None)
@@ -311,15 +286,15 @@ async fn submit(
     let request = match (&plan, images) {
         // A whole multimodal run (nothing of it resident), kept in the cache
         // for the next turn and saved: the runtime matches it against a
-        // restored file's positions, images included (kv_images.rs).
+        // restored file's positions, images included (prompt.rs).
         (Some(_), Some(images)) => RunRequest {
             images: Some(images),
             save_prompt_cache,
-            ..run.request(RunInput::Prompt(run.prompt.clone()), true)
+            ..run.request(RunInput::Prompt(run.prompt.text().to_owned()), true)
         },
         // The ids after the cached ones: what is new holds no image (kv.rs).
         (Some(plan), None) => RunRequest { save_prompt_cache, ..run.request(plan.input(), true) },
-        (None, images) => RunRequest { images, ..run.request(RunInput::Prompt(run.prompt.clone()), false) },
+        (None, images) => RunRequest { images, ..run.request(RunInput::Prompt(run.prompt.text().to_owned()), false) },
     };
     match engine.handle.model.submit(request, tx) {
         Ok(control) => Ok(((SlotControl::single(control), events, plan), figures)),

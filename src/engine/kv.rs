@@ -20,8 +20,8 @@
 //! unknown, and the next run starts clean. Never a wrong answer to save time.
 
 use super::job::Resent;
-use super::kv_images;
 use super::outcome::{CacheUse, MissReason};
+use super::prompt;
 use super::saved::{Restore, Save};
 use crate::metrics::RuntimePerf;
 use rkllm_sys::RunInput;
@@ -139,7 +139,7 @@ impl KvCache {
         match continued {
             None => plan(clear, 0, 0, false, MissReason::Other),
             Some(_) if self.lora.as_deref() != lora => plan(clear, 0, 0, false, MissReason::Adapter),
-            Some((from, _)) if ids[from..].iter().any(|&id| kv_images::is_image(id)) => {
+            Some((from, _)) if ids[from..].iter().any(|&id| prompt::is_image(id)) => {
                 plan(clear, 0, 0, false, MissReason::Image)
             }
             Some((from, by_view)) if fits(cached.len(), ids.len() - from) => {

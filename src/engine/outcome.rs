@@ -91,7 +91,7 @@ pub enum MissReason {
     /// a job that needed an empty slot (`slots.rs`).
     Displaced,
     /// It continues the cached conversation, but what it adds holds an
-    /// image: only a whole multimodal run places images (`kv_images.rs`).
+    /// image: only a whole multimodal run places images (`prompt.rs`).
     Image,
 }
 

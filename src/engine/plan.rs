@@ -6,13 +6,16 @@
 //! are reported as ignored, never pretended.
 
 use super::job::Job;
+use super::prompt::Prompt;
 use rkllm_sys::{Abi, BatchInput, RunInput, RunRequest, SamplingParams};
 
 /// One job's run, as the runtime will be asked for it.
 #[derive(Debug, Clone)]
 pub(super) struct RunPlan {
-    /// The rendered prompt (sent as text unless the conversation cache sends ids).
-    pub prompt: String,
+    /// The prompt: its text (sent unless the conversation cache sends ids),
+    /// its sequence of ids and images, its images (embedded in the job's
+    /// turn, `vision.rs`).
+    pub prompt: Prompt,
     pub enable_thinking: bool,
     /// The reply's token limit: the request's, capped by the configured maximum.
     pub limit: u32,
@@ -27,9 +30,7 @@ pub(super) struct RunPlan {
     pub lora: Option<String>,
     /// Sampling fields the request set that this runtime cannot apply per run.
     pub ignored: Vec<&'static str>,
-    /// The job's images (empty: a text job), embedded in its turn (`vision.rs`).
-    pub images: Vec<super::job::ImageInput>,
-    /// Their figures as the api measured them (count, tokens, preprocessing).
+    /// The images' figures as the api measured them (count, tokens, preprocessing).
     pub image_timings: crate::metrics::ImageTimings,
 }
 
@@ -49,7 +50,6 @@ impl RunPlan {
             sampling,
             lora: job.lora,
             ignored: if per_run { Vec::new() } else { given },
-            images: job.images,
             image_timings: job.image_timings,
         }
     }
@@ -85,7 +85,7 @@ impl RunPlan {
 
     /// Its slot's input in a batched run (the run's other fields are shared).
     pub fn batch_input(&self) -> BatchInput {
-        BatchInput { input: RunInput::Prompt(self.prompt.clone()), enable_thinking: self.enable_thinking }
+        BatchInput { input: RunInput::Prompt(self.prompt.text().to_owned()), enable_thinking: self.enable_thinking }
     }
 
     /// Whether it may share a batched run with `other`: the runtime takes

@@ -44,7 +44,7 @@
 //! one was evicted before its second turn — 0 of 40 follow-ups cached with
 //! 8 conversations after a run of 4.)
 
-use super::kv_images;
+use super::prompt;
 use super::restore_costs::Costs;
 use super::saved_dir::{self, make_dir};
 use std::path::{Path, PathBuf};
@@ -278,7 +278,7 @@ impl Saved {
     /// runtime wrote it.
     pub fn saved(&mut self, save: &Save, held: &[i32], client: &[i32], lora: Option<&str>, key: Option<&str>) {
         self.pending = None;
-        let images = held.iter().any(|&id| kv_images::is_image(id));
+        let images = held.iter().any(|&id| prompt::is_image(id));
         if self.is_off() || (images && !self.keeps_images()) {
             // Switched off by this very run (its restore did not deliver).
             remove(&save.file);
@@ -428,7 +428,7 @@ impl Saved {
     /// own, one their restores do not rest on.
     pub fn switch_off_images(&mut self, why: String) {
         tracing::warn!(reason = %why, "saved conversations with images switched off for this model");
-        let (images, text) = self.entries.drain(..).partition(|e| e.held.iter().any(|&id| kv_images::is_image(id)));
+        let (images, text) = self.entries.drain(..).partition(|e| e.held.iter().any(|&id| prompt::is_image(id)));
         self.entries = text;
         for e in images {
             if Some(e.id) == self.resident {

@@ -128,7 +128,6 @@ impl Scheduler {
         runs: &Arc<R>,
         place: Place,
         job: (String, Arc<RunPlan>),
-        tokens: Option<Arc<[i32]>>,
         hints: CacheHints,
     ) -> Result<Assigned, EndReason> {
         let (id, plan) = job;
@@ -139,7 +138,7 @@ impl Scheduler {
         }
         let (reply, assigned) = oneshot::channel();
         let gone = || EndReason::RuntimeError("the scheduler stopped".into());
-        let job = BatchJob { id, plan, tokens, hints, place };
+        let job = BatchJob { id, plan, hints, place };
         scheduler.jobs.send(Waiting { job, passed: 0, arrived: Instant::now(), reply }).map_err(|_| gone())?;
         assigned.await.map_err(|_| gone())?
     }
@@ -190,7 +189,7 @@ async fn schedule<R: Runs>(engine: Weak<R>, mut jobs: UnboundedReceiver<Waiting>
             join(&mut waiting, job);
         }
         waiting.retain(|job| !job.reply.is_closed());
-        let warm = |w: &Waiting| engine.is_warm(w.job.tokens.as_deref(), w.job.plan.lora.as_deref());
+        let warm = |w: &Waiting| engine.is_warm(w.job.plan.prompt.ids(), w.job.plan.lora.as_deref());
         // A batched run with a job that continues no slot clears every slot,
         // the warm jobs' too: they go first only as a whole run of them, else
         // in arrival order, which keeps the groups that take turns at the
@@ -365,20 +364,14 @@ mod tests {
     fn job(queue: &Queue, top_k: i32, lora: Option<&str>) -> (Waiting, oneshot::Receiver<Result<Assigned, EndReason>>) {
         let (reply, rx) = oneshot::channel();
         let job = super::super::job::Job {
-            id: "j".into(),
-            prompt: format!("k{top_k}"),
             max_new_tokens: Some(8),
             sampling: crate::sampling::SamplingOverrides { top_k: Some(top_k), ..Default::default() },
-            enable_thinking: false,
-            tokens: None,
             lora: lora.map(str::to_owned),
-            images: Vec::new(),
-            image_timings: Default::default(),
-            cache: Default::default(),
+            ..super::super::job::Job::new("j", format!("k{top_k}"))
         };
         let plan = RunPlan::new(rkllm_sys::Abi::V1_3, rkllm_sys::SamplingParams::RKLLM_DEFAULTS, 64, job);
         let place = queue.try_enter().expect("room");
-        let job = BatchJob { id: "j".into(), plan: Arc::new(plan), tokens: None, hints: CacheHints::default(), place };
+        let job = BatchJob { id: "j".into(), plan: Arc::new(plan), hints: CacheHints::default(), place };
         let waiting = Waiting { job, passed: 0, arrived: Instant::now(), reply };
         (waiting, rx)
     }
@@ -412,7 +405,7 @@ mod tests {
         let top_k = |g: &[Waiting]| g.iter().map(|w| w.job.plan.sampling.map(|s| s.top_k)).collect::<Vec<_>>();
         let first = group(&mut waiting, 4);
         assert_eq!(top_k(&first), vec![Some(3); 4], "the oldest job's sampling, up to the batch size");
-        assert_eq!(first[3].job.plan.prompt, "k3");
+        assert_eq!(first[3].job.plan.prompt.text(), "k3");
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(2); 2], "then the next oldest");
         assert_eq!(top_k(&group(&mut waiting, 4)), vec![Some(3)], "a lone job is not held back");
         assert!(group(&mut waiting, 4).is_empty());
@@ -434,12 +427,12 @@ mod tests {
     #[test]
     fn a_group_takes_warm_jobs_first_only_while_that_passes_no_job_over_its_limit() {
         // Five jobs of one sampling wait; k5 and k6 are warm; a run takes 3.
-        let prompts = |g: &[Waiting]| g.iter().map(|w| w.job.plan.prompt.clone()).collect::<Vec<_>>();
-        let warm = |w: &Waiting| matches!(w.job.plan.prompt.as_str(), "k5" | "k6");
+        let prompts = |g: &[Waiting]| g.iter().map(|w| w.job.plan.prompt.text().to_owned()).collect::<Vec<_>>();
+        let warm = |w: &Waiting| matches!(w.job.plan.prompt.text(), "k5" | "k6");
         let taken = |max_passed_over: u32| {
             let (mut waiting, rx) = queue_of([2, 2, 2, 2, 2].map(|k| (k, None)));
             for (w, name) in waiting.iter_mut().zip(["k2", "k3", "k4", "k5", "k6"]) {
-                Arc::get_mut(&mut w.job.plan).unwrap().prompt = name.into();
+                Arc::get_mut(&mut w.job.plan).unwrap().prompt = super::super::prompt::Prompt::new(name);
             }
             let first = waiting.pop_front().unwrap();
             let group = take_group(first, &mut waiting, 3, max_passed_over, warm);
@@ -457,17 +450,17 @@ mod tests {
     fn a_warm_job_goes_first_until_the_oldest_was_passed_over_enough() {
         // Jobs k2..k6 wait; the warm ones are k4 and k6 (say, follow-ups).
         let (mut waiting, _rx) = queue_of([2, 3, 4, 5, 6].map(|k| (k, None)));
-        let warm = |w: &Waiting| matches!(w.job.plan.prompt.as_str(), "k4" | "k6");
+        let warm = |w: &Waiting| matches!(w.job.plan.prompt.text(), "k4" | "k6");
         let mut order = Vec::new();
         while let Some(job) = pick(&mut waiting, 2, warm) {
-            order.push(job.job.plan.prompt.clone());
+            order.push(job.job.plan.prompt.text().to_owned());
         }
         // k4 passes k2, k3 (1 pass each); k6 passes them again (2 each, and k5
         // once): the bound is reached, so arrival order from then on.
         assert_eq!(order, ["k4", "k6", "k2", "k3", "k5"]);
 
         let (mut waiting, _rx) = queue_of([2, 3, 4].map(|k| (k, None)));
-        let first = pick(&mut waiting, 0, |w| w.job.plan.prompt == "k4").unwrap();
-        assert_eq!(first.job.plan.prompt, "k2", "0: strict arrival order");
+        let first = pick(&mut waiting, 0, |w| w.job.plan.prompt.text() == "k4").unwrap();
+        assert_eq!(first.job.plan.prompt.text(), "k2", "0: strict arrival order");
     }
 }

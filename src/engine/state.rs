@@ -11,10 +11,11 @@ use super::conversations::{Conversations, WarmConversations};
 use super::error::EngineError;
 use super::handle::Handle;
 use super::info::RuntimeInfo;
-use super::job::{CacheHints, ImageInput};
+use super::job::{CacheHints, Shown};
 use super::kv::Plan;
 use super::limits::Limits;
 use super::outcome::CacheUse;
+use super::prompt::Prompt;
 use super::prompt_cache::{Expect, PromptCache};
 use super::queue::{Place, Queue, QueueState, Turn};
 use super::schedule::Scheduler;
@@ -159,20 +160,21 @@ impl Engine {
         self.vision.as_ref().map(Vision::running)
     }
 
-    /// A job's images as a run's multimodal input, with its image figures
+    /// A prompt's images as a run's multimodal input, with its image figures
     /// (`None`: a text job). Called with the job's turn held.
     pub(super) async fn encode_images(
         &self,
-        images: &[ImageInput],
+        prompt: &Prompt,
         timings: ImageTimings,
         turn: &mut Option<Turn>,
     ) -> Result<Option<(Images, ImageTimings)>, String> {
+        let images: Vec<_> = prompt.images().collect();
         let vision = match (&self.vision, images.is_empty()) {
             (_, true) => return Ok(None),
             (None, false) => return Err("this model has no vision encoder".into()),
             (Some(vision), false) => vision,
         };
-        vision.encode(images, timings, turn).await.map(Some)
+        vision.encode(&images, timings, turn).await.map(Some)
     }
 
     /// Before a run with images the conversation cache does not plan: the
@@ -236,13 +238,14 @@ impl Engine {
         }
     }
 
-    /// How the client was shown the reply of `job`, `shown` tokens of it
-    /// (see [`super::kv::KvCache::seen`]).
-    pub fn reply_seen(&self, job: &str, view: String, reasoned: bool, shown: u32) {
+    /// How the client was shown the reply of `job` (its hand-off given
+    /// back, `Handoff::returned`; see [`super::kv::KvCache::seen`]).
+    pub(super) fn reply_seen(&self, job: &str, shown: Shown) {
+        let Shown { view, reasoned, tokens } = shown;
         if let Some(conversations) = &self.conversations {
-            conversations.seen(job, view, reasoned, shown);
+            conversations.seen(job, view, reasoned, tokens);
         } else if let Some(batched) = &self.batched {
-            batched.seen(job, view, reasoned, shown);
+            batched.seen(job, view, reasoned, tokens);
         }
     }
 

@@ -6,7 +6,7 @@
 //! NPU turn, so it takes turns with every model's LLM runs.
 
 use super::backend::BackendKind;
-use super::job::ImageInput;
+use super::prompt::ImageInput;
 use super::queue::Turn;
 use crate::metrics::ImageTimings;
 use crate::vision::{ImageLimits, UrlFetch};
@@ -153,7 +153,7 @@ impl Vision {
     /// while it still uses the NPU.
     pub async fn encode(
         &self,
-        images: &[ImageInput],
+        images: &[&ImageInput],
         mut timings: ImageTimings,
         turn: &mut Option<Turn>,
     ) -> Result<(Images, ImageTimings), String> {

@@ -34,8 +34,9 @@ pub fn vision_encoder<'m>(model: &'m Loaded, param: &str) -> Result<&'m crate::e
     })
 }
 
-/// Decodes, bounds and preprocesses `refs` into `job.images` and fills
-/// the image figures; `prompt_markers` is how many markers the rendered
+/// Decodes, bounds and preprocesses `refs` into the job's prompt (each
+/// standing for the encoder's positions, in its marker's place once the
+/// prompt is tokenized) and fills the image figures; `prompt_markers` is how many markers the rendered
 /// prompt holds (each image must have its own, in order).
 pub fn attach(job: &mut Job, refs: &[ImageRef], prompt_markers: usize, model: &Loaded) -> Result<(), ApiError> {
     if refs.is_empty() {
@@ -71,12 +72,12 @@ pub fn attach(job: &mut Job, refs: &[ImageRef], prompt_markers: usize, model: &L
             ImageError::Invalid(m) => ApiError::image(&r.param, "invalid_image", m),
             ImageError::TooLarge(m) => ApiError::image(&r.param, "image_too_large", m),
         })?;
-        images.push(ImageInput { hash: prepared.hash, pixels: Arc::new(prepared.pixels), at: 0 });
+        images.push(ImageInput { hash: prepared.hash, pixels: Arc::new(prepared.pixels) });
     }
     job.image_timings.count = images.len() as u32;
     job.image_timings.tokens = (images.len() * vision.tokens_per_image()) as u32;
     job.image_timings.preprocess_ms = started.elapsed().as_secs_f64() * 1000.0;
-    job.images = images;
+    job.prompt.set_images(images, vision.tokens_per_image());
     Ok(())
 }
 

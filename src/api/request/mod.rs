@@ -22,7 +22,7 @@ use super::structured::ResponseFormat;
 use crate::conversation::{
     ChatInput, Message, PromptError, ReasoningMode, ReplyRules, Role, ToolChoice, ToolsOverflow,
 };
-use crate::engine::{CacheHints, Job, Resent};
+use crate::engine::{CacheHints, Handoff, Job, Resent};
 use crate::registry::Lease;
 use crate::registry::Loaded;
 use crate::sampling::SamplingOverrides;
@@ -141,7 +141,10 @@ impl Common {
             job: Job {
                 max_new_tokens: max_tokens,
                 sampling,
-                cache: CacheHints { conversation: self.prompt_cache_key.clone(), ..CacheHints::default() },
+                cache: Handoff::new(CacheHints {
+                    conversation: self.prompt_cache_key.clone(),
+                    ..CacheHints::default()
+                }),
                 ..Job::new(id, prompt)
             },
             stream,
@@ -213,12 +216,12 @@ impl ChatCompletionRequest {
                 log_selection(id, &selection, &size);
                 tools_dropped = selection.dropped.len();
                 (chat, rendered) = (selection.chat, selection.rendered);
-                v.job.prompt.clone_from(&rendered.prompt);
+                v.job.prompt.set_text(rendered.prompt.clone());
                 size = measure(&mut v.job, model, "messages");
             }
         }
-        v.job.cache.resent = resent(&v.job, model, &chat);
-        v.job.cache.stable = stable(&v.job, model, &chat);
+        v.job.cache.hints.resent = resent(&v.job, model, &chat);
+        v.job.cache.hints.stable = stable(&v.job, model, &chat);
         let offered = chat.tool_choice != ToolChoice::None && !chat.tools.is_empty();
         // Only a prompt that may not fit is rendered a second time.
         if offered && (size.may_overflow() || size.check(&v.job).is_err()) {
@@ -317,49 +320,26 @@ fn prompt_error(e: PromptError) -> ApiError {
 }
 
 /// The prompt's size: its bytes, and with a tokenizer its exact count
-/// (the ids then go with the job). A prompt that clearly cannot fit is not
-/// tokenized: `check` refuses it by its bytes.
+/// (the prompt's sequence of ids and images then goes with the job). A
+/// prompt that clearly cannot fit is not tokenized: `check` refuses it by
+/// its bytes.
 fn measure(job: &mut Job, model: &Loaded, param: &'static str) -> PromptSize {
     // With images, the text is what remains around the markers: the runtime
     // replaces each marker with the image's tags and tokens.
-    let text = if job.images.is_empty() { job.prompt.clone() } else { job.prompt.replace(images::MARKER, "") };
+    let bytes = job.prompt.text_bytes();
     let context = model.engine.limits().max_context_len as usize;
-    let not_tokenized = size::too_long_to_tokenize(text.len(), context);
-    let ids = if not_tokenized {
-        None
-    } else if job.images.is_empty() {
-        model.prompter.tokenize(&text)
-    } else {
-        tokenize_around_images(job, model)
-    };
-    let size = PromptSize {
+    let not_tokenized = size::too_long_to_tokenize(bytes, context);
+    job.prompt.tokenize(|text| if not_tokenized { None } else { model.prompter.tokenize(text) });
+    let images = job.prompt.image_count();
+    PromptSize {
         param,
-        bytes: text.len(),
-        tokens: ids.as_ref().map(Vec::len),
+        bytes,
+        tokens: job.prompt.text_tokens(),
         not_tokenized,
         context,
         without_tools: None,
-        images: (!job.images.is_empty()).then_some((job.images.len(), job.image_timings.tokens as usize)),
-    };
-    // Vocabularies are far below 2^31: an id that does not fit is not sent.
-    job.tokens = ids.and_then(|ids| ids.into_iter().map(|id| i32::try_from(id).ok()).collect());
-    size
-}
-
-/// The ids of the text around a prompt's image markers, each piece
-/// tokenized by itself (as the runtime does, the markers splitting the
-/// text), and where each image stands among them (`ImageInput::at`: the
-/// conversation cache's record puts the image's positions there).
-fn tokenize_around_images(job: &mut Job, model: &Loaded) -> Option<Vec<u32>> {
-    let mut ids = Vec::new();
-    let pieces: Vec<&str> = job.prompt.split(images::MARKER).collect();
-    for (i, piece) in pieces.iter().enumerate() {
-        ids.extend(model.prompter.tokenize(piece)?);
-        if let Some(image) = job.images.get_mut(i).filter(|_| i + 1 < pieces.len()) {
-            image.at = ids.len();
-        }
+        images: (images > 0).then_some((images, job.image_timings.tokens as usize)),
     }
-    Some(ids)
 }
 
 /// Where the prompt resends the conversation's last reply, for the
@@ -368,7 +348,8 @@ fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
     if !model.engine.conversation_cache() {
         return None;
     }
-    let ids: Vec<u32> = job.tokens.as_ref()?.iter().map(|&id| id as u32).collect();
+    // An image's positions are ids no rendering tokenizes to.
+    let ids: Vec<u32> = job.prompt.ids()?.iter().map(|&id| id as u32).collect();
     let found = crate::conversation::resend::locate(&model.prompter, chat, &ids)?;
     Some(Resent { start: found.start, end: found.end, view: found.view, before: found.before })
 }
@@ -380,7 +361,7 @@ fn resent(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<Resent> {
 /// with the same start followed by an empty user message, so no template
 /// needs to render a conversation without one.
 fn stable(job: &Job, model: &Loaded, chat: &ChatInput) -> Option<usize> {
-    let ids = job.tokens.as_ref()?;
+    let ids = job.prompt.ids()?;
     if !model.engine.shares_prefixes() || chat.messages.iter().any(|m| m.role == Role::Assistant) {
         return None;
     }
