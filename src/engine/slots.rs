@@ -15,7 +15,12 @@
 //! client comes back. Closed-loop clients that share every run (the
 //! scheduler gathers them for as long as they take to come back,
 //! `returns.rs`) keep their slots from run to run; more live conversations
-//! than slots do not stay warm (docs/performance.md).
+//! than slots come back from the batched runs' files (`batch_files.rs`),
+//! loaded after a clear. A job only a file holds has the slots cleared for
+//! it also when no newcomer forces it, if the file spares it more than the
+//! slots keep of conversations that came back before: a slot holding one
+//! exchange (a chat UI's side task) is not kept for a return that does
+//! not come.
 //!
 //! After every run each slot's size is checked against what was sent and
 //! generated (`rkllm_get_kv_cache_size` gives one per slot), and the run's
