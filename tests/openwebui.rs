@@ -333,25 +333,20 @@ async fn structured_output_is_json_of_the_schema_or_an_error() {
 /// A model with a vision encoder whose runs take a twentieth of a board's time.
 const SLOW_ENOUGH_VL: &str = "sim:qwen2.5-vl-3b?time_scale=0.05";
 
-/// Open WebUI's default settings with an image uploaded in the first turn
-/// (a chat with its tools, streamed): the title, tags and follow-up tasks
-/// take the KV cache between turns, and each follow-up is restored from
-/// the file its previous turn saved, the image's positions among it
-/// (engine/saved.rs). Before, a conversation with images could not be
-/// restored: every turn prefilled the tools and the image again.
-#[tokio::test]
-async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn() {
-    // Prefills that take time (a twentieth of a board's): without any, a
-    // file's load, slowed by a busy machine, can measure costlier than
-    // prefilling again and be skipped (`timings.cache_miss` `costlier`).
-    let d = Daemon::start(&["--model", SLOW_ENOUGH_VL, "--model-id", "m"]);
-    let image = common::data_url(&common::png(8, 8, [255, 0, 0]));
+/// Open WebUI's default settings (a chat with its tools, streamed), with an
+/// 8×8 red PNG in the first turn when `image`, and the title, tags and
+/// follow-up tasks after every reply, 4 turns. Every turn is answered (the
+/// model sees the image); each follow-up found its history as one of `kept`
+/// (`timings.cache`) with ≥ 90 % of its prompt cached, counted so in the
+/// conversation cache's metric, and the cache stayed on. Returns each turn's
+/// last chunk.
+async fn chat_with_side_tasks(d: &Daemon, image: bool, kept: &[&str]) -> Vec<Value> {
     let mut body = chat_36_tools("m", true);
-    body["messages"] = json!([{"role": "user", "content": [
-        {"type": "text", "text": "What is in this picture?"},
-        {"type": "image_url", "image_url": {"url": image}},
-    ]}]);
-    let mut previous_prompt = 0;
+    let question = json!({"type": "text", "text": "What is in this picture?"});
+    let picture = json!({"type": "image_url", "image_url": {"url": common::data_url(&common::png(8, 8, [255, 0, 0]))}});
+    let content = if image { json!([question, picture]) } else { json!([question]) };
+    body["messages"] = json!([{"role": "user", "content": content}]);
+    let mut turns = Vec::new();
     for turn in 1..=4 {
         let r = d.post("/v1/chat/completions", body.clone()).await;
         assert_eq!(r.status(), 200, "turn {turn}");
@@ -359,9 +354,15 @@ async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn(
         let chunks: Vec<Value> = events.iter().filter(|e| e.data != "[DONE]").map(|e| e.json()).collect();
         let content: String =
             chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
-        let last = chunks.last().unwrap();
+        let last = chunks.last().unwrap().clone();
         let (usage, timings) = (&last["usage"], &last["timings"]);
-        assert_eq!(content, "I see 1 image: image 1 is #ff0000 (392x392).", "turn {turn}: the model sees the image");
+        if image {
+            assert_eq!(
+                content, "I see 1 image: image 1 is #ff0000 (392x392).",
+                "turn {turn}: the model sees the image"
+            );
+        }
+        assert!(!content.is_empty(), "turn {turn}: {last}");
         let prompt = usage["prompt_tokens"].as_u64().unwrap();
         let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
         println!(
@@ -369,27 +370,99 @@ async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn(
             timings["cache"], timings["cache_miss"], timings["ttft_ms"]
         );
         if turn > 1 {
-            // The previous turn's prompt, tools and image included, came
-            // from its file; only its reply and the new question were prefilled.
-            assert_eq!(timings["cache"], json!("restored"), "turn {turn}: {timings}");
-            assert_eq!(cached, previous_prompt, "turn {turn}: {last}");
-            assert_eq!(cached + timings["prompt_n"].as_u64().unwrap(), prompt, "turn {turn}: {last}");
+            assert!(kept.iter().any(|k| timings["cache"] == json!(k)), "turn {turn}: not {kept:?}: {timings}");
             assert!(cached * 10 >= prompt * 9, "turn {turn}: {cached} of {prompt} cached");
-            // The image is sent again (the runtime matches it against the
-            // file), its embedding from the daemon's cache.
-            assert_eq!((&timings["images"]["encoder_runs"], &timings["images"]["cache_hits"]), (&json!(0), &json!(1)));
         }
-        previous_prompt = prompt;
-        tasks_work(&d, "m").await;
+        tasks_work(d, "m").await;
         let history = body["messages"].as_array_mut().unwrap();
         history.push(json!({"role": "assistant", "content": content}));
         history.push(json!({"role": "user", "content": format!("Tell me more about it ({turn}).")}));
+        turns.push(last);
     }
     let metrics = d.client().get(format!("{}/metrics", d.url)).send().await.unwrap().text().await.unwrap();
+    let found = |k: &str| {
+        let prefix = format!("rkllmd_conversation_cache_total{{found=\"{k}\",");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert_eq!(kept.iter().map(|k| found(k)).sum::<f64>(), 3.0, "the 3 follow-ups counted as {kept:?}: {metrics}");
     assert!(
         !metrics.lines().any(|l| l.starts_with("rkllmd_conversation_cache_off_total ") && !l.ends_with(" 0")),
         "{metrics}"
     );
+    turns
+}
+
+/// The slots `batch = auto` opened, and why.
+async fn slots_of(d: &Daemon) -> (u64, String) {
+    let (status, health) = d.get_json("/health").await;
+    assert_eq!(status, 200, "{health}");
+    let batch = &health["runtime"]["batch"];
+    (batch["slots"].as_u64().unwrap(), batch["reason"].as_str().unwrap_or_default().to_owned())
+}
+
+/// Default settings on the simulator (which refuses short batches: `batch =
+/// auto` opens 1 slot): the side tasks take the KV cache between turns, and
+/// each follow-up is restored from the file its previous turn saved, the
+/// image's positions among it (engine/saved.rs). Before, a conversation with
+/// images could not be restored: every turn prefilled the tools and the
+/// image again.
+#[tokio::test]
+async fn an_image_chat_with_the_side_tasks_between_turns_is_restored_every_turn() {
+    // Prefills that take time (a twentieth of a board's): without any, a
+    // file's load, slowed by a busy machine, can measure costlier than
+    // prefilling again and be skipped (`timings.cache_miss` `costlier`).
+    let d = Daemon::start(&["--model", SLOW_ENOUGH_VL, "--model-id", "m"]);
+    let turns = chat_with_side_tasks(&d, true, &["restored"]).await;
+    for (turn, pair) in (2..).zip(turns.windows(2)) {
+        let (usage, timings) = (&pair[1]["usage"], &pair[1]["timings"]);
+        let (prompt, cached) =
+            (usage["prompt_tokens"].as_u64().unwrap(), &usage["prompt_tokens_details"]["cached_tokens"]);
+        // The previous turn's prompt, tools and image included, came from its
+        // file; only its reply and the new question were prefilled.
+        assert_eq!(cached, &pair[0]["usage"]["prompt_tokens"], "turn {turn}: {}", pair[1]);
+        assert_eq!(cached.as_u64().unwrap() + timings["prompt_n"].as_u64().unwrap(), prompt, "turn {turn}");
+        // The image is sent again (the runtime matches it against the file),
+        // its embedding from the daemon's cache.
+        assert_eq!((&timings["images"]["encoder_runs"], &timings["images"]["cache_hits"]), (&json!(0), &json!(1)));
+    }
+}
+
+/// The same image chat on a runtime that takes short batches, default
+/// settings (`batch = auto`): a model with a vision encoder still gets 1
+/// slot (batched runs take text only), so the follow-ups are restored from
+/// their files as above, not resident beside the tasks.
+#[tokio::test]
+async fn an_image_chat_on_a_runtime_that_takes_short_batches_is_restored_every_turn() {
+    let spec = format!("{SLOW_ENOUGH_VL}&short_batch=accept");
+    let d = Daemon::start(&["--model", &spec, "--model-id", "m"]);
+    let (slots, reason) = slots_of(&d).await;
+    assert_eq!(slots, 1, "{reason}");
+    assert!(reason.contains("vision encoder"), "{reason}");
+    chat_with_side_tasks(&d, true, &["resident", "restored"]).await;
+}
+
+/// The chat without its image on a runtime that takes short batches, default
+/// settings: `batch = auto` opens several slots, each side task takes a
+/// clean one (the others get no input), and the conversation stays resident
+/// in its own slot. Once the tasks have used up the clean slots, one clears
+/// them all; the conversation's turn before saved its file (newcomers were
+/// taking the clean slots), and its next turn clears the tasks' slots to be
+/// restored from it. Before, that turn prefilled everything (`other`).
+#[tokio::test]
+async fn a_chat_on_slots_keeps_its_slot_or_its_file_while_the_side_tasks_take_others() {
+    let d = Daemon::start(&["--model", "sim:qwen2.5-1.5b?time_scale=0.05&short_batch=accept", "--model-id", "m"]);
+    let (slots, reason) = slots_of(&d).await;
+    assert!(slots > 1, "{reason}");
+    let turns = chat_with_side_tasks(&d, false, &["resident", "restored"]).await;
+    for (turn, pair) in (2..).zip(turns.windows(2)) {
+        // Resident: the previous prompt and its reply; restored: the previous prompt.
+        let cached = &pair[1]["usage"]["prompt_tokens_details"]["cached_tokens"];
+        assert!(cached.as_u64() >= pair[0]["usage"]["prompt_tokens"].as_u64(), "turn {turn}: {}", pair[1]);
+    }
 }
 
 /// A runtime that does not match images against a loaded file (simulated:

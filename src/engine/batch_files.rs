@@ -25,9 +25,13 @@
 //! takes the oldest waiting jobs first, so closed-loop clients keep their
 //! groups). A restored conversation prefills its last reply and its new
 //! message, as a `--batch 1` file does (`saved.rs`). A run saves its file
-//! only when it clears the slots, or when other jobs wait, i.e. when the
-//! next run will likely clear them: a closed group that keeps its slots
-//! writes nothing. The files are one tier (no disk tier), under the saved
+//! only when it clears the slots, when other jobs wait, or when it leaves
+//! fewer clean slots than newcomers took in the recent runs (a chat UI's
+//! side tasks between a conversation's turns), i.e. when the next run will
+//! likely clear them: a closed group that keeps its slots writes nothing.
+//! A job whose conversation only a file holds may also clear the slots to
+//! be restored, when the file spares it more than the slots keep of what
+//! came back before (`Slots::layout`): side tasks' slots are not. The files are one tier (no disk tier), under the saved
 //! conversations' budgets: `conversation_cache_count` conversations and
 //! `conversation_cache_mb`, least recently used files out.
 

@@ -116,10 +116,14 @@ impl Runs for Engine {
         let inputs: Vec<Option<BatchInput>> =
             inputs.into_iter().map(|i| i.or_else(|| (!short).then(|| filler.clone()))).collect();
         // The run saves its slots' prompts when the next run will likely
-        // clear them: this one did, or other jobs wait (`batch_files.rs`).
+        // clear them: this one did, other jobs wait, or newcomers have been
+        // taking the clean slots faster than this run leaves them
+        // (`batch_files.rs`).
         let others_wait = self.queue.state().waiting > jobs;
         let save = match (&layout, &self.batched) {
-            (Some(layout), Some(batched)) if layout.clear || others_wait => batched.next_file(),
+            (Some(layout), Some(batched)) if layout.clear || others_wait || batched.likely_cleared(layout) => {
+                batched.next_file()
+            }
             _ => None,
         };
         let kept = layout.map(|_| Kept {

@@ -31,6 +31,11 @@ impl Batched {
         slots.filter(|&s| held.holds(s)).count()
     }
 
+    /// Whether newcomers will likely clear every slot after a run of `layout`.
+    pub fn likely_cleared(&self, layout: &Layout) -> bool {
+        lock(&self.slots).likely_cleared(layout)
+    }
+
     /// The next file a batched run saves its slots to, while the files work.
     pub fn next_file(&self) -> Option<std::path::PathBuf> {
         self.files.as_ref().and_then(|files| lock(files).next_file())

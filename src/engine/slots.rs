@@ -15,7 +15,12 @@
 //! client comes back. Closed-loop clients that share every run (the
 //! scheduler gathers them for as long as they take to come back,
 //! `returns.rs`) keep their slots from run to run; more live conversations
-//! than slots do not stay warm (docs/performance.md).
+//! than slots come back from the batched runs' files (`batch_files.rs`),
+//! loaded after a clear. A job only a file holds has the slots cleared for
+//! it also when no newcomer forces it, if the file spares it more than the
+//! slots keep of conversations that came back before: a slot holding one
+//! exchange (a chat UI's side task) is not kept for a return that does
+//! not come.
 //!
 //! After every run each slot's size is checked against what was sent and
 //! generated (`rkllm_get_kv_cache_size` gives one per slot), and the run's
@@ -69,6 +74,12 @@ pub(super) struct Slots {
     departed: VecDeque<(Vec<i32>, Instant)>,
     /// Slots without a job get no input (a short batch), not a filler.
     short: bool,
+    /// Per slot: its conversation came back at least once (a slot holding a
+    /// single exchange, such as a chat UI's title task, is not expected back).
+    continued: Vec<bool>,
+    /// Jobs that took a clean slot, per recent run (the last `size` runs):
+    /// how fast newcomers use up the clean slots.
+    newcomers: VecDeque<usize>,
 }
 
 #[derive(Debug)]
@@ -124,6 +135,8 @@ impl Slots {
             ended: vec![None; size],
             departed: VecDeque::new(),
             short: false,
+            continued: vec![false; size],
+            newcomers: VecDeque::with_capacity(size),
         }
     }
 
@@ -173,8 +186,22 @@ impl Slots {
         let run_max = members.iter().map(|m| m.max_new as usize).max().unwrap_or(0);
         let crowded = |s: usize| self.sizes[s].is_none_or(|n| n + 1 + run_max > context as usize);
         let mut fillers = (0..size).filter(|&s| !taken[s] && !empty[..homeless.min(empty.len())].contains(&s));
-        let clear = homeless > empty.len() || (!self.short && fillers.any(crowded));
-        let restored = files.filter(|_| clear).and_then(|f| f.best(members, context));
+        let forced = homeless > empty.len() || (!self.short && fillers.any(crowded));
+        let restored = files.filter(|_| forced || homeless > 0).and_then(|f| f.best(members, context));
+        // A job that continues no slot but a file: clearing every slot to
+        // restore it pays when the file spares more than the slots would
+        // keep — what this run reuses in them, and the conversations that
+        // came back before (a slot holding one exchange, such as a chat UI's
+        // title or tags task, is not expected back). So side tasks that took
+        // the clean slots do not keep a conversation they displaced out.
+        let worth_clearing = |r: &GroupRestore| {
+            let spared: usize = r.jobs.iter().flatten().map(|(_, r)| r.held).sum();
+            let reused: usize = slot_of.iter().zip(&plans).filter_map(|(s, p)| Some(p[(*s)?].cached)).sum();
+            let live = (0..size).filter(|&s| !taken[s] && self.continued[s]);
+            spared > reused + live.filter_map(|s| self.caches[s].last_prompt().map(<[i32]>::len)).sum::<usize>()
+        };
+        let clear = forced || restored.as_ref().is_some_and(worth_clearing);
+        let restored = restored.filter(|_| clear);
         let restores = restored.as_ref().map_or_else(|| vec![None; members.len()], |r| r.jobs.clone());
         let mut placed = slot_of.clone();
         if restored.is_some() {
@@ -257,6 +284,18 @@ impl Slots {
         self.caches.get(s).is_some_and(|c| c.last_prompt().is_some())
     }
 
+    /// Whether the clean slots `layout` leaves (its slots cleared, if it
+    /// clears them) are fewer than the jobs that took clean slots in the
+    /// recent runs: newcomers will likely clear every slot before this
+    /// run's clients come back, so the run saves its file (`batch_files.rs`).
+    pub fn likely_cleared(&self, layout: &Layout) -> bool {
+        let newcomers: usize = self.newcomers.iter().sum();
+        let clean = |s: &usize| self.caches[*s].is_clean();
+        let taken = layout.jobs.iter().map(|(s, _)| *s).filter(clean).count();
+        let left = (0..self.caches.len()).filter(clean).count() - taken;
+        left < newcomers
+    }
+
     /// Why a job continues no slot: a named conversation's slot holds an
     /// edited version of it; otherwise the most telling slot's reason.
     fn why_missed(&self, per_slot: &[Plan], hints: &CacheHints) -> MissReason {
@@ -279,6 +318,7 @@ impl Slots {
         (0..self.caches.len()).for_each(|s| self.depart(s));
         self.caches.iter_mut().for_each(KvCache::cleared);
         self.sizes.fill(Some(0));
+        self.continued.fill(false);
     }
 
     /// Nothing is known of slot `s` any more.
@@ -315,7 +355,15 @@ impl Slots {
             if used.is_none() && !absent(s) {
                 self.depart(s);
             }
+            if !absent(s) {
+                self.continued[s] = used.as_ref().is_some_and(|u| u.plan.cached > 0 || u.plan.restore.is_some());
+            }
         }
+        let fresh = |u: &&SlotJob| u.plan.cached == 0 && u.plan.restore.is_none();
+        if self.newcomers.len() == self.caches.len() {
+            self.newcomers.pop_front();
+        }
+        self.newcomers.push_back(used.iter().flatten().filter(fresh).count());
         for (s, (cache, used)) in self.caches.iter_mut().zip(used).enumerate() {
             let size = reported.and_then(|r| r.get(s)).and_then(|&n| usize::try_from(n).ok());
             if absent(s) {

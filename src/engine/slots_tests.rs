@@ -119,3 +119,97 @@ fn a_view_named_before_the_run_is_settled_still_counts() {
     let plan = follow.jobs[0].1.as_ref().unwrap();
     assert_eq!((plan.cached, plan.by_view, plan.input.clone()), (3, true, vec![4]));
 }
+
+/// A file that saved `held` from `slot`.
+struct OneFile {
+    held: Vec<i32>,
+    slot: usize,
+}
+
+impl Restores for OneFile {
+    fn best(&self, members: &[Member], _context: u32) -> Option<GroupRestore> {
+        let held = &self.held;
+        let restore = |m: &Member| {
+            let ids = m.ids.filter(|ids| ids.len() > held.len() && ids.starts_with(held))?;
+            let restore = Restore {
+                entry: 1,
+                file: "f".into(),
+                held: held.len(),
+                client: held.len(),
+                held_ids: ids[..held.len()].to_vec(),
+                on_disk: false,
+            };
+            Some((self.slot, restore))
+        };
+        let jobs: Vec<_> = members.iter().map(restore).collect();
+        jobs.iter().any(Option::is_some).then(|| GroupRestore { file: "f".into(), jobs })
+    }
+}
+
+/// Runs `layout` on a runtime that takes short batches: slots without a job get no input.
+fn run_short(slots: &mut Slots, layout: Layout, ids: &[&str]) {
+    if layout.clear {
+        slots.cleared();
+    }
+    let size = slots.caches.len();
+    let mut used: Vec<Option<SlotJob>> = (0..size).map(|_| None).collect();
+    let mut sizes: Vec<i32> = (0..size).map(|s| slots.size(s).unwrap_or(0) as i32).collect();
+    for ((slot, plan), id) in layout.jobs.into_iter().zip(ids) {
+        let plan = plan.unwrap();
+        sizes[slot] = (plan.cached + plan.input.len() + 1) as i32;
+        used[slot] = Some(SlotJob { id: (*id).into(), plan });
+    }
+    let absent: Vec<bool> = used.iter().map(Option::is_none).collect();
+    assert!(slots.settle(&used, &absent, None, &vec![vec![9]; size], Some(&sizes)).is_empty());
+}
+
+#[test]
+fn side_tasks_that_took_the_clean_slots_are_cleared_for_a_conversation_a_file_restores() {
+    let mut slots = Slots::new(3, false);
+    slots.set_short(true);
+    slots.cleared();
+    let hints = CacheHints::default();
+    // A conversation, twice (it came back), then two side tasks take the clean slots.
+    let first = slots.layout(&[member(&[1, 2], &hints)], 100, None);
+    run_short(&mut slots, first, &["a1"]);
+    let again = slots.layout(&[member(&[1, 2, 9, 4], &hints)], 100, None);
+    assert!(!slots.likely_cleared(&again), "two clean slots left, one newcomer lately");
+    run_short(&mut slots, again, &["a2"]);
+    for (task, id) in [([50], "t1"), ([60], "t2")] {
+        let layout = slots.layout(&[member(&task, &hints)], 100, None);
+        assert!(!layout.clear);
+        run_short(&mut slots, layout, &[id]);
+    }
+    // Its third turn leaves no clean slot where newcomers came: it saves.
+    let third = slots.layout(&[member(&[1, 2, 9, 4, 9, 5], &hints)], 100, None);
+    assert_eq!(third.jobs[0].1.as_ref().unwrap().cached, 5, "resident");
+    assert!(slots.likely_cleared(&third));
+    run_short(&mut slots, third, &["a3"]);
+    // The next task finds no clean slot: every slot is cleared.
+    let file = OneFile { held: vec![1, 2, 9, 4, 9, 5], slot: 0 };
+    let task = slots.layout(&[member(&[70], &hints)], 100, Some(&file));
+    assert!(task.clear && task.restore.is_none());
+    run_short(&mut slots, task, &["t3"]);
+    // The conversation continues no slot, and clean ones are left: the
+    // task's slot keeps nothing expected back, so the slots are cleared
+    // again for the file.
+    let fourth = [member(&[1, 2, 9, 4, 9, 5, 9, 6], &hints)];
+    let back = slots.layout(&fourth, 100, Some(&file));
+    assert!(back.clear);
+    assert_eq!(back.restore, Some("f".into()));
+    let (slot, plan) = &back.jobs[0];
+    assert_eq!((*slot, plan.as_ref().unwrap().restore.as_ref().map(|r| r.held)), (0, Some(6)));
+
+    // Had a conversation that came back held a slot, keeping more than the
+    // file spares, the job would have taken a clean slot instead.
+    let mut slots = Slots::new(2, false);
+    slots.set_short(true);
+    slots.cleared();
+    for (ids, id) in [(&[30, 31][..], "b1"), (&[30, 31, 9, 32, 33, 34, 35], "b2")] {
+        let layout = slots.layout(&[member(ids, &hints)], 100, None);
+        run_short(&mut slots, layout, &[id]);
+    }
+    let kept = slots.layout(&fourth, 100, Some(&file));
+    assert!(!kept.clear, "b holds 7 ids, the file spares 6");
+    assert_eq!(kept.jobs[0].0, 1);
+}

@@ -15,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 B=${RKLLMD_BIN:-target/release/rkllmd}
 S='sim:qwen2.5-1.5b?time_scale=0.25'
 ROUNDS=${ROUNDS:-3}
-port=18600
+port=${PORT_BASE:-18600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 run() { # name, daemon args..., -- bench args...   (ONLY=REGEX runs the cases it matches)
@@ -24,6 +24,9 @@ run() { # name, daemon args..., -- bench args...   (ONLY=REGEX runs the cases it
   local dargs=() bargs=()
   while [[ $1 != -- ]]; do dargs+=("$1"); shift; done; shift; bargs=("$@")
   port=$((port+1))
+  # Another engineer's daemon on the port would answer the health check and
+  # the bench, ours failing to bind: take the next free one.
+  while ss -ltn | grep -q "127.0.0.1:$port "; do port=$((port+1)); done
   $B "${dargs[@]}" --host 127.0.0.1 --port $port --queue-depth 64 2>"$work/$name.log" & local pid=$!
   until curl -sf http://127.0.0.1:$port/health/ready >/dev/null; do sleep 0.1; done
   local slots=$(curl -s http://127.0.0.1:$port/health | python3 -c 'import json,sys; print(json.load(sys.stdin)["runtime"]["batch"]["slots"])')
@@ -70,7 +73,9 @@ for round in $(seq "$ROUNDS"); do
   run conv6-b1-off --model "$S&short_batch=accept" --batch 1 --conversation-cache off -- $(conv 6)
   run conv6-auto-refuse --model "$S" -- $(conv 6)
   run conv4-auto-accept --model "$S&short_batch=accept" -- $(conv 4)
+  run conv4-auto-refuse --model "$S" -- $(conv 4)
   run conv8-auto-accept --model "$S&short_batch=accept" -- $(conv 8)
+  run conv8-auto-refuse --model "$S" -- $(conv 8)
   # A lone client: TTFT and decode against --batch 1.
   lone="--warmup 2 --concurrency 1 --requests 16 --prompt-tokens 100 --output-tokens 32"
   run lone-auto-accept --model "$S&short_batch=accept" -- $lone

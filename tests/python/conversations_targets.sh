@@ -10,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 B=${RKLLMD_BIN:-target/release/rkllmd}
 S='sim:qwen2.5-1.5b?time_scale=0.25'
 THINK=$(mktemp); echo '[{"match": "", "reply": "<think>\nLet me think about this question for a while before I answer it.\n</think>\n\nHere is the answer, in a few plain words, with no more reasoning."}]' > $THINK
-port=18400
+port=${PORT_BASE:-18400}
 work=$(mktemp -d)
 trap 'rm -rf "$work" "$THINK"' EXIT
 run() { # name, daemon args..., -- bench args...   (ONLY=REGEX runs the cases it matches)
@@ -19,6 +19,9 @@ run() { # name, daemon args..., -- bench args...   (ONLY=REGEX runs the cases it
   local dargs=() bargs=()
   while [[ $1 != -- ]]; do dargs+=("$1"); shift; done; shift; bargs=("$@")
   port=$((port+1))
+  # Another engineer's daemon on the port would answer the health check and
+  # the bench, ours failing to bind: take the next free one.
+  while ss -ltn | grep -q "127.0.0.1:$port "; do port=$((port+1)); done
   $B "${dargs[@]}" --host 127.0.0.1 --port $port 2>"$work/cm_$name.log" & local pid=$!
   until curl -sf http://127.0.0.1:$port/health/ready >/dev/null; do sleep 0.1; done
   $B bench --url http://127.0.0.1:$port --warmup 0 --prompt-tokens 100 --json "${bargs[@]}" > "$work/cm_$name.json"
