@@ -8,7 +8,7 @@
 //! process's RSS until the same thread allocates again. `malloc_trim`
 //! releases the free pages of every arena (`MADV_DONTNEED`). It walks the
 //! arenas under their locks, so it is called only after those jobs, never
-//! on a request's path (docs/performance.md, "Memory").
+//! on a request's path (docs/performance.md, "Memory: the level-1 footprint").
 
 /// Returns the allocator's free pages to the system (glibc); elsewhere a
 /// no-op.

@@ -113,9 +113,9 @@ impl Vocab {
     /// The tokenizer [`Vocab::to_json`] describes, built directly: parsing
     /// the text goes through a JSON tree of the whole model (`tokenizers`
     /// reads its model as an untagged enum), a peak of several MiB in a
-    /// process whose own memory is measured (docs/performance.md,
-    /// "Memory"). The simulator's tests check that both count and decode
-    /// alike.
+    /// process whose own memory is measured (docs/performance.md, "Memory:
+    /// the level-1 footprint"). The simulator's tests check that both count
+    /// and decode alike.
     pub fn to_tokenizer(&self) -> Tokenizer {
         let alphabet: Vec<char> = (0..=255u8).map(byte_char).collect();
         let byte_level = |bytes: &[u8]| byte_level(&alphabet, bytes);
