@@ -20,6 +20,7 @@ pub mod doctor;
 pub mod embed;
 pub mod engine;
 pub mod error_text;
+pub mod heap;
 pub mod keep_alive;
 pub mod listener;
 pub mod log_sink;

@@ -6,7 +6,7 @@
 use crate::app::model_specs;
 use crate::config::Config;
 use crate::conversation::tokenizer_file;
-use crate::engine::{runtime_tokenizer, BackendKind, RuntimeChoice};
+use crate::engine::{runtime_tokenizer_json, BackendKind, RuntimeChoice};
 
 /// The tokenizer.json text of the first configured model (`--model`, else
 /// the first `[[models]]` table or file in `models_dir`).
@@ -17,8 +17,8 @@ pub fn tokenizer_json(config: &Config) -> Result<String, String> {
         return std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()));
     }
     let simulated = spec.runtime.choice == RuntimeChoice::Sim || spec.path.starts_with("sim:");
-    match runtime_tokenizer(if simulated { BackendKind::Sim } else { BackendKind::Rkllm }) {
-        Some(json) => Ok(json.to_owned()),
+    match runtime_tokenizer_json(if simulated { BackendKind::Sim } else { BackendKind::Rkllm }) {
+        Some(json) => Ok(json),
         None => Err(format!(
             "the model `{}` has no tokenizer.json: the runtime's tokenizer is inside the .rkllm file, out of reach; \
              download tokenizer.json from the model's Hugging Face repository and put it next to the file",

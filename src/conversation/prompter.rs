@@ -7,12 +7,15 @@ use super::fold::fold;
 use super::template::{Arguments, ChatTemplate, RenderError};
 use super::{ChatInput, Message, Rendered, Role, ToolChoice};
 use serde_json::{json, Map, Value as Json};
+use std::borrow::Cow;
 
 /// What the daemon renders with, loaded once at startup.
 pub struct Prompter {
     /// `None`: the runtime's built-in template wraps a single user message.
     pub(super) template: Option<ChatTemplate>,
-    pub(super) tokenizer: Option<(tokenizers::Tokenizer, String)>,
+    /// The tokenizer and where it came from: a file's, or borrowed from the
+    /// runtime that brings one (the simulator's, not parsed twice).
+    pub(super) tokenizer: Option<(Cow<'static, tokenizers::Tokenizer>, String)>,
     pub(super) choice: Choice,
 }
 

@@ -14,6 +14,7 @@ use super::detect::detect;
 use super::prompter::{Choice, Prompter, TemplateMode};
 use super::template::{ChatTemplate, TemplateSource};
 use serde_json::Value as Json;
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,9 +34,9 @@ pub struct PromptSettings {
     pub chat_template: Option<PathBuf>,
     pub template: Option<TemplateFamily>,
     pub tokenizer: Option<PathBuf>,
-    /// A tokenizer that comes with the runtime (the simulator's), as
-    /// `tokenizer.json` text: used when no file is configured or found.
-    pub runtime_tokenizer: Option<&'static str>,
+    /// A tokenizer that comes with the runtime (the simulator's), shared
+    /// with it: used when no file is configured or found.
+    pub runtime_tokenizer: Option<&'static tokenizers::Tokenizer>,
 }
 
 /// The tokenizer.json file a model's prompts are counted with: the
@@ -61,7 +62,7 @@ impl Prompter {
             .transpose()?;
         let tokenizer = match (tokenizer_file(config, model_path), config.runtime_tokenizer) {
             (Some(path), _) => Some(load_tokenizer(&path)?),
-            (None, Some(json)) => Some(parse_tokenizer(json, "the simulated runtime's tokenizer.json")?),
+            (None, Some(shared)) => Some((Cow::Borrowed(shared), "the simulated runtime's tokenizer.json".to_owned())),
             (None, None) => None,
         };
         Ok(Prompter { template, tokenizer, choice })
@@ -185,15 +186,12 @@ fn special_tokens(config: &Json) -> (String, String) {
     (token("bos_token"), token("eos_token"))
 }
 
-fn load_tokenizer(path: &Path) -> Result<(tokenizers::Tokenizer, String), LoadError> {
-    parse_tokenizer(&read(path)?, &path.display().to_string())
-}
-
-fn parse_tokenizer(json: &str, origin: &str) -> Result<(tokenizers::Tokenizer, String), LoadError> {
-    let tokenizer: tokenizers::Tokenizer = json
+fn load_tokenizer(path: &Path) -> Result<(Cow<'static, tokenizers::Tokenizer>, String), LoadError> {
+    let origin = path.display().to_string();
+    let tokenizer: tokenizers::Tokenizer = read(path)?
         .parse()
-        .map_err(|e: tokenizers::Error| LoadError::Tokenizer { path: origin.to_owned(), message: e.to_string() })?;
-    Ok((tokenizer, origin.to_owned()))
+        .map_err(|e: tokenizers::Error| LoadError::Tokenizer { path: origin.clone(), message: e.to_string() })?;
+    Ok((Cow::Owned(tokenizer), origin))
 }
 
 #[cfg(test)]

@@ -58,13 +58,19 @@ pub struct OpenedRuntime {
     pub kind: BackendKind,
     /// Why `auto` fell back to the simulator (the caller logs it as a warning).
     pub fallback: Option<String>,
-    /// The runtime's own tokenizer.json, when it brings one (the simulator).
-    pub tokenizer_json: Option<&'static str>,
+    /// The runtime's own tokenizer, when it brings one (the simulator).
+    pub tokenizer: Option<&'static tokenizers::Tokenizer>,
 }
 
-/// The tokenizer.json a runtime of this kind brings: the in-process
-/// simulator's (a real library's tokenizer lives inside each model file).
-pub fn runtime_tokenizer(kind: BackendKind) -> Option<&'static str> {
+/// The tokenizer a runtime of this kind brings: the in-process simulator's,
+/// shared as it runs it (a real library's tokenizer lives inside each model
+/// file).
+pub fn runtime_tokenizer(kind: BackendKind) -> Option<&'static tokenizers::Tokenizer> {
+    (kind == BackendKind::Sim).then(rkllm_sim::tokenizer)
+}
+
+/// [`runtime_tokenizer`]'s `tokenizer.json` text, for `rkllmd tokenizer`.
+pub fn runtime_tokenizer_json(kind: BackendKind) -> Option<String> {
     (kind == BackendKind::Sim).then(rkllm_sim::tokenizer_json)
 }
 
@@ -73,7 +79,7 @@ pub fn runtime_tokenizer(kind: BackendKind) -> Option<&'static str> {
 /// file is configured: then the loader's error is returned.
 pub fn open_runtime(settings: &RuntimeSettings) -> Result<OpenedRuntime, BackendError> {
     let opened =
-        |runtime, kind, fallback| OpenedRuntime { runtime, kind, fallback, tokenizer_json: runtime_tokenizer(kind) };
+        |runtime, kind, fallback| OpenedRuntime { runtime, kind, fallback, tokenizer: runtime_tokenizer(kind) };
     match settings.choice {
         RuntimeChoice::Sim => Ok(opened(sim(settings), BackendKind::Sim, None)),
         RuntimeChoice::Rkllm => Ok(opened(Arc::new(real(settings)?), BackendKind::Rkllm, None)),

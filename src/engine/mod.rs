@@ -44,7 +44,8 @@ mod state;
 mod vision;
 
 pub use backend::{
-    open_runtime, runtime_tokenizer, BackendError, BackendKind, OpenedRuntime, RuntimeChoice, RuntimeSettings,
+    open_runtime, runtime_tokenizer, runtime_tokenizer_json, BackendError, BackendKind, OpenedRuntime, RuntimeChoice,
+    RuntimeSettings,
 };
 pub use batch_files::BatchFiles;
 pub use conversations::WarmConversations;

@@ -59,7 +59,7 @@ pub fn load(
         return Err(BackendError::NoModel.into());
     }
     // Before the (slow) model load, so a bad template fails fast.
-    let prompt = PromptSettings { runtime_tokenizer: runtime.tokenizer_json, ..spec.prompt.clone() };
+    let prompt = PromptSettings { runtime_tokenizer: runtime.tokenizer, ..spec.prompt.clone() };
     let prompter = Prompter::load(&prompt, &spec.path)?;
     prompter.log_choice();
     // Token input needs our own template and tokenizer: the runtime's

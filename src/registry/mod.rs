@@ -404,7 +404,13 @@ impl Registry {
         self.make_room(spec).await?;
         let loading = spec.clone();
         let this = self.clone();
-        let loaded = tokio::task::spawn_blocking(move || load(&loading, |settings| this.runtime(settings))).await;
+        let loaded = tokio::task::spawn_blocking(move || {
+            let loaded = load(&loading, |settings| this.runtime(settings));
+            // What the load parsed and dropped (a tokenizer.json's tree, ~10× the file) goes back.
+            crate::heap::give_back();
+            loaded
+        })
+        .await;
         let mut state = self.state();
         state.reserved.retain(|(r, _)| r != id);
         let loaded = match loaded {

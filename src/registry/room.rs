@@ -290,7 +290,11 @@ async fn unload(model: Arc<Loaded>, why: Why) {
         let Loaded { mut engine, .. } = loaded;
         loop {
             match Arc::try_unwrap(engine) {
-                Ok(engine) => return drop(engine),
+                Ok(engine) => {
+                    drop(engine);
+                    // The model's tokenizer, template and caches freed on this thread go back.
+                    return crate::heap::give_back();
+                }
                 Err(again) => engine = again,
             }
             if !warned && started.elapsed() > HELD_WARN {

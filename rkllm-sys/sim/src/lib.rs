@@ -283,7 +283,7 @@ pub use config::{KEYS, SCHEME};
 pub use forward::EMBD_SIZE;
 pub use profile::{profile, Profile, DEFAULT_PROFILE, PROFILES};
 pub use template::{DEFAULT_POSTFIX, DEFAULT_PREFIX, DEFAULT_SYSTEM};
-pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer_json, vocab_size};
+pub use tokenizer::{eos_token_id, token_bytes, token_ids, tokenize, tokenizer, tokenizer_json, vocab_size};
 
 use rkllm_sys::{Abi, ForAbi, Listed, Runtime, Table};
 

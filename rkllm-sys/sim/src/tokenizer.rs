@@ -1,13 +1,14 @@
 //! The simulated model's tokenizer: the byte-level BPE of `vocab`, run by
-//! Hugging Face `tokenizers` from the same `tokenizer.json` text that
-//! [`tokenizer_json`] gives the daemon, so both count every text alike.
+//! Hugging Face `tokenizers`, the one the `tokenizer.json` text that
+//! [`tokenizer_json`] gives describes. An in-process daemon counts with the same
+//! [`tokenizer`] (one copy in memory, not a second parse of the text), so
+//! both count every text alike.
 
 use crate::vocab::{Vocab, SPECIAL_TOKENS};
 use std::sync::OnceLock;
 use tokenizers::Tokenizer;
 
 struct Loaded {
-    json: String,
     tokenizer: Tokenizer,
     /// Token id → bytes.
     tokens: Vec<Vec<u8>>,
@@ -17,24 +18,32 @@ fn loaded() -> &'static Loaded {
     static LOADED: OnceLock<Loaded> = OnceLock::new();
     LOADED.get_or_init(|| {
         let vocab = Vocab::build();
-        let json = vocab.to_json();
-        // Built from constants: a failure here is a bug in `vocab`, caught by
-        // every test that tokenizes.
-        let tokenizer: Tokenizer =
-            json.parse().unwrap_or_else(|e| panic!("the simulator's tokenizer.json does not load: {e}"));
+        // Built, not parsed from its text: a daemon takes this one
+        // ([`tokenizer`]), and whoever wants the text ([`tokenizer_json`])
+        // asks for it now and then.
+        let tokenizer = vocab.to_tokenizer();
         // The pre-tokenizer compiles its regex on first use: do it here, not
         // inside a run's time to first token.
         let _ = tokenizer.encode("warm up", false);
-        Loaded { json, tokenizer, tokens: vocab.tokens }
+        Loaded { tokenizer, tokens: vocab.tokens }
     })
 }
 
 /// The simulated model's `tokenizer.json` (Hugging Face `tokenizers`
 /// format): a byte-level BPE of common English words with ChatML's special
 /// tokens. Counting a text with it gives the simulator's prompt token count,
-/// and decoding the `token_id`s of a reply gives the reply's text.
-pub fn tokenizer_json() -> &'static str {
-    &loaded().json
+/// and decoding the `token_id`s of a reply gives the reply's text. Made on
+/// each call (a few ms): only tools and tests write it out.
+pub fn tokenizer_json() -> String {
+    Vocab::build().to_json()
+}
+
+/// The tokenizer [`tokenizer_json`] describes, as the simulator runs it:
+/// an in-process daemon counts its prompts with this one rather than
+/// parsing the text again (a second vocabulary and BPE cache, ~2 MiB, and a
+/// parse whose transient peak is several times the text).
+pub fn tokenizer() -> &'static Tokenizer {
+    &loaded().tokenizer
 }
 
 /// The ids of `text`, special tokens (`<|im_start|>`, …) matched in it.

@@ -20,6 +20,9 @@
 
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
+use tokenizers::models::bpe;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer};
 
 /// Added special tokens, after the merged tokens: ChatML's markers (the
 /// simulator's built-in template) and the end-of-text token.
@@ -105,6 +108,37 @@ impl Vocab {
         let model_len = tokens.len();
         tokens.extend(SPECIAL_TOKENS.iter().map(|t| t.as_bytes().to_vec()));
         Vocab { tokens, model_len, merges }
+    }
+
+    /// The tokenizer [`Vocab::to_json`] describes, built directly: parsing
+    /// the text goes through a JSON tree of the whole model (`tokenizers`
+    /// reads its model as an untagged enum), a peak of several MiB in a
+    /// process whose own memory is measured (docs/performance.md, "Memory:
+    /// the level-1 footprint"). The simulator's tests check that both count
+    /// and decode alike.
+    pub fn to_tokenizer(&self) -> Tokenizer {
+        let alphabet: Vec<char> = (0..=255u8).map(byte_char).collect();
+        let byte_level = |bytes: &[u8]| byte_level(&alphabet, bytes);
+        let vocab: bpe::Vocab =
+            self.tokens[..self.model_len].iter().enumerate().map(|(id, t)| (byte_level(t), id as u32)).collect();
+        let merges: bpe::Merges = self
+            .merges
+            .iter()
+            .map(|(l, r)| (byte_level(&self.tokens[*l as usize]), byte_level(&self.tokens[*r as usize])))
+            .collect();
+        // Built from constants: a failure here is a bug in `vocab`, caught by every test that tokenizes.
+        let model = bpe::BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(true)
+            .build()
+            .unwrap_or_else(|e| panic!("the simulator's BPE does not build: {e}"));
+        let mut tokenizer = Tokenizer::new(model);
+        // add_prefix_space, trim_offsets, use_regex: as in `to_json`.
+        tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, false, true)));
+        tokenizer.with_decoder(Some(ByteLevel::new(false, false, true)));
+        let special: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();
+        tokenizer.add_special_tokens(&special);
+        tokenizer
     }
 
     /// The `tokenizer.json` text.
