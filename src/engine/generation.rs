@@ -74,10 +74,11 @@ impl Engine {
     pub fn submit(self: &Arc<Self>, place: Place, mut job: Job) -> Generation {
         let received = Instant::now();
         let job_id = job.id.clone();
-        let hints = job.cache.hints.clone();
-        let engine = self.clone();
-        let seen_as = job_id.clone();
-        let handoff = std::mem::take(&mut job.cache).bound(move |shown| engine.reply_seen(&seen_as, shown));
+        // The hints stay with the job's run; the hand-off goes back to the api, bound to this job.
+        let mut cache = std::mem::take(&mut job.cache);
+        let hints = std::mem::take(&mut cache.hints);
+        let (engine, seen_as) = (self.clone(), job_id.clone());
+        let handoff = cache.bound(move |shown| engine.reply_seen(&seen_as, shown));
         let prompt_cache = self.prompt_cache_expect(job.prompt.text());
         let plan = Arc::new(RunPlan::new(self.info.abi, self.defaults, self.handle.limits.max_new_tokens, job));
         let ignored_params = plan.ignored.clone();

@@ -293,7 +293,8 @@ async fn unload(model: Arc<Loaded>, why: Why) {
                 Ok(engine) => {
                     drop(engine);
                     // The model's tokenizer, template and caches freed on this thread go back.
-                    return crate::heap::give_back();
+                    crate::heap::give_back();
+                    return;
                 }
                 Err(again) => engine = again,
             }
