@@ -522,3 +522,58 @@ async fn large_pngs_at_once_are_each_answered() {
         assert_eq!(content(&reply), "I see 1 image: image 1 is #0000ff (392x392).");
     }
 }
+
+/// Preparations run as many at once as the machine has cores
+/// (`api/request/prepare.rs`); one waiting on an image URL gives its place
+/// back meanwhile. More fetches than places are in flight at once here,
+/// held by the server until a text request has been answered beside them.
+#[tokio::test]
+async fn image_urls_being_fetched_do_not_hold_text_requests_back() {
+    use axum::{http::header, routing::get, Router};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::sync::{watch, Notify};
+    let places = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let fetches = places + 1;
+    let (release, released) = watch::channel(false);
+    let (arrived, arrival) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
+    let red = png(8, 8, [255, 0, 0]);
+    let (count, notify) = (Arc::clone(&arrived), Arc::clone(&arrival));
+    let held = get(move || {
+        let (red, mut released) = (red.clone(), released.clone());
+        count.fetch_add(1, Ordering::SeqCst);
+        notify.notify_one();
+        async move {
+            released.wait_for(|go| *go).await.unwrap();
+            ([(header::CONTENT_TYPE, "image/png")], red)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/held.png", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, Router::new().route("/held.png", held)).await.unwrap() });
+    let args = [ID[0], ID[1], "--model", VL, "--image-url-hosts", "127.0.0.1", "--image-url-timeout-ms", "120000"];
+    let d = Arc::new(Daemon::start(&[&args[..], &["--queue-depth", "64"]].concat()));
+    let images: Vec<_> = (0..fetches)
+        .map(|_| {
+            let (d, url) = (Arc::clone(&d), url.clone());
+            tokio::spawn(async move { chat(&d, with_images(&[url])).await })
+        })
+        .collect();
+    let all_in_flight = async {
+        while arrived.load(Ordering::SeqCst) < fetches {
+            arrival.notified().await;
+        }
+    };
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(60), all_in_flight).await;
+    let seen = arrived.load(Ordering::SeqCst);
+    assert!(waited.is_ok(), "{seen} of {fetches} fetches reached the server: the others wait for a place ({places})");
+    let (status, reply) = chat(&d, json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(status, 200, "a text request beside {fetches} held fetches: {reply}");
+    assert_eq!(arrived.load(Ordering::SeqCst), fetches, "no fetch was retried");
+    release.send(true).unwrap();
+    for image in images {
+        let (status, reply) = image.await.unwrap();
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(content(&reply), "I see 1 image: image 1 is #ff0000 (392x392).");
+    }
+}

@@ -82,16 +82,21 @@ pub fn routes<S: Clone + Send + Sync + 'static>(
     state: AppState,
     table: &mut Routes,
 ) -> Router<S> {
-    // The served document's schemas are the ones `nul.rs` walks: made once, here.
-    super::nul::walk_schemas(|| schemas_of(&openapi, table));
+    // Kept as text, and parsed when asked for (now and then): as a tree it
+    // would stay resident, ~5 times its size. The served document's schemas
+    // are the ones `nul.rs` walks: made once, here.
     let doc = serialised(&openapi, table).unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
-    let doc = Arc::new(doc);
+    let doc: Arc<str> = doc.to_string().into();
+    super::nul::walk_document(|| Arc::clone(&doc));
     let served = move || {
-        let mut doc = Value::clone(&doc);
-        if let Ok(registry) = state.models() {
-            super::doc_models::add(&mut doc, &super::doc_models::served(registry));
-        }
-        async move { ([(CONTENT_TYPE, "application/json")], doc.to_string()) }
+        let doc = match (serde_json::from_str::<Value>(&doc), state.models()) {
+            (Ok(mut doc), Ok(registry)) => {
+                super::doc_models::add(&mut doc, &super::doc_models::served(registry));
+                doc.to_string()
+            }
+            _ => doc.to_string(),
+        };
+        async move { ([(CONTENT_TYPE, "application/json")], doc) }
     };
     let router = table.public(Router::new(), "/", get(|| async { Redirect::temporary("/docs/") }));
     let router = table.public(router, "/openapi.json", get(served));
@@ -140,16 +145,11 @@ fn serialised(openapi: &OpenApi, table: &Routes) -> Result<serde_json::Value, se
     Ok(doc)
 }
 
-/// The component schemas of `openapi` as it would be served.
+/// The component schemas of `openapi` as it would be served (the tests
+/// walk them as `nul.rs` does the served text's).
+#[cfg(test)]
 pub fn schemas_of(openapi: &OpenApi, table: &Routes) -> serde_json::Map<String, serde_json::Value> {
-    component_schemas(serialised(openapi, table).unwrap_or_default())
-}
-
-fn component_schemas(mut doc: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-    match doc.pointer_mut("/components/schemas").map(serde_json::Value::take) {
-        Some(serde_json::Value::Object(schemas)) => schemas,
-        _ => serde_json::Map::new(),
-    }
+    super::nul::component_schemas(serialised(openapi, table).unwrap_or_default())
 }
 
 /// What the document depends on in the configuration.

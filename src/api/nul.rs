@@ -11,37 +11,56 @@
 use super::error::ApiError;
 use serde_json::{json, Map, Value};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 const SCHEMAS: &str = "#/components/schemas/";
 
-/// The document's component schemas as served, where [`refuse`] reads which
-/// members of a body are declared: set by the first router `docs.rs` builds
-/// (the main one, which the daemon builds before it serves), so that this
-/// walker does not import the document's maker. Which members exist does not
-/// depend on the configuration (it changes statuses and ranges).
-static DOCUMENT_SCHEMAS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+/// The served document, as text, where [`refuse`] reads which members of a
+/// body are declared: set by the first router `docs.rs` builds (the main
+/// one, which the daemon builds before it serves), so that this walker does
+/// not import the document's maker. Which members exist does not depend on
+/// the configuration (it changes statuses and ranges). Text (~100 KB), not
+/// a tree (~0.9 MB resident): the schemas are read from it only for a body
+/// that holds a NUL, which no client has a reason to send.
+static DOCUMENT: std::sync::OnceLock<Arc<str>> = std::sync::OnceLock::new();
 
-/// Sets the schemas walked, once (later routers serve the same members).
-pub fn walk_schemas(schemas: impl FnOnce() -> Map<String, Value>) {
-    DOCUMENT_SCHEMAS.get_or_init(schemas);
+/// Sets the document walked, once (later routers serve the same members).
+pub fn walk_document(text: impl FnOnce() -> Arc<str>) {
+    DOCUMENT.get_or_init(text);
 }
 
-/// The served document's component schemas (empty before a router is built).
-pub fn request_schemas() -> &'static Map<String, Value> {
-    static NONE: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-    DOCUMENT_SCHEMAS.get().unwrap_or_else(|| NONE.get_or_init(Map::new))
+/// The component schemas of the served document (empty before a router is
+/// built, or if the text were not JSON: then [`refuse_in`] fails closed).
+fn request_schemas() -> Map<String, Value> {
+    let doc = DOCUMENT.get().and_then(|text| serde_json::from_str(text).ok());
+    doc.map(component_schemas).unwrap_or_default()
+}
+
+/// The component schemas of an OpenAPI document.
+pub fn component_schemas(mut doc: Value) -> Map<String, Value> {
+    match doc.pointer_mut("/components/schemas").map(Value::take) {
+        Some(Value::Object(schemas)) => schemas,
+        _ => Map::new(),
+    }
+}
+
+/// JSON carries a NUL only as the escape `\u0000`.
+fn holds_nul_escape(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, br"\u0000").is_some()
 }
 
 /// Refuses a body whose texts, where `schema` (a component of the served
 /// document) declares them, hold a NUL, naming the first such text.
 pub fn refuse(bytes: &[u8], schema: &str) -> Result<(), ApiError> {
-    refuse_in(bytes, schema, request_schemas())
+    if !holds_nul_escape(bytes) {
+        return Ok(());
+    }
+    refuse_in(bytes, schema, &request_schemas())
 }
 
 /// [`refuse`] along the component schemas `schemas`.
 pub fn refuse_in(bytes: &[u8], schema: &str, schemas: &Map<String, Value>) -> Result<(), ApiError> {
-    // JSON carries a NUL only as the escape `\u0000`.
-    if memchr::memmem::find(bytes, br"\u0000").is_none() {
+    if !holds_nul_escape(bytes) {
         return Ok(());
     }
     // The typed parse took the body, so it is valid JSON.

@@ -103,7 +103,7 @@ fn decode(r: &ImageRef, limits: &ImageLimits, fetch: &UrlFetch) -> Result<Vec<u8
             ));
         }
         // On the blocking pool (`prepare`): the fetch runs on the runtime it belongs to.
-        let fetched = tokio::runtime::Handle::current().block_on(fetch.get(url, limits.max_bytes));
+        let fetched = super::prepare::off_the_gate(fetch.get(url, limits.max_bytes));
         return fetched.map_err(|e| match e {
             FetchError::NotAllowed(m) => ApiError::image(&r.param, "image_url_not_allowed", m),
             FetchError::TooLarge(m) => ApiError::image(&r.param, "image_too_large", m),

@@ -5,12 +5,14 @@
 mod body_size;
 mod convert;
 mod images;
+mod prepare;
 mod size;
 mod tools_fit;
 mod wire;
 
 pub use body_size::{is_client_metadata, BodySize};
 pub use images::{vision_encoder, ImageRef};
+pub use prepare::prepare;
 pub use size::{
     most_token_ids, most_tokenized_bytes, refuse_unfittable, PromptSize, MAX_BYTES_PER_TOKEN, MAX_INPUTS, MAX_TOOLS,
 };
@@ -23,26 +25,9 @@ use crate::conversation::{
     ChatInput, Message, PromptError, ReasoningMode, ReplyRules, Role, ToolChoice, ToolsOverflow,
 };
 use crate::engine::{CacheHints, Handoff, Job, Resent};
-use crate::registry::Lease;
 use crate::registry::Loaded;
 use crate::sampling::SamplingOverrides;
 use serde_json::Value;
-
-/// Runs a request's preparation — rendering and tokenizing its prompt, the
-/// one step of a request whose cost grows with its size — on the blocking
-/// pool. The daemon serves on one async thread, so that a streamed token
-/// wakes one thread (`main.rs`); a long prompt prepared on it would hold up
-/// every other stream's tokens meanwhile.
-pub async fn prepare<T: Send + 'static>(
-    model: &Lease,
-    work: impl FnOnce(&Loaded) -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let model = model.shared();
-    match tokio::task::spawn_blocking(move || work(&model)).await {
-        Ok(prepared) => prepared,
-        Err(e) => Err(ApiError::runtime(format!("preparing the request failed: {e}"))),
-    }
-}
 
 /// The most stop sequences a request may give (OpenAI's bound).
 pub const MAX_STOPS: usize = 4;
