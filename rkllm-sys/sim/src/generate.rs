@@ -119,21 +119,23 @@ impl Rng {
 fn grow(rng: &mut Rng, text: &mut String, len: usize) -> Vec<u32> {
     let mut ids = token_ids(text);
     while ids.len() < len {
-        // Each sentence is counted on its own (the pre-tokenizer splits at
-        // the space before it), and the whole text is tokenized once per
-        // round: tokenizing it after every sentence made a long reply's
-        // planning quadratic, which showed as CPU per token in the daemon's
-        // process. Should a count not add up, the next round adds more.
-        let mut counted = ids.len();
-        while counted < len {
-            let sentence = SENTENCES[rng.below(SENTENCES.len() as u64) as usize];
-            text.push(' ');
-            text.push_str(sentence);
-            counted += token_ids(&text[text.len() - sentence.len() - 1..]).len();
-        }
-        ids = token_ids(text);
+        let drawn = rng.below(SENTENCES.len() as u64) as usize;
+        text.push(' ');
+        text.push_str(SENTENCES[drawn]);
+        ids.extend_from_slice(&sentence_ids()[drawn]);
     }
     ids
+}
+
+/// Each sentence's ids after a space. The pre-tokenizer splits at the space
+/// before a sentence, so a text's ids are its ids before the sentence and
+/// these (`a_sentence_adds_its_own_ids` checks it after every text a reply
+/// can hold there): tokenizing the reply as it grew — the BPE's regex, the
+/// simulator's largest cost — showed as CPU per token in the daemon's
+/// process (docs/performance.md, "What grew per token").
+fn sentence_ids() -> &'static [Vec<u32>; SENTENCES.len()] {
+    static IDS: std::sync::OnceLock<[Vec<u32>; SENTENCES.len()]> = std::sync::OnceLock::new();
+    IDS.get_or_init(|| SENTENCES.map(|sentence| token_ids(&format!(" {sentence}"))))
 }
 
 /// Whether `bytes` ends inside a UTF-8 character.
@@ -325,6 +327,17 @@ mod tests {
         assert_eq!((pieces.len(), cut), (5, true));
         let (pieces, _) = reply(&ReplySpec { reply_tokens: Some(2), ignore_eos: true, limit: 30, ..spec("x") });
         assert_eq!(pieces.len(), 30);
+    }
+
+    #[test]
+    fn a_sentence_adds_its_own_ids() {
+        let before = OPENINGS.iter().chain(SENTENCES.iter()).copied().chain([""]);
+        for text in before {
+            for (sentence, ids) in SENTENCES.iter().zip(sentence_ids()) {
+                let whole = token_ids(&format!("{text} {sentence}"));
+                assert_eq!(whole, [token_ids(text), ids.clone()].concat(), "{text:?} then {sentence:?}");
+            }
+        }
     }
 
     #[test]
