@@ -552,7 +552,9 @@ async fn image_urls_being_fetched_do_not_hold_text_requests_back() {
     let url = format!("http://{}/held.png", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, Router::new().route("/held.png", held)).await.unwrap() });
     let args = [ID[0], ID[1], "--model", VL, "--image-url-hosts", "127.0.0.1", "--image-url-timeout-ms", "120000"];
-    let d = Arc::new(Daemon::start(&[&args[..], &["--queue-depth", "64"]].concat()));
+    // Every request waits in the queue meanwhile: room for all, and the text one.
+    let depth = (fetches + 1).to_string();
+    let d = Arc::new(Daemon::start(&[&args[..], &["--queue-depth", &depth]].concat()));
     let images: Vec<_> = (0..fetches)
         .map(|_| {
             let (d, url) = (Arc::clone(&d), url.clone());

@@ -36,13 +36,22 @@ pub async fn prepare<T: Send + 'static>(
     let place = Arc::clone(&GATE).acquire_owned().await.expect("the gate is never closed");
     let run = move || {
         PLACE.with_borrow_mut(|p| *p = Some(place));
-        let prepared = work(&model);
-        PLACE.with_borrow_mut(|p| p.take());
-        prepared
+        let _given_back = GiveBack;
+        work(&model)
     };
     match tokio::task::spawn_blocking(run).await {
         Ok(prepared) => prepared,
         Err(e) => Err(ApiError::runtime(format!("preparing the request failed: {e}"))),
+    }
+}
+
+/// Frees this thread's place however its preparation ends, a panic
+/// included (the pool thread lives on, and would keep it).
+struct GiveBack;
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        PLACE.with_borrow_mut(Option::take);
     }
 }
 
