@@ -9,7 +9,7 @@
 //! pool thread for each (64 streams: up to 64 threads), each with its own
 //! malloc arena keeping what its preparation used, while the work is CPU
 //! time that more threads than cores only share (docs/performance.md,
-//! "Memory: the level-1 footprint"). The gate is fair: preparations start
+//! "Memory: preparations at one a core"). The gate is fair: preparations start
 //! in the order they asked.
 
 use crate::api::error::ApiError;
