@@ -112,7 +112,7 @@
 //! from `words.txt`: ~840 common English words in four forms, numbers,
 //! punctuation runs, and the special tokens `<|endoftext|>`, `<|im_start|>`,
 //! `<|im_end|>`), and the simulator itself tokenizes with the `tokenizers`
-//! crate on that text. So a daemon that loads the same `tokenizer.json`
+//! crate, with the tokenizer that text is written from. So a daemon that loads the same `tokenizer.json`
 //! counts every text exactly as the simulator does, and decoding a reply's
 //! `token_id`s gives its text. Common English is ~4 characters per token
 //! ("Hello!" is 2 tokens, "Why is the sky blue?" 6); a word outside the

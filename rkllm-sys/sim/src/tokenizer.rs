@@ -32,10 +32,13 @@ fn loaded() -> &'static Loaded {
 /// The simulated model's `tokenizer.json` (Hugging Face `tokenizers`
 /// format): a byte-level BPE of common English words with ChatML's special
 /// tokens. Counting a text with it gives the simulator's prompt token count,
-/// and decoding the `token_id`s of a reply gives the reply's text. Made on
-/// each call (a few ms): only tools and tests write it out.
+/// and decoding the `token_id`s of a reply gives the reply's text. Written
+/// by `tokenizers` from the tokenizer the simulator runs, on each call: only
+/// tools and tests write it out.
 pub fn tokenizer_json() -> String {
-    Vocab::build().to_json()
+    // Serialising a tokenizer built from constants cannot fail but by a bug
+    // in `vocab`, which every test that writes the file would catch.
+    tokenizer().to_string(false).unwrap_or_else(|e| panic!("the simulator's tokenizer does not serialise: {e}"))
 }
 
 /// The tokenizer [`tokenizer_json`] describes, as the simulator runs it:

@@ -1,6 +1,6 @@
-//! The simulated model's vocabulary, built in code: a byte-level BPE in the
-//! `tokenizer.json` format of Hugging Face `tokenizers`, like the ones real
-//! models ship, but small enough to read.
+//! The simulated model's vocabulary, built in code: a byte-level BPE run by
+//! Hugging Face `tokenizers`, like the ones real models ship in
+//! `tokenizer.json`, but small enough to read.
 //!
 //! * ids 0–255: one token per byte (id = byte value), so every text is
 //!   encodable and a character outside the vocabulary becomes one token per
@@ -18,7 +18,6 @@
 //! vocabulary is one token, whatever the merges would do. English prose
 //! averages about 4 characters per token.
 
-use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use tokenizers::models::bpe;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -110,12 +109,12 @@ impl Vocab {
         Vocab { tokens, model_len, merges }
     }
 
-    /// The tokenizer [`Vocab::to_json`] describes, built directly: parsing
-    /// the text goes through a JSON tree of the whole model (`tokenizers`
-    /// reads its model as an untagged enum), a peak of several MiB in a
+    /// The tokenizer, built directly rather than parsed from a
+    /// `tokenizer.json` text: `tokenizers` reads a model through a JSON tree
+    /// of the whole model (an untagged enum), a peak of several MiB in a
     /// process whose own memory is measured (docs/performance.md, "Memory:
-    /// the level-1 footprint"). The simulator's tests check that both count
-    /// and decode alike.
+    /// the level-1 footprint"). Its text, when asked for, is `tokenizers`'
+    /// own serialisation of it (`tokenizer_json`).
     pub fn to_tokenizer(&self) -> Tokenizer {
         let alphabet: Vec<char> = (0..=255u8).map(byte_char).collect();
         let byte_level = |bytes: &[u8]| byte_level(&alphabet, bytes);
@@ -133,69 +132,12 @@ impl Vocab {
             .build()
             .unwrap_or_else(|e| panic!("the simulator's BPE does not build: {e}"));
         let mut tokenizer = Tokenizer::new(model);
-        // add_prefix_space, trim_offsets, use_regex: as in `to_json`.
+        // add_prefix_space, trim_offsets, use_regex: GPT-2's split, no prefix space.
         tokenizer.with_pre_tokenizer(Some(ByteLevel::new(false, false, true)));
         tokenizer.with_decoder(Some(ByteLevel::new(false, false, true)));
         let special: Vec<AddedToken> = SPECIAL_TOKENS.iter().map(|t| AddedToken::from(*t, true)).collect();
         tokenizer.add_special_tokens(&special);
         tokenizer
-    }
-
-    /// The `tokenizer.json` text.
-    pub fn to_json(&self) -> String {
-        let alphabet: Vec<char> = (0..=255u8).map(byte_char).collect();
-        let byte_level = |bytes: &[u8]| byte_level(&alphabet, bytes);
-        let vocab: Map<String, Value> =
-            self.tokens[..self.model_len].iter().enumerate().map(|(id, t)| (byte_level(t), json!(id))).collect();
-        let merges: Vec<Value> = self
-            .merges
-            .iter()
-            .map(|(l, r)| json!([byte_level(&self.tokens[*l as usize]), byte_level(&self.tokens[*r as usize])]))
-            .collect();
-        let added: Vec<Value> = SPECIAL_TOKENS
-            .iter()
-            .enumerate()
-            .map(|(i, content)| {
-                json!({
-                    "id": self.model_len + i,
-                    "content": content,
-                    "single_word": false,
-                    "lstrip": false,
-                    "rstrip": false,
-                    "normalized": false,
-                    "special": true,
-                })
-            })
-            .collect();
-        let byte_level_options = json!({"add_prefix_space": false, "trim_offsets": false, "use_regex": true});
-        let with_type = |kind: &str| {
-            let mut v = byte_level_options.clone();
-            v["type"] = json!(kind);
-            v
-        };
-        json!({
-            "version": "1.0",
-            "truncation": null,
-            "padding": null,
-            "added_tokens": added,
-            "normalizer": null,
-            "pre_tokenizer": with_type("ByteLevel"),
-            "post_processor": null,
-            "decoder": with_type("ByteLevel"),
-            "model": {
-                "type": "BPE",
-                "dropout": null,
-                "unk_token": null,
-                "continuing_subword_prefix": null,
-                "end_of_word_suffix": null,
-                "fuse_unk": false,
-                "byte_fallback": false,
-                "ignore_merges": true,
-                "vocab": vocab,
-                "merges": merges,
-            },
-        })
-        .to_string()
     }
 }
 
